@@ -1,0 +1,68 @@
+"""Switches for gradient recording, usable as context managers and decorators."""
+import functools
+import threading
+
+
+class _State(threading.local):
+    enabled = True
+
+
+_state = _State()
+
+
+def is_grad_enabled():
+    return _state.enabled
+
+
+class _GradMode:
+    mode = None
+
+    def __enter__(self):
+        self._prev = _state.enabled
+        _state.enabled = self.mode
+
+    def __exit__(self, *exc):
+        _state.enabled = self._prev
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    mode = False
+
+
+class enable_grad(_GradMode):
+    mode = True
+
+
+class set_grad_enabled(_GradMode):
+    def __init__(self, mode):
+        self.mode = bool(mode)
+        self._prev = _state.enabled
+        _state.enabled = self.mode  # like torch: takes effect as a plain call too
+
+    def __enter__(self):
+        pass
+
+    def __call__(self, fn):
+        _state.enabled = self._prev
+        mode = self.mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class inference_mode(no_grad):
+    def __init__(self, mode=True):
+        self.mode = not mode

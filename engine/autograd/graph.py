@@ -1,0 +1,196 @@
+"""The autograd graph and the backward engine.
+
+A `Node` is recorded for every differentiable op call: it holds the op's backward, its saved
+context and one edge per input (the producer node and which of its outputs). Leaves that require
+grad get an `AccumulateGrad` node. `run_backward` walks the graph in dependency order (Kahn's
+algorithm over the nodes reachable from the roots), sums gradients per output, runs tensor hooks
+and accumulates into `.grad`. Gradients are engine Tensors, and backward functions are written in
+engine ops, so the same engine serves local and global tensors and supports `create_graph`.
+"""
+import weakref
+
+from .grad_mode import set_grad_enabled
+
+
+class RemovableHandle:
+    """Returned by every `register_*hook`; `remove()` unregisters the hook."""
+
+    def __init__(self, hooks, hook):
+        self._hooks = hooks
+        self._hook = hook
+
+    def remove(self):
+        for i, h in enumerate(self._hooks):
+            if h is self._hook:
+                del self._hooks[i]
+                return
+
+
+class Node:
+    """One recorded op call. `next_edges[i]` is `(node, output_nr)` for input i, or None."""
+
+    __slots__ = ("name", "backward_fn", "ctx", "next_edges", "num_outputs", "pre_hooks",
+                 "retained", "freed", "__weakref__")
+
+    def __init__(self, name, backward_fn, ctx, next_edges, num_outputs=1):
+        self.name = name
+        self.backward_fn = backward_fn
+        self.ctx = ctx
+        self.next_edges = next_edges
+        self.num_outputs = num_outputs
+        self.pre_hooks = None  # {output_nr: [hook]} from Tensor.register_hook on outputs
+        self.retained = None  # {output_nr: weakref(Tensor)} from Tensor.retain_grad
+        self.freed = False
+
+    def __repr__(self):
+        return f"<{self.name}Backward>"
+
+    def name_(self):
+        return f"{self.name}Backward"
+
+    @property
+    def next_functions(self):
+        return tuple((e[0], e[1]) if e is not None else (None, 0) for e in self.next_edges)
+
+    def apply(self, grads, create_graph):
+        if self.freed:
+            raise RuntimeError(
+                f"Trying to backward through the graph a second time (through {self.name}Backward), "
+                "or to use saved tensors after they were freed. Saved intermediate values of the "
+                "graph are freed when you call .backward() or autograd.grad(). Specify "
+                "retain_graph=True if you need to backward through the graph a second time."
+            )
+        with set_grad_enabled(create_graph):
+            out = self.backward_fn(self.ctx, *grads)
+        if not isinstance(out, tuple):
+            out = (out,)
+        if len(out) != len(self.next_edges):
+            raise RuntimeError(
+                f"{self.name}Backward returned {len(out)} gradients, expected {len(self.next_edges)}"
+            )
+        return out
+
+    def release(self):
+        self.ctx = None
+        self.freed = True
+
+
+class AccumulateGrad(Node):
+    """Sink of a leaf tensor: runs the leaf's hooks and adds the gradient into `.grad`."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        super().__init__("AccumulateGrad", None, None, (), 1)
+        self.variable = variable
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
+
+    def accumulate(self, grad):
+        var = self.variable
+        if grad.shape != var.shape:
+            raise RuntimeError(
+                f"gradient of shape {tuple(grad.shape)} does not match leaf tensor of shape {tuple(var.shape)}"
+            )
+        var._accumulate_grad(grad)
+
+
+def _add_grads(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
+    """Backpropagate from `roots` (tensors) seeded with `grad_roots`.
+
+    With `capture` (a list of edges) the gradients flowing into those edges are returned instead
+    of being accumulated into leaves, which is what `autograd.grad` needs.
+    """
+    root_edges = []
+    for t, g in zip(roots, grad_roots):
+        edge = t._grad_edge()
+        if edge is None:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn"
+            )
+        root_edges.append((edge, g))
+
+    deps = {}
+    seen = set()
+    stack = [e[0][0] for e in root_edges]
+    for n in stack:
+        seen.add(n)
+    while stack:
+        node = stack.pop()
+        for edge in node.next_edges:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+    buffers = {}
+    for (node, nr), g in root_edges:
+        buf = buffers.setdefault(node, [None] * node.num_outputs)
+        buf[nr] = _add_grads(buf[nr], g)
+
+    capture_map = None
+    captured = None
+    if capture is not None:
+        capture_map = {}
+        for i, edge in enumerate(capture):
+            capture_map.setdefault((id(edge[0]), edge[1]), []).append(i)
+        captured = [None] * len(capture)
+
+    ready = [n for n in buffers if deps.get(n, 0) == 0]
+    while ready:
+        node = ready.pop()
+        grads = buffers.pop(node, None) or [None] * node.num_outputs
+        if node.pre_hooks:
+            for nr, hooks in node.pre_hooks.items():
+                if grads[nr] is None:
+                    continue
+                for hook in list(hooks):
+                    res = hook(grads[nr])
+                    if res is not None:
+                        grads[nr] = res
+        if node.retained:
+            for nr, ref in node.retained.items():
+                t = ref()
+                if t is not None and grads[nr] is not None:
+                    t.grad = grads[nr] if create_graph else grads[nr].detach()
+        if capture_map is not None:
+            for nr in range(node.num_outputs):
+                for i in capture_map.get((id(node), nr), ()):
+                    captured[i] = grads[nr]
+        if isinstance(node, AccumulateGrad):
+            if capture is None and grads[0] is not None:
+                node.accumulate(grads[0] if create_graph else grads[0].detach())
+            continue
+        if all(g is None for g in grads):
+            in_grads = (None,) * len(node.next_edges)
+            if node.freed:
+                node.apply(grads, create_graph)  # raises the "second time" error
+        else:
+            in_grads = node.apply(grads, create_graph)
+        if not retain_graph:
+            node.release()
+        for edge, g in zip(node.next_edges, in_grads):
+            if edge is None:
+                continue
+            nxt, nr = edge
+            if g is not None:
+                buf = buffers.get(nxt)
+                if buf is None:
+                    buf = buffers[nxt] = [None] * nxt.num_outputs
+                buf[nr] = _add_grads(buf[nr], g)
+            deps[nxt] -= 1
+            if deps[nxt] == 0:
+                ready.append(nxt)
+    return captured

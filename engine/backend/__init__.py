@@ -1,0 +1,125 @@
+"""Array backends: numpy for the CPU, CuPy for CUDA devices.
+
+Every kernel is written once against `xp`, the array module of the device it runs on. CuPy is
+imported only when a CUDA tensor is first made, so CPU users never need it.
+"""
+import os
+
+import numpy as np
+
+from . import dtypes
+from .dtypes import dtype
+
+_cupy = None
+
+
+class device:
+    """A device such as `cpu` or `cuda:0`. Equal devices compare and hash equal."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type, index=None):
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        elif isinstance(type, str) and ":" in type:
+            type, idx = type.split(":", 1)
+            index = int(idx)
+        if type not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device type {type!r}; expected 'cpu' or 'cuda[:N]'")
+        if type == "cuda" and index is None:
+            index = cupy().cuda.runtime.getDevice() if _cupy is not None else 0
+        self.type = type
+        self.index = index if type == "cuda" else None
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __repr__(self):
+        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+CPU = device("cpu")
+
+
+def as_device(d):
+    if d is None:
+        return None
+    if isinstance(d, device):
+        return d
+    if isinstance(d, int):
+        return device("cuda", d)
+    return device(d)
+
+
+def cupy():
+    """Import CuPy on first use, with an error that says what is missing."""
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy as cp
+        except ImportError as e:
+            raise RuntimeError(
+                "device 'cuda' needs CuPy: install the project with the `cuda` extra "
+                "(pip install -e '.[cuda]') on a machine with an NVIDIA GPU"
+            ) from e
+        try:
+            n = cp.cuda.runtime.getDeviceCount()
+        except Exception as e:  # CUDA driver missing
+            raise RuntimeError(f"CuPy is installed but no CUDA GPU is usable: {e}") from e
+        if n == 0:
+            raise RuntimeError("CuPy is installed but no CUDA GPU is visible")
+        _cupy = cp
+    return _cupy
+
+
+def is_cuda_available():
+    try:
+        cupy()
+        return True
+    except RuntimeError:
+        return False
+
+
+def xp_for(dev):
+    """The array module (numpy or cupy) that computes on `dev`."""
+    return np if dev.type == "cpu" else cupy()
+
+
+def xp_of(array):
+    """The array module owning `array`; numpy arrays and scalars never touch CuPy."""
+    if isinstance(array, np.ndarray) or _cupy is None:
+        return np
+    return _cupy.get_array_module(array)
+
+
+def device_of(array):
+    if isinstance(array, np.ndarray) or _cupy is None or not isinstance(array, _cupy.ndarray):
+        return CPU
+    return device("cuda", array.device.id)
+
+
+def to_device(array, dev):
+    """Move an array to `dev` (copying only when the device changes)."""
+    src = device_of(array)
+    if src == dev:
+        return array
+    if dev.type == "cpu":
+        return array.get()
+    cp = cupy()
+    with cp.cuda.Device(dev.index):
+        if array.dtype == dtypes.bfloat16.np:
+            raise TypeError("bfloat16 tensors cannot be moved to CUDA by CuPy; use float16 or float32")
+        return cp.asarray(array)
+
+
+def default_device():
+    """`ENGINE_DEVICE=cuda` makes new tensors default to the GPU (used to run the test suite on CuPy)."""
+    return as_device(os.environ.get("ENGINE_DEVICE", "cpu"))

@@ -1,0 +1,235 @@
+"""Primitive ops every family builds on: dtype cast, copy, broadcast and its adjoint, reshape,
+and the scalar/dtype plumbing shared by all elementwise ops."""
+import numbers
+
+import numpy as np
+
+from ..autograd.function import Op
+from ..backend import dtypes, xp_of
+from ..tensor import Tensor, tensor_method
+
+
+def shape_str(shape):
+    return str(list(shape))
+
+
+# ------------------------------------------------------------------ dtype cast
+class Cast(Op):
+    name = "ToCopy"
+
+    @staticmethod
+    def forward(ctx, x, dtype):
+        ctx.src = x.dtype
+        return x.astype(dtype.np, copy=False) if x.dtype != dtype.np else x
+
+    @staticmethod
+    def backward(ctx, g):
+        return cast(g, dtypes.from_numpy_dtype(ctx.src))
+
+
+def cast(t, dtype):
+    dtype = dtypes.as_dtype(dtype)
+    if t._data.dtype == dtype.np:
+        return t
+    return Cast.apply(t, dtype=dtype)
+
+
+class Clone(Op):
+    name = "Clone"
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.copy()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+@tensor_method()
+def clone(self, memory_format=None):
+    return Clone.apply(self)
+
+
+@tensor_method()
+def contiguous(self, memory_format=None):
+    a = self._data
+    if a.flags.c_contiguous:
+        return self
+    return Clone.apply(self)
+
+
+@tensor_method()
+def is_contiguous(self, memory_format=None):
+    return bool(self._data.flags.c_contiguous)
+
+
+# ------------------------------------------------------------------ broadcast and its adjoint
+class SumTo(Op):
+    """Reduce a broadcast gradient back to `shape` (sum over the broadcast axes)."""
+
+    name = "SumTo"
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.in_shape = x.shape
+        return sum_to_array(x, shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return broadcast_to(g, ctx.in_shape)
+
+
+def sum_to_array(x, shape):
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1)
+    xp = xp_of(x)
+    out = x.sum(axis=axes, keepdims=True, dtype=x.dtype) if axes else x
+    if lead:
+        out = out.reshape(out.shape[lead:])
+    return xp.ascontiguousarray(out) if out.shape == shape else out.reshape(shape)
+
+
+def sum_to(t, shape):
+    """Gradient reduction for broadcasting: a no-op when shapes already match."""
+    shape = tuple(shape)
+    if tuple(t.shape) == shape:
+        return t
+    return SumTo.apply(t, shape=shape)
+
+
+class BroadcastTo(Op):
+    name = "Expand"
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.in_shape = x.shape
+        return xp_of(x).broadcast_to(x, shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return sum_to(g, ctx.in_shape)
+
+
+def broadcast_shapes(*shapes):
+    """Broadcast shapes with PyTorch's error message on mismatch."""
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s):
+            j = ndim - len(s) + i
+            if out[j] == 1:
+                out[j] = d
+            elif d != 1 and d != out[j]:
+                raise RuntimeError(
+                    f"The size of tensor a ({out[j]}) must match the size of tensor b ({d}) at "
+                    f"non-singleton dimension {i}: shapes {', '.join(shape_str(x) for x in shapes)} "
+                    "cannot be broadcast together"
+                )
+    return tuple(out)
+
+
+def broadcast_to(t, shape):
+    shape = tuple(shape)
+    if tuple(t.shape) == shape:
+        return t
+    broadcast_shapes(tuple(t.shape), shape)
+    return BroadcastTo.apply(t, shape=shape)
+
+
+# ------------------------------------------------------------------ reshape
+class Reshape(Op):
+    name = "View"
+
+    @staticmethod
+    def forward(ctx, x, shape):
+        ctx.in_shape = x.shape
+        return x.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return reshape(g, ctx.in_shape)
+
+
+def infer_shape(shape, numel, op="view"):
+    shape = list(shape)
+    neg = [i for i, s in enumerate(shape) if s == -1]
+    if len(neg) > 1:
+        raise RuntimeError(f"{op}: only one dimension can be inferred, got shape {shape}")
+    known = 1
+    for s in shape:
+        if s != -1:
+            if s < 0:
+                raise RuntimeError(f"{op}: invalid shape dimension {s} in {shape}")
+            known *= s
+    if neg:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"{op}: shape {shape} is invalid for input of size {numel}")
+        shape[neg[0]] = numel // known
+    elif known != numel:
+        raise RuntimeError(f"{op}: shape {shape} is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def _shape_args(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list, Size_)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+from ..tensor import Size as Size_  # noqa: E402
+
+
+def reshape(t, *shape):
+    shape = infer_shape(_shape_args(shape), t.numel(), "reshape")
+    if shape == tuple(t.shape):
+        return t
+    return Reshape.apply(t, shape=shape)
+
+
+# ------------------------------------------------------------------ scalars and promotion
+def is_scalar(x):
+    return isinstance(x, (numbers.Number, np.generic)) and not isinstance(x, Tensor)
+
+
+def scalar_tensor(value, dtype, like):
+    """A constant 0-d tensor on `like`'s device, used for Python scalars in binary ops."""
+    xp = xp_of(like._data)
+    return Tensor._make(xp.asarray(value, dtype=dtype.np), like._device)
+
+
+def promote_operands(a, b):
+    """Turn (Tensor|scalar, Tensor|scalar) into two Tensors of PyTorch's result dtype."""
+    a_t, b_t = isinstance(a, Tensor), isinstance(b, Tensor)
+    if a_t and b_t:
+        da, db = a._data.dtype, b._data.dtype
+        if da == db:
+            return a, b
+        ta, tb = dtypes.from_numpy_dtype(da), dtypes.from_numpy_dtype(db)
+        a0, b0 = a._data.ndim == 0, b._data.ndim == 0
+        if a0 == b0:
+            res = dtypes.result_type([ta, tb])
+        elif a0:
+            res = dtypes.result_type([tb], [ta])
+        else:
+            res = dtypes.result_type([ta], [tb])
+        return cast(a, res), cast(b, res)
+    if a_t:
+        if not is_scalar(b):
+            raise TypeError(f"unsupported operand type {type(b).__name__} for a Tensor op")
+        res = dtypes.result_type([a.dtype], scalars=[b])
+        return cast(a, res), scalar_tensor(b, res, a)
+    if b_t:
+        if not is_scalar(a):
+            raise TypeError(f"unsupported operand type {type(a).__name__} for a Tensor op")
+        res = dtypes.result_type([b.dtype], scalars=[a])
+        return scalar_tensor(a, res, b), cast(b, res)
+    raise TypeError("at least one operand must be a Tensor")
+
+
+def float_dtype_for(t):
+    """The floating dtype an int/bool input is computed in (PyTorch: the default dtype)."""
+    return t.dtype if t.is_floating_point() else dtypes.get_default_dtype()

@@ -1,0 +1,282 @@
+"""Tensor creation: from data, constant fills, ranges and random draws.
+
+Every function takes `dtype=`, `device=` and `requires_grad=` as in PyTorch. Random draws come
+from `engine.Generator`s (the default one unless `generator=` is given), so `manual_seed` makes
+them reproducible.
+"""
+import numbers
+
+import numpy as np
+
+from ..backend import as_device, default_device, dtypes, device_of, to_device, xp_for
+from ..backend.random import default_generator
+from ..tensor import Tensor, Size
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
+           "linspace", "eye", "rand", "randn", "randint", "normal", "zeros_like", "ones_like",
+           "full_like", "empty_like", "rand_like", "randn_like", "randint_like", "randperm",
+           "scalar_tensor"]
+
+
+def _finish(array, dev, requires_grad):
+    t = Tensor._make(array, dev)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _dev(device):
+    return as_device(device) if device is not None else default_device()
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, Size)):
+        size = tuple(size[0])
+    size = tuple(int(s) for s in size)
+    for s in size:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    return size
+
+
+def _infer_dtype(data):
+    """PyTorch's dtype for Python data: bool, int64, or the default float dtype."""
+    a = np.asarray(data)
+    if a.dtype == np.bool_:
+        return dtypes.bool_
+    if a.dtype.kind in "iu":
+        return dtypes.int64
+    if a.dtype.kind == "f":
+        return dtypes.get_default_dtype()
+    if a.dtype == object or a.dtype.kind not in "biuf":
+        raise TypeError(f"can't build a tensor from data of type {a.dtype}")
+    return dtypes.get_default_dtype()
+
+
+def _to_host_array(data):
+    if isinstance(data, Tensor):
+        return data._host()
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
+        return np.array([_to_host_array(x) for x in data])
+    return data
+
+
+def _flat(data):
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """Copy `data` (nested lists, scalars, numpy arrays or tensors) into a new tensor."""
+    dtype = dtypes.as_dtype(dtype)
+    if isinstance(data, Tensor):
+        dev = _dev(device) if device is not None else data._device
+        src = data._data
+        array = src.astype(dtype.np) if dtype is not None else src.copy()
+        return _finish(to_device(array, dev), dev, requires_grad)
+    data = _to_host_array(data)
+    if isinstance(data, np.ndarray) or (hasattr(data, "__cuda_array_interface__")):
+        if dtype is None:
+            dtype = dtypes.from_numpy_dtype(data.dtype)
+        dev = _dev(device) if device is not None else device_of(data)
+        array = to_device(data, dev)
+        xp = xp_for(dev)
+        return _finish(xp.array(array, dtype=dtype.np, copy=True), dev, requires_grad)
+    if dtype is None:
+        dtype = _infer_dtype(data)
+    dev = _dev(device)
+    array = np.array(data, dtype=dtype.np)
+    return _finish(to_device(array, dev), dev, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like `tensor`, but shares memory with a numpy array or tensor when dtype and device allow."""
+    dtype = dtypes.as_dtype(dtype)
+    if isinstance(data, Tensor):
+        t = data
+        if dtype is not None and t.dtype is not dtype:
+            t = t.to(dtype)
+        if device is not None and t.device != _dev(device):
+            t = t.to(_dev(device))
+        return t
+    if isinstance(data, np.ndarray) and (device is None or _dev(device).type == "cpu"):
+        if dtype is None or data.dtype == dtype.np:
+            return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(ndarray):
+    """A CPU tensor sharing memory with `ndarray`."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(ndarray).__name__}")
+    dtypes.from_numpy_dtype(ndarray.dtype)  # clear error for unsupported dtypes
+    return Tensor._make(ndarray, as_device("cpu"))
+
+
+def _filled(size, value, dtype, device, requires_grad):
+    dev = _dev(device)
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    xp = xp_for(dev)
+    return _finish(xp.full(_size(size), value, dtype=dtype.np), dev, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False, **_):
+    return _filled(size, 0, dtype, device, requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False, **_):
+    return _filled(size, 1, dtype, device, requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False, **_):
+    dev = _dev(device)
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    return _finish(xp_for(dev).empty(_size(size), dtype=dtype.np), dev, requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False, **_):
+    if dtype is None:
+        dtype = dtypes.scalar_dtype(fill_value.item() if isinstance(fill_value, Tensor) else fill_value)
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    return _filled((size,) if isinstance(size, int) else tuple(size), fill_value, dtype, device, requires_grad)
+
+
+def scalar_tensor(value, dtype=None, device=None, requires_grad=False):
+    return full((), value, dtype=dtype or dtypes.get_default_dtype(), device=device, requires_grad=requires_grad)
+
+
+def _like(t, dtype, device):
+    return (dtypes.as_dtype(dtype) or t.dtype), (device if device is not None else t.device)
+
+
+def zeros_like(input, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return zeros(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(input, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return ones(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def empty_like(input, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return empty(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return full(input.shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    if vals[2] == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if dtype is None:
+        dtype = dtypes.get_default_dtype() if any(isinstance(v, float) for v in vals) else dtypes.int64
+    dtype = dtypes.as_dtype(dtype)
+    dev = _dev(device)
+    n = max(int(np.ceil((vals[1] - vals[0]) / vals[2])), 0)
+    # compute in float64/int64 then cast, as PyTorch does, so float32 ranges don't drift
+    array = (np.arange(n, dtype=np.float64 if dtype.is_floating_point else np.int64) * vals[2] + vals[0])
+    return _finish(to_device(array.astype(dtype.np), dev), dev, requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    dev = _dev(device)
+    array = np.linspace(float(start), float(end), int(steps), dtype=np.float64).astype(dtype.np)
+    return _finish(to_device(array, dev), dev, requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    dev = _dev(device)
+    return _finish(xp_for(dev).eye(n, m if m is not None else n, dtype=dtype.np), dev, requires_grad)
+
+
+# ------------------------------------------------------------------ random
+def _rng(generator, dev):
+    return (generator or default_generator).rng(xp_for(dev))
+
+
+def _float_random(draw, size, generator, dtype, device, requires_grad):
+    dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    if not dtype.is_floating_point:
+        raise TypeError(f"random floats need a floating dtype, got {dtype}")
+    dev = _dev(device)
+    rng = _rng(generator, dev)
+    work = np.float64 if dtype is dtypes.float64 else np.float32
+    array = draw(rng, _size(size), work)
+    if array.dtype != dtype.np:
+        array = array.astype(dtype.np)
+    return _finish(array, dev, requires_grad)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **_):
+    return _float_random(lambda r, s, w: r.random(s, dtype=w), size, generator, dtype, device, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **_):
+    return _float_random(lambda r, s, w: r.standard_normal(s, dtype=w), size, generator, dtype, device,
+                         requires_grad)
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    if isinstance(mean, Tensor) or isinstance(std, Tensor):
+        shape = (mean if isinstance(mean, Tensor) else std).shape
+        return randn(shape, generator=generator, dtype=dtype, device=device) * std + mean
+    if size is None:
+        raise TypeError("normal() with scalar mean and std needs size=")
+    return _float_random(lambda r, s, w: (r.standard_normal(s, dtype=w) * std + mean).astype(w, copy=False),
+                         (size,) if isinstance(size, int) else tuple(size), generator, dtype, device,
+                         requires_grad)
+
+
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False):
+    if size is None and isinstance(high, (tuple, list, Size)):  # randint(high, size)
+        low, high, size = 0, low, high
+    elif high is None:
+        raise TypeError("randint() needs (high, size) or (low, high, size)")
+    if size is None:
+        raise TypeError("randint() missing required argument 'size'")
+    dtype = dtypes.as_dtype(dtype) or dtypes.int64
+    dev = _dev(device)
+    if int(high) <= int(low):
+        raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
+    array = _rng(generator, dev).integers(int(low), int(high), _size((size,) if isinstance(size, int) else size))
+    return _finish(array.astype(dtype.np), dev, requires_grad)
+
+
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
+    dtype = dtypes.as_dtype(dtype) or dtypes.int64
+    dev = _dev(device)
+    return _finish(_rng(generator, dev).permutation(int(n)).astype(dtype.np), dev, requires_grad)
+
+
+def rand_like(input, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return rand(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randn_like(input, dtype=None, device=None, requires_grad=False, **_):
+    dtype, device = _like(input, dtype, device)
+    return randn(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=False):
+    if high is None:
+        low, high = 0, low
+    dtype, device = _like(input, dtype, device)
+    return randint(low, high, input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def is_number(x):
+    return isinstance(x, numbers.Number)

@@ -1,0 +1,256 @@
+"""Binary arithmetic with broadcasting and PyTorch type promotion: + - * / // % and their
+in-place forms. Each backward reduces its gradient to the input's shape with `sum_to`."""
+import numpy as np
+
+from ..autograd.function import Op
+from ..backend import dtypes, xp_of
+from ..tensor import Tensor, tensor_method
+from . import inplace
+from ._core import broadcast_shapes, float_dtype_for, promote_operands, sum_to, cast, is_scalar
+
+__all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
+           "floor_divide", "remainder", "fmod", "neg", "negative", "reciprocal", "square"]
+
+
+def _binary(op_cls, a, b, **attrs):
+    a, b = promote_operands(a, b)
+    if a._data.shape != b._data.shape:
+        broadcast_shapes(a._data.shape, b._data.shape)  # clear error before numpy's
+    return op_cls.apply(a, b, **attrs)
+
+
+class Add(Op):
+    name = "Add"
+
+    @staticmethod
+    def forward(ctx, a, b, alpha=1):
+        ctx.shapes = (a.shape, b.shape)
+        ctx.alpha = alpha
+        return a + b if alpha == 1 else a + b * np.asarray(alpha, dtype=b.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        gb = None
+        if ctx.needs_input_grad[1]:
+            gb = sum_to(g if ctx.alpha == 1 else g * ctx.alpha, sb)
+        return sum_to(g, sa) if ctx.needs_input_grad[0] else None, gb
+
+
+class Sub(Op):
+    name = "Sub"
+
+    @staticmethod
+    def forward(ctx, a, b, alpha=1):
+        ctx.shapes = (a.shape, b.shape)
+        ctx.alpha = alpha
+        return a - b if alpha == 1 else a - b * np.asarray(alpha, dtype=b.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        sa, sb = ctx.shapes
+        gb = sum_to(-g if ctx.alpha == 1 else g * -ctx.alpha, sb) if ctx.needs_input_grad[1] else None
+        return sum_to(g, sa) if ctx.needs_input_grad[0] else None, gb
+
+
+class Mul(Op):
+    name = "Mul"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g * b, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(g * a, b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Div(Op):
+    name = "Div"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a / b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g / b, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(-g * a / (b * b), b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Neg(Op):
+    name = "Neg"
+
+    @staticmethod
+    def forward(ctx, a):
+        return -a
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+class FloorDivide(Op):
+    name = "FloorDivide"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return xp_of(a).floor_divide(a, b)
+
+
+class Remainder(Op):
+    """Python-style modulo (sign of the divisor), as torch.remainder."""
+
+    name = "Remainder"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return xp_of(a).remainder(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(-g * floor_divide(a, b), b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Fmod(Op):
+    """C-style modulo (sign of the dividend), as torch.fmod."""
+
+    name = "Fmod"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return xp_of(a).fmod(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        ga = sum_to(g, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(-g * (a / b).trunc(), b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+def add(input, other, *, alpha=1):
+    return _binary(Add, input, other, alpha=alpha)
+
+
+def sub(input, other, *, alpha=1):
+    return _binary(Sub, input, other, alpha=alpha)
+
+
+def mul(input, other):
+    return _binary(Mul, input, other)
+
+
+def _to_float_operands(a, b):
+    a, b = promote_operands(a, b)
+    if not a.is_floating_point():
+        f = dtypes.get_default_dtype()
+        a, b = cast(a, f), cast(b, f)
+    return a, b
+
+
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        a, b = _to_float_operands(input, other)
+        return _binary(Div, a, b)
+    if rounding_mode == "floor":
+        return floor_divide(input, other)
+    if rounding_mode == "trunc":
+        a, b = promote_operands(input, other)
+        q = _binary(Div, *_to_float_operands(a, b)).trunc()
+        return cast(q, a.dtype)
+    raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+def floor_divide(input, other):
+    return _binary(FloorDivide, input, other)
+
+
+def remainder(input, other):
+    return _binary(Remainder, input, other)
+
+
+def fmod(input, other):
+    return _binary(Fmod, input, other)
+
+
+def neg(input):
+    if input.dtype is dtypes.bool_:
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported; use `~` or logical_not()")
+    return Neg.apply(input)
+
+
+def reciprocal(input):
+    return div(1.0, input if input.is_floating_point() else cast(input, float_dtype_for(input)))
+
+
+def square(input):
+    return mul(input, input)
+
+
+subtract, multiply, divide, true_divide, negative = sub, mul, div, div, neg
+
+
+def _reflected(fn):
+    return lambda self, other: fn(other, self)
+
+
+tensor_method("add", "__add__")(add)
+tensor_method("__radd__")(_reflected(add))
+tensor_method("sub", "subtract", "__sub__")(sub)
+tensor_method("__rsub__")(_reflected(sub))
+tensor_method("mul", "multiply", "__mul__")(mul)
+tensor_method("__rmul__")(_reflected(mul))
+tensor_method("div", "divide", "true_divide", "__truediv__")(div)
+tensor_method("__rtruediv__")(_reflected(div))
+tensor_method("floor_divide", "__floordiv__")(floor_divide)
+tensor_method("__rfloordiv__")(_reflected(floor_divide))
+tensor_method("remainder", "__mod__")(remainder)
+tensor_method("__rmod__")(_reflected(remainder))
+tensor_method("fmod")(fmod)
+tensor_method("neg", "negative", "__neg__")(neg)
+tensor_method("reciprocal")(reciprocal)
+tensor_method("square")(square)
+Tensor.__pos__ = lambda self: self
+
+
+# ------------------------------------------------------------------ in-place forms
+def _inplace(name, fn, ufunc):
+    def method(self, other, **kw):
+        if kw:
+            return inplace.inplace_binary(self, other, lambda a, b: fn(a, b, **kw), None, name)
+        return inplace.inplace_binary(self, other, fn, ufunc, name)
+
+    method.__name__ = name
+    return method
+
+
+for _name, _dunder, _fn, _uf in (
+    ("add_", "__iadd__", add, np.add), ("sub_", "__isub__", sub, np.subtract),
+    ("mul_", "__imul__", mul, np.multiply), ("div_", "__itruediv__", div, np.true_divide),
+    ("floor_divide_", "__ifloordiv__", floor_divide, np.floor_divide),
+    ("remainder_", "__imod__", remainder, np.remainder),
+):
+    setattr(Tensor, _name, _inplace(_name, _fn, _uf))
+    setattr(Tensor, _dunder, getattr(Tensor, _name))
+Tensor.subtract_ = Tensor.sub_
+Tensor.multiply_ = Tensor.mul_
+Tensor.divide_ = Tensor.div_
+
+
+@tensor_method()
+def neg_(self):
+    return self.mul_(-1)

@@ -1,0 +1,96 @@
+"""In-place ops (`add_`, `mul_`, `copy_`, ...) share one rule.
+
+* Nothing recorded (no grad mode, or no input requires grad): the result is written into the
+  tensor's own storage (`out=` ufuncs where possible), so views made by slicing see it, and
+  optimizer updates allocate nothing.
+* Recorded: the op runs out of place and the tensor is rebound to the result and its grad_fn.
+  Arrays saved by earlier ops are never overwritten, so gradients stay correct; the price is that
+  a view taken *before* a recorded in-place op does not see the new values (documented in
+  docs/engine.md).
+Either way the version counter is bumped, so a backward that needs the old value raises.
+"""
+from ..autograd.grad_mode import _state
+from ..backend import dtypes, xp_of
+from ..tensor import Tensor
+
+
+def check_inplace_allowed(t, op):
+    if _state.enabled and t.grad_fn is None and t._requires_grad:
+        raise RuntimeError(
+            f"a leaf Variable that requires grad is being used in an in-place operation ({op}); "
+            "wrap it in `with engine.no_grad():` or use the out-of-place op"
+        )
+
+
+def records(t, *others):
+    """True when an in-place op on `t` must be recorded in the autograd graph."""
+    if not _state.enabled:
+        return False
+    if t._requires_grad:
+        return True
+    return any(isinstance(o, Tensor) and o._requires_grad for o in others)
+
+
+def rebind(t, result, op):
+    """Recorded path: make `t` the out-of-place `result` (dtype kept, graph attached)."""
+    if result._data.dtype != t._data.dtype:
+        from ._core import cast
+
+        check_cast(result.dtype, t.dtype, op)
+        result = cast(result, t.dtype)
+    if tuple(result.shape) != tuple(t.shape):
+        raise RuntimeError(
+            f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(result.shape)}"
+        )
+    t._data = result._data
+    t.grad_fn = result.grad_fn
+    t._output_nr = result._output_nr
+    t._requires_grad = result._requires_grad
+    t._global = result._global
+    t._bump_version()
+    return t
+
+
+def write(t, array, op):
+    """Unrecorded path: copy `array` into t's storage (broadcasting, casting like PyTorch)."""
+    if array.dtype != t._data.dtype:
+        check_cast(dtypes.from_numpy_dtype(array.dtype), t.dtype, op)
+    if array.shape != t._data.shape:
+        xp = xp_of(t._data)
+        try:
+            array = xp.broadcast_to(array, t._data.shape)
+        except ValueError:
+            raise RuntimeError(
+                f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(array.shape)}"
+            ) from None
+    xp_of(t._data).copyto(t._data, array, casting="unsafe")
+    t._bump_version()
+    return t
+
+
+def check_cast(src, dst, op):
+    if src._category > dst._category:
+        raise RuntimeError(f"{op}: result type {src.name} can't be cast to the desired output type {dst.name}")
+
+
+def inplace_binary(t, other, out_of_place, ufunc, op):
+    """`t op= other` with the fast `out=` path when nothing is recorded."""
+    check_inplace_allowed(t, op)
+    if records(t, other):
+        return rebind(t, out_of_place(t, other), op)
+    o = other._data if isinstance(other, Tensor) else other
+    if isinstance(other, Tensor):
+        check_cast(other.dtype if t.is_floating_point() or not other.is_floating_point() else other.dtype, t.dtype, op)
+    elif isinstance(other, float) and not t.is_floating_point():
+        raise RuntimeError(f"{op}: result type Float can't be cast to the desired output type {t.dtype.name}")
+    if ufunc is None or t._data.dtype == dtypes.bfloat16.np:
+        return write(t, out_of_place(t, other)._data, op)
+    try:
+        ufunc(t._data, o, out=t._data, casting="unsafe")
+    except ValueError:
+        raise RuntimeError(
+            f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape "
+            f"{list(getattr(o, 'shape', ()))}"
+        ) from None
+    t._bump_version()
+    return t

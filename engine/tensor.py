@@ -1,0 +1,401 @@
+"""The Tensor: a backend array plus autograd metadata.
+
+Operators are not defined here: each op family in `engine/ops` attaches its methods and Python
+operators with `tensor_method`, so this file stays about what a tensor *is* (data, dtype, device,
+gradient bookkeeping) and each family keeps its code in one place.
+"""
+import weakref
+
+import numpy as np
+
+from . import backend
+from .autograd import function as _function
+from .autograd.graph import AccumulateGrad, RemovableHandle, run_backward
+from .autograd.grad_mode import _state
+from .backend import dtypes
+
+
+class Size(tuple):
+    """Shape of a tensor: a tuple with `numel()`, printed like PyTorch's."""
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __repr__(self):
+        return f"engine.Size({list(self)})"
+
+
+class Tensor:
+    __slots__ = ("_data", "_device", "_requires_grad", "grad", "grad_fn", "_output_nr", "_vc",
+                 "_acc_ref", "_leaf_hooks", "_global", "__weakref__", "__dict__")
+
+    # numpy must defer to Tensor in `ndarray * Tensor`
+    __array_priority__ = 1000
+
+    def __init__(self, data=None, *args, dtype=None, device=None, requires_grad=False):
+        """`Tensor(data)` copies like `tensor(data)`; `Tensor(2, 3)` makes an uninitialised float tensor."""
+        from .ops import creation
+
+        if data is None:
+            data = []
+        if isinstance(data, int) and not isinstance(data, bool):
+            src = creation.empty(data, *args, dtype=dtype, device=device)
+        else:
+            src = creation.tensor(data, dtype=dtype, device=device)
+        self._init(src._data, src._device)
+        self._requires_grad = bool(requires_grad)
+
+    def _init(self, data, device):
+        self._data = data
+        self._device = device
+        self._requires_grad = False
+        self.grad = None
+        self.grad_fn = None
+        self._output_nr = 0
+        self._vc = [0]
+        self._acc_ref = None
+        self._leaf_hooks = None
+        self._global = None
+
+    @classmethod
+    def _make(cls, data, device):
+        t = object.__new__(cls)
+        t._data = data
+        t._device = device
+        t._requires_grad = False
+        t.grad = None
+        t.grad_fn = None
+        t._output_nr = 0
+        t._vc = [0]
+        t._acc_ref = None
+        t._leaf_hooks = None
+        t._global = None
+        return t
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def data(self):
+        """The same storage without autograd history (like `tensor.data` in PyTorch)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value):
+        if tuple(value.shape) != tuple(self.shape):
+            raise RuntimeError(f"data of shape {tuple(value.shape)} cannot replace shape {tuple(self.shape)}")
+        self._data = value._data
+        self._device = value._device
+        self._global = value._global
+
+    @property
+    def shape(self):
+        return Size(self._data.shape)
+
+    def size(self, dim=None):
+        shape = self.shape
+        if dim is None:
+            return shape
+        return shape[_check_dim(dim, len(shape))]
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    ndimension = dim
+
+    def numel(self):
+        return self.shape.numel()
+
+    nelement = numel
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    @property
+    def dtype(self):
+        return dtypes.from_numpy_dtype(self._data.dtype)
+
+    @property
+    def device(self):
+        return self._device
+
+    @property
+    def is_cuda(self):
+        return self._device.type == "cuda"
+
+    def is_floating_point(self):
+        return self._data.dtype.kind == "f" or self._data.dtype == dtypes.bfloat16.np
+
+    def element_size(self):
+        return self._data.dtype.itemsize
+
+    @property
+    def is_global(self):
+        return self._global is not None
+
+    @property
+    def is_local(self):
+        return self._global is None
+
+    # ---------------------------------------------------------------- autograd
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if self.grad_fn is not None and not value:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a "
+                "computed variable in a subgraph that doesn't require differentiation use "
+                "var_no_grad = var.detach()."
+            )
+        if value and not self.is_floating_point():
+            raise RuntimeError(f"only Tensors of floating point dtype can require gradients, got {self.dtype}")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, requires_grad=True):
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def _version(self):
+        """Bumped by every in-place write; saved tensors check it before backward uses them."""
+        return self._vc[0]
+
+    def _bump_version(self):
+        self._vc[0] += 1
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    def _grad_edge(self):
+        if self.grad_fn is not None:
+            return (self.grad_fn, self._output_nr)
+        if not self._requires_grad:
+            return None
+        acc = self._acc_ref() if self._acc_ref is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._acc_ref = weakref.ref(acc)
+        return (acc, 0)
+
+    def _accumulate_grad(self, grad):
+        if self._leaf_hooks:
+            for hook in list(self._leaf_hooks):
+                res = hook(grad)
+                if res is not None:
+                    grad = res
+        if _leaf_grad_hook is not None:
+            grad = _leaf_grad_hook(self, grad)
+        if self.grad is None:
+            # a gradient may be shared with another leaf or a retained output: own a copy
+            self.grad = grad.clone() if grad.grad_fn is None else grad
+        elif grad.grad_fn is None and self.grad.grad_fn is None:
+            self.grad._data += grad._data
+            self.grad._vc[0] += 1
+        else:
+            self.grad = self.grad + grad
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's `.grad`."""
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs; got a tensor of shape "
+                    f"{tuple(self.shape)}: pass `gradient=` to backward()"
+                )
+            from .ops.creation import ones_like
+
+            gradient = ones_like(self)
+        elif tuple(gradient.shape) != tuple(self.shape):
+            raise RuntimeError(
+                f"gradient of shape {tuple(gradient.shape)} does not match tensor of shape {tuple(self.shape)}"
+            )
+        if retain_graph is None:
+            retain_graph = create_graph
+        if inputs is not None:
+            from .autograd import grad as _grad
+
+            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+            grads = _grad([self], inputs, [gradient], retain_graph=retain_graph,
+                          create_graph=create_graph, allow_unused=True)
+            for t, g in zip(inputs, grads):
+                if g is not None:
+                    t._accumulate_grad(g)
+            return
+        run_backward([self], [gradient], retain_graph, create_graph)
+
+    def register_hook(self, hook):
+        """`hook(grad) -> Tensor or None` runs when this tensor's gradient is computed."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._leaf_hooks is None:
+                self._leaf_hooks = []
+            hooks = self._leaf_hooks
+        else:
+            node = self.grad_fn
+            if node.pre_hooks is None:
+                node.pre_hooks = {}
+            hooks = node.pre_hooks.setdefault(self._output_nr, [])
+        hooks.append(hook)
+        return RemovableHandle(hooks, hook)
+
+    def retain_grad(self):
+        if self.grad_fn is None:
+            return
+        node = self.grad_fn
+        if node.retained is None:
+            node.retained = {}
+        node.retained[self._output_nr] = weakref.ref(self)
+
+    @property
+    def retains_grad(self):
+        n = self.grad_fn
+        return n is not None and n.retained is not None and self._output_nr in n.retained
+
+    def detach(self):
+        t = Tensor._make(self._data, self._device)
+        t._global = self._global
+        t._vc = self._vc  # shares the version counter: in-place writes stay detectable
+        return t
+
+    def detach_(self):
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    # ---------------------------------------------------------------- conversion to Python
+    def numpy(self):
+        if self._requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if self._device.type != "cpu":
+            raise TypeError(f"can't convert {self._device} tensor to numpy. Use Tensor.cpu() first.")
+        return self._local_array()
+
+    def _local_array(self):
+        return self._data
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"only one element tensors can be converted to Python scalars, got shape {tuple(self.shape)}")
+        return self._host().reshape(()).item()
+
+    def tolist(self):
+        return self._host().tolist()
+
+    def _host(self):
+        a = self._data
+        return a if isinstance(a, np.ndarray) else a.get()
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.is_floating_point() or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._host()
+        return a.astype(dtype) if dtype is not None else a
+
+    def __hash__(self):
+        return id(self)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self):
+        a = self._host()
+        if a.dtype == dtypes.bfloat16.np:
+            a = a.astype(np.float32)
+        body = np.array2string(a, separator=", ", prefix="tensor(", precision=4,
+                               threshold=1000, edgeitems=3)
+        extras = []
+        if self._device.type != "cpu":
+            extras.append(f"device='{self._device}'")
+        if self.dtype not in (dtypes.float32, dtypes.int64, dtypes.bool_):
+            extras.append(f"dtype={self.dtype}")
+        if self._global is not None:
+            extras.append(repr(self._global))
+        if self.grad_fn is not None:
+            extras.append(f"grad_fn={self.grad_fn!r}")
+        elif self._requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    __str__ = __repr__
+
+
+_leaf_grad_hook = None
+
+
+def set_leaf_grad_hook(fn):
+    """engine.distributed installs a hook that boxes a global leaf's gradient to the leaf's SBP."""
+    global _leaf_grad_hook
+    _leaf_grad_hook = fn
+
+
+def tensor_method(*names):
+    """Attach a function to Tensor under each of `names` (used by the op families)."""
+
+    def deco(fn):
+        for n in names or (fn.__name__,):
+            setattr(Tensor, n, fn)
+        return fn
+
+    return deco
+
+
+def _check_dim(dim, ndim, name="dim"):
+    """Normalise a possibly negative dim, with PyTorch's error for out-of-range dims."""
+    lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+    if not isinstance(dim, int) or not lo <= dim <= hi:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim + ndim if dim < 0 else dim
+
+
+class Parameter(Tensor):
+    """A leaf tensor that a Module registers as a parameter."""
+
+    def __new__(cls, data=None, requires_grad=True):
+        if data is None:
+            from .ops.creation import empty
+
+            data = empty(0)
+        t = Tensor._make.__func__(cls, data._data, data._device)
+        t._global = data._global
+        t._requires_grad = requires_grad
+        return t
+
+    def __init__(self, data=None, requires_grad=True):
+        pass
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+    def __reduce_ex__(self, proto):
+        raise TypeError("Parameters are saved with engine.save (safetensors), not pickle")
+
+
+_function._tensor_cls = Tensor

@@ -1,0 +1,40 @@
+"""Parity cases for engine/ops/elementwise.py (binary arithmetic, broadcasting, promotion)."""
+from harness import Input as I, OpCase
+
+F = I((3, 4))
+CASES = []
+
+for op in ("add", "sub", "mul", "div"):
+    CASES += [
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [F, I((3, 4), kind="positive")], name="same"),
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [I((2, 1, 4)), I((3, 1), kind="positive")], name="bcast"),
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [I((3, 4), noncontig=True), I((4,), kind="positive")], name="noncontig"),
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [I((0, 4)), I((4,), kind="positive")], name="empty", gradcheck=False),
+        OpCase(op, lambda m, a, op=op: getattr(m, op)(a, 2.5), [F], name="scalar"),
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [I((3, 4), "int64", "int", 1, 5), I((4,), "float32", "positive")], name="promote"),
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [I((3,), "int64", "int", 1, 9), I((), "int64", "int", 1, 4)], name="int"),
+    ]
+
+CASES += [
+    OpCase("add", lambda m, a, b: m.add(a, b, alpha=0.5), [F, F], name="alpha"),
+    OpCase("sub", lambda m, a, b: a.sub(b, alpha=2), [F, F], name="alpha"),
+    OpCase("add", lambda m, a: 3 + a, [F], name="radd"),
+    OpCase("sub", lambda m, a: 3 - a, [F], name="rsub"),
+    OpCase("div", lambda m, a: 3 / a, [I((5,), kind="positive")], name="rdiv"),
+    OpCase("mul", lambda m, a, b: a * b, [I((2, 3), "float64"), I((), "float32")], name="zerodim-promote"),
+    OpCase("div", lambda m, a, b: m.div(a, b, rounding_mode="trunc"), [I((6,), "int64", "int", -9, 9), I((6,), "int64", "int", 1, 4)], name="trunc"),
+    OpCase("subtract", lambda m, a, b: m.subtract(a, b), [F, F]),
+    OpCase("multiply", lambda m, a, b: m.multiply(a, b), [F, F]),
+    OpCase("divide", lambda m, a, b: m.divide(a, b), [F, I((3, 4), kind="positive")]),
+    OpCase("true_divide", lambda m, a, b: m.true_divide(a, b), [F, I((3, 4), kind="positive")]),
+    OpCase("floor_divide", lambda m, a, b: m.floor_divide(a, b), [I((6,), "int64", "int", -9, 9), I((6,), "int64", "int", 1, 4)]),
+    OpCase("floor_divide", lambda m, a: a // 2.5, [I((6,), kind="uniform", low=-5, high=5)], name="float", backward=False),
+    OpCase("remainder", lambda m, a, b: m.remainder(a, b), [I((3, 4), kind="uniform", low=-5, high=5), I((4,), kind="uniform", low=1, high=2)]),
+    OpCase("remainder", lambda m, a: a % 3, [I((6,), "int64", "int", -9, 9)], name="int"),
+    OpCase("fmod", lambda m, a, b: m.fmod(a, b), [I((3, 4), kind="uniform", low=-5, high=5), I((4,), kind="uniform", low=1, high=2)]),
+    OpCase("neg", lambda m, a: m.neg(a), [F]),
+    OpCase("neg", lambda m, a: -a, [I((3,), "int64", "int", -5, 5)], name="int"),
+    OpCase("negative", lambda m, a: m.negative(a), [F]),
+    OpCase("reciprocal", lambda m, a: m.reciprocal(a), [I((3, 4), kind="positive")]),
+    OpCase("square", lambda m, a: m.square(a), [F]),
+]
