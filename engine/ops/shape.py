@@ -1,1 +1,659 @@
-__all__ = []
+"""Shape and layout ops: view/reshape, transpose/permute, squeeze/unsqueeze, expand/repeat,
+narrow/split/chunk/unbind, cat/stack, tril/triu, roll, flip.
+
+Kernels return numpy (or CuPy) *views* wherever the backend can (permute, transpose, expand,
+narrow, split, flip), so these ops cost no copy; each backward is the inverse layout op written in
+engine ops, so it works for double backward and for global tensors alike.
+
+`view` is `reshape`: numpy copies when a non-contiguous tensor can't be viewed, where PyTorch would
+raise. The engine has no separate storage objects, so the difference is only that writes to such a
+"view" are not seen by the original (documented in docs/engine.md).
+"""
+from ..autograd.function import Op
+from ..backend import dtypes, xp_of
+from ..tensor import Tensor, _check_dim, tensor_method
+from . import _core
+from ._core import cast, infer_shape, shape_str
+
+__all__ = ["reshape", "flatten", "unflatten", "transpose", "swapaxes", "swapdims", "permute", "t",
+           "movedim", "moveaxis", "squeeze", "unsqueeze", "broadcast_to", "narrow", "chunk", "split",
+           "unbind", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "tril", "triu",
+           "roll", "flip", "fliplr", "flipud"]
+
+
+def _shape_args(args):
+    """`f(2, 3)`, `f((2, 3))`, `f([2, 3])` and `f(Size)` all mean the shape (2, 3)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def _dims_arg(dims, ndim, op):
+    if isinstance(dims, int):
+        dims = (dims,)
+    out = tuple(_check_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        raise RuntimeError(f"{op}: dim {list(dims)} appears multiple times in the list of dims")
+    return out
+
+
+# ------------------------------------------------------------------ view / reshape
+def _reshape(t, shape, op):
+    shape = tuple(int(s) for s in shape)
+    try:
+        shape = infer_shape(shape, t.numel(), op)
+    except RuntimeError:
+        raise RuntimeError(
+            f"{op}: shape {shape_str(shape)} is invalid for input of shape {shape_str(t.shape)} "
+            f"(size {t.numel()})"
+        ) from None
+    if shape == t._data.shape:
+        return t
+    return _core.Reshape.apply(t, shape=shape)
+
+
+def reshape(input, *shape):
+    return _reshape(input, _shape_args(shape), "reshape")
+
+
+@tensor_method("view")
+def view(self, *shape):
+    """Same as `reshape` (see the module docstring: a copy is made when no view is possible)."""
+    return _reshape(self, _shape_args(shape), "view")
+
+
+@tensor_method("view_as")
+def view_as(self, other):
+    return _reshape(self, tuple(other.shape), "view_as")
+
+
+@tensor_method("reshape_as")
+def reshape_as(self, other):
+    return _reshape(self, tuple(other.shape), "reshape_as")
+
+
+def flatten(input, start_dim=0, end_dim=-1):
+    shape = tuple(input.shape)
+    if not shape:
+        return _reshape(input, (1,), "flatten")
+    s = _check_dim(start_dim, len(shape))
+    e = _check_dim(end_dim, len(shape))
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    n = 1
+    for d in shape[s:e + 1]:
+        n *= d
+    return _reshape(input, shape[:s] + (n,) + shape[e + 1:], "flatten")
+
+
+def unflatten(input, dim, sizes):
+    shape = tuple(input.shape)
+    d = _check_dim(dim, len(shape))
+    sizes = tuple(sizes)
+    try:
+        sizes = infer_shape(sizes, shape[d], "unflatten")
+    except RuntimeError:
+        raise RuntimeError(
+            f"unflatten: provided sizes {shape_str(sizes)} don't multiply up to the size of dim {dim} "
+            f"({shape[d]}) in the input tensor of shape {shape_str(shape)}"
+        ) from None
+    return _reshape(input, shape[:d] + sizes + shape[d + 1:], "unflatten")
+
+
+# ------------------------------------------------------------------ permutations
+class Permute(Op):
+    name = "Permute"
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.dims = dims
+        return x.transpose(dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        inv = [0] * len(ctx.dims)
+        for i, d in enumerate(ctx.dims):
+            inv[d] = i
+        return Permute.apply(g, dims=tuple(inv))
+
+
+def permute(input, *dims):
+    dims = _shape_args(dims)
+    n = input._data.ndim
+    if len(dims) != n:
+        raise RuntimeError(
+            f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+            f"of the desired ordering of dimensions i.e. input.dim() = {n} is not equal to len(dims) = {len(dims)}"
+        )
+    dims = _dims_arg(dims, n, "permute")
+    if dims == tuple(range(n)):
+        return input
+    return Permute.apply(input, dims=dims)
+
+
+def transpose(input, dim0, dim1):
+    n = input._data.ndim
+    d0, d1 = _check_dim(dim0, n), _check_dim(dim1, n)
+    if d0 == d1:
+        return input
+    dims = list(range(n))
+    dims[d0], dims[d1] = d1, d0
+    return Permute.apply(input, dims=tuple(dims))
+
+
+swapaxes = swapdims = transpose
+
+
+def t(input):
+    n = input._data.ndim
+    if n > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {n}D")
+    return transpose(input, 0, 1) if n == 2 else input
+
+
+def _T(self):
+    n = self._data.ndim
+    return self if n < 2 else Permute.apply(self, dims=tuple(range(n - 1, -1, -1)))
+
+
+def _mT(self):
+    if self._data.ndim < 2:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    return transpose(self, -2, -1)
+
+
+Tensor.T = property(_T)
+Tensor.mT = property(_mT)
+Tensor.H = property(_T)
+Tensor.mH = property(_mT)
+
+
+def movedim(input, source, destination):
+    n = input._data.ndim
+    src = (source,) if isinstance(source, int) else tuple(source)
+    dst = (destination,) if isinstance(destination, int) else tuple(destination)
+    if len(src) != len(dst):
+        raise RuntimeError(
+            f"movedim: Invalid source or destination dims: source ({list(src)} dims) should contain "
+            f"the same number of dims as destination ({list(dst)} dims)"
+        )
+    src = _dims_arg(src, n, "movedim")
+    dst = _dims_arg(dst, n, "movedim")
+    order = [None] * n
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(i for i in range(n) if i not in src)
+    order = tuple(o if o is not None else next(rest) for o in order)
+    return permute(input, order)
+
+
+moveaxis = movedim
+
+
+# ------------------------------------------------------------------ squeeze / unsqueeze
+def squeeze(input, dim=None):
+    shape = tuple(input.shape)
+    if dim is None:
+        dims = {i for i, s in enumerate(shape) if s == 1}
+    else:
+        dims = {d for d in _dims_arg(dim, len(shape), "squeeze") if shape and shape[d] == 1}
+    if not dims:
+        return input
+    return _core.Reshape.apply(input, shape=tuple(s for i, s in enumerate(shape) if i not in dims))
+
+
+def unsqueeze(input, dim):
+    shape = tuple(input.shape)
+    d = _check_dim(dim, len(shape) + 1)
+    return _core.Reshape.apply(input, shape=shape[:d] + (1,) + shape[d:])
+
+
+# ------------------------------------------------------------------ expand / repeat
+def _expand_shape(shape, sizes):
+    sizes = tuple(int(s) for s in sizes)
+    if len(sizes) < len(shape):
+        raise RuntimeError(
+            f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
+            f"number of dimensions in the tensor ({len(shape)})"
+        )
+    lead = len(sizes) - len(shape)
+    out = []
+    for i, s in enumerate(sizes):
+        if i < lead:
+            if s < 0:
+                raise RuntimeError(
+                    f"expand: the expanded size of the tensor ({s}) isn't allowed in a leading, "
+                    f"non-existing dimension {i}"
+                )
+            out.append(s)
+            continue
+        cur = shape[i - lead]
+        if s == -1:
+            out.append(cur)
+        elif cur == s or cur == 1:
+            if s < 0:
+                raise RuntimeError(f"expand: invalid size {s} in {shape_str(sizes)}")
+            out.append(s)
+        else:
+            raise RuntimeError(
+                f"expand: the expanded size of the tensor ({s}) must match the existing size ({cur}) "
+                f"at non-singleton dimension {i}.  Target sizes: {shape_str(sizes)}.  Tensor sizes: "
+                f"{shape_str(shape)}"
+            )
+    return tuple(out)
+
+
+@tensor_method("expand")
+def expand(self, *sizes):
+    shape = _expand_shape(tuple(self.shape), _shape_args(sizes))
+    if shape == tuple(self.shape):
+        return self
+    return _core.BroadcastTo.apply(self, shape=shape)
+
+
+@tensor_method("expand_as")
+def expand_as(self, other):
+    return expand(self, tuple(other.shape))
+
+
+def broadcast_to(input, size):
+    return expand(input, tuple(size))
+
+
+class Repeat(Op):
+    name = "Repeat"
+
+    @staticmethod
+    def forward(ctx, x, reps):
+        ctx.in_shape = x.shape
+        ctx.reps = reps
+        lead = len(reps) - x.ndim
+        return xp_of(x).tile(x.reshape((1,) * lead + x.shape), reps)
+
+    @staticmethod
+    def backward(ctx, g):
+        from .reduction import sum as _sum
+
+        reps, in_shape = ctx.reps, ctx.in_shape
+        full = (1,) * (len(reps) - len(in_shape)) + tuple(in_shape)
+        split = []
+        for r, s in zip(reps, full):
+            split += [r, s]
+        gs = _sum(_core.reshape(g, split), dim=tuple(range(0, 2 * len(reps), 2)))
+        return _core.reshape(gs, in_shape)
+
+
+@tensor_method("repeat")
+def repeat(self, *sizes):
+    reps = tuple(int(r) for r in _shape_args(sizes))
+    if len(reps) < self._data.ndim:
+        raise RuntimeError(
+            "repeat: number of dimensions of repeat dims can not be smaller than number of dimensions "
+            f"of tensor (got {len(reps)} repeat dims for a tensor of shape {shape_str(self.shape)})"
+        )
+    if any(r < 0 for r in reps):
+        raise RuntimeError(f"repeat: repeats can not be negative, got {list(reps)}")
+    return Repeat.apply(self, reps=reps)
+
+
+# ------------------------------------------------------------------ slicing along one dim
+class Split(Op):
+    """Views of consecutive pieces of `x` along `dim`; backward concatenates the gradients
+    (zeros stand in for pieces that got none)."""
+
+    name = "Split"
+
+    @staticmethod
+    def forward(ctx, x, dim, sizes):
+        ctx.dim, ctx.sizes, ctx.shape = dim, sizes, x.shape
+        out, start = [], 0
+        index = [slice(None)] * x.ndim
+        for s in sizes:
+            index[dim] = slice(start, start + s)
+            out.append(x[tuple(index)])
+            start += s
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        like = next(g for g in grads if g is not None)
+        parts = []
+        for g, s in zip(grads, ctx.sizes):
+            if g is None:
+                shape = list(ctx.shape)
+                shape[ctx.dim] = s
+                g = _zeros(shape, like)
+            parts.append(g)
+        return cat(parts, ctx.dim) if len(parts) > 1 else parts[0]
+
+
+def _zeros(shape, like):
+    xp = xp_of(like._data)
+    return Tensor._make(xp.zeros(tuple(shape), dtype=like._data.dtype), like._device)
+
+
+def narrow(input, dim, start, length):
+    n = input._data.ndim
+    if n == 0:
+        raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    d = _check_dim(dim, n)
+    size = input.shape[d]
+    start = int(start)
+    if not -size <= start <= size:
+        raise IndexError(f"narrow: start ({start}) out of range for dimension {dim} of size {size}")
+    if start < 0:
+        start += size
+    if length < 0 or start + length > size:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    pieces = Split.apply(input, dim=d, sizes=(start, length, size - start - length))
+    return pieces[1]
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    n = tensor._data.ndim
+    if n == 0:
+        raise RuntimeError("split: expected at least a 1-dimensional tensor")
+    d = _check_dim(dim, n)
+    size = tensor.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step < 0 or (step == 0 and size != 0):
+            raise RuntimeError(f"split: split_size can only be 0 if dimension size is 0, but got {step}")
+        if step == 0:
+            sizes = [0]
+        else:
+            sizes = [step] * (size // step) + ([size % step] if size % step else [])
+            if not sizes:
+                sizes = [0]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if any(s < 0 for s in sizes) or sum(sizes) != size:
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
+                f"dimension {dim}), but got split_sizes={sizes}"
+            )
+    out = Split.apply(tensor, dim=d, sizes=tuple(sizes))
+    return out if isinstance(out, tuple) else (out,)
+
+
+def chunk(input, chunks, dim=0):
+    if not isinstance(chunks, int) or chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    n = input._data.ndim
+    if n == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
+    d = _check_dim(dim, n)
+    size = input.shape[d]
+    step = -(-size // chunks)  # torch: ceil(size / chunks) per piece, the last one smaller
+    if step == 0:
+        return split(input, [0] * chunks if size == 0 else 1, d)
+    return split(input, step, d)
+
+
+class Unbind(Op):
+    name = "Unbind"
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        ctx.dim, ctx.shape = dim, x.shape
+        index = [slice(None)] * x.ndim
+        out = []
+        for i in range(x.shape[dim]):
+            index[dim] = i
+            out.append(x[tuple(index)])
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        like = next(g for g in grads if g is not None)
+        shape = list(ctx.shape)
+        del shape[ctx.dim]
+        return stack([g if g is not None else _zeros(shape, like) for g in grads], ctx.dim)
+
+
+def unbind(input, dim=0):
+    n = input._data.ndim
+    if n == 0:
+        raise IndexError("unbind: dimension specified as 0 but tensor has no dimensions")
+    d = _check_dim(dim, n)
+    if input.shape[d] == 0:
+        return ()
+    out = Unbind.apply(input, dim=d)
+    return out if isinstance(out, tuple) else (out,)
+
+
+# ------------------------------------------------------------------ cat / stack
+class Cat(Op):
+    name = "Cat"
+
+    @staticmethod
+    def forward(ctx, *xs, dim):
+        ctx.dim = dim
+        ctx.sizes = tuple(x.shape[dim] for x in xs)
+        return xp_of(xs[0]).concatenate(xs, axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        out = Split.apply(g, dim=ctx.dim, sizes=ctx.sizes)
+        return out if isinstance(out, tuple) else (out,)
+
+
+def _promote_all(tensors, op):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError(f"{op}(): expected a non-empty list of Tensors")
+    for i, x in enumerate(tensors):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{op}(): expected a sequence of Tensors, but element {i} is {type(x).__name__}")
+    res = dtypes.result_type([x.dtype for x in tensors])
+    return [cast(x, res) for x in tensors]
+
+
+def cat(tensors, dim=0):
+    tensors = _promote_all(tensors, "cat")
+    # PyTorch's legacy rule: 1-D empty tensors are skipped, whatever the other shapes are
+    kept = [x for x in tensors if not (x._data.ndim == 1 and x._data.shape[0] == 0)]
+    if not kept:
+        return tensors[0] if len(tensors) == 1 else Cat.apply(*tensors, dim=0)
+    ref = kept[0]
+    n = ref._data.ndim
+    if n == 0:
+        raise RuntimeError("cat: zero-dimensional tensor (at position 0) cannot be concatenated")
+    d = _check_dim(dim, n)
+    for i, x in enumerate(tensors):
+        if x._data.ndim == 1 and x._data.shape[0] == 0:
+            continue
+        if x._data.ndim != n:
+            raise RuntimeError(
+                f"cat: Tensors must have same number of dimensions: got {n} and {x._data.ndim} "
+                f"(tensor 0 has shape {shape_str(ref.shape)}, tensor {i} has shape {shape_str(x.shape)})"
+            )
+        for k in range(n):
+            if k != d and x._data.shape[k] != ref._data.shape[k]:
+                raise RuntimeError(
+                    f"cat: Sizes of tensors must match except in dimension {d}. Expected size "
+                    f"{ref._data.shape[k]} but got size {x._data.shape[k]} for tensor number {i} in the "
+                    f"list (shapes: {', '.join(shape_str(t.shape) for t in tensors)})"
+                )
+    if len(kept) == 1:
+        return kept[0] if len(tensors) == 1 else _core.Clone.apply(kept[0])
+    return Cat.apply(*kept, dim=d)
+
+
+concat = concatenate = cat
+
+
+class Stack(Op):
+    name = "Stack"
+
+    @staticmethod
+    def forward(ctx, *xs, dim):
+        ctx.dim = dim
+        return xp_of(xs[0]).stack(xs, axis=dim)
+
+    @staticmethod
+    def backward(ctx, g):
+        out = Unbind.apply(g, dim=ctx.dim)
+        return out if isinstance(out, tuple) else (out,)
+
+
+def stack(tensors, dim=0):
+    tensors = _promote_all(tensors, "stack")
+    shape = tuple(tensors[0].shape)
+    for i, x in enumerate(tensors):
+        if tuple(x.shape) != shape:
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {shape_str(shape)} at entry 0 "
+                f"and {shape_str(x.shape)} at entry {i}"
+            )
+    d = _check_dim(dim, len(shape) + 1)
+    return Stack.apply(*tensors, dim=d)
+
+
+def hstack(tensors):
+    tensors = [x if x.ndim else reshape(x, 1) for x in tensors]
+    return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    tensors = [x if x.ndim >= 2 else reshape(x, 1, -1) for x in tensors]
+    return cat(tensors, 0)
+
+
+# ------------------------------------------------------------------ triangles, roll, flip
+class Tril(Op):
+    name = "Tril"
+
+    @staticmethod
+    def forward(ctx, x, diagonal, upper):
+        ctx.diagonal, ctx.upper = diagonal, upper
+        xp = xp_of(x)
+        return xp.triu(x, diagonal) if upper else xp.tril(x, diagonal)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Tril.apply(g, diagonal=ctx.diagonal, upper=ctx.upper)
+
+
+def _triangle(input, diagonal, upper):
+    if input._data.ndim < 2:
+        name = "triu" if upper else "tril"
+        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions, got shape {shape_str(input.shape)}")
+    return Tril.apply(input, diagonal=int(diagonal), upper=upper)
+
+
+def tril(input, diagonal=0):
+    return _triangle(input, diagonal, False)
+
+
+def triu(input, diagonal=0):
+    return _triangle(input, diagonal, True)
+
+
+class Roll(Op):
+    name = "Roll"
+
+    @staticmethod
+    def forward(ctx, x, shifts, dims):
+        ctx.shifts, ctx.dims = shifts, dims
+        if dims is None:
+            return xp_of(x).roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+        return xp_of(x).roll(x, shifts, axis=dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Roll.apply(g, shifts=tuple(-s for s in ctx.shifts), dims=ctx.dims)
+
+
+def roll(input, shifts, dims=None):
+    shifts = (int(shifts),) if isinstance(shifts, int) else tuple(int(s) for s in shifts)
+    if dims is None:
+        if len(shifts) != 1:
+            raise RuntimeError(f"roll: shifts {list(shifts)} needs dims of the same length")
+        return Roll.apply(input, shifts=shifts, dims=None)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    dims = tuple(_check_dim(d, input._data.ndim) for d in dims)
+    return Roll.apply(input, shifts=shifts, dims=dims)
+
+
+class Flip(Op):
+    name = "Flip"
+
+    @staticmethod
+    def forward(ctx, x, dims):
+        ctx.dims = dims
+        return xp_of(x).flip(x, dims)
+
+    @staticmethod
+    def backward(ctx, g):
+        return Flip.apply(g, dims=ctx.dims)
+
+
+def flip(input, *dims):
+    dims = _dims_arg(_shape_args(dims), input._data.ndim, "flip")
+    if not dims:
+        return input
+    return Flip.apply(input, dims=dims)
+
+
+def fliplr(input):
+    if input._data.ndim < 2:
+        raise RuntimeError("fliplr: input tensor must be at least 2-dimensional")
+    return flip(input, 1)
+
+
+def flipud(input):
+    if input._data.ndim < 1:
+        raise RuntimeError("flipud: input tensor must be at least 1-dimensional")
+    return flip(input, 0)
+
+
+# ------------------------------------------------------------------ Tensor methods
+for _name in ("reshape", "flatten", "unflatten", "transpose", "swapaxes", "swapdims", "permute",
+              "t", "movedim", "moveaxis", "squeeze", "unsqueeze", "broadcast_to", "narrow", "chunk",
+              "split", "unbind", "tril", "triu", "roll", "flip", "fliplr", "flipud"):
+    tensor_method(_name)(globals()[_name])
+
+
+def _inplace_layout(name, fn):
+    def method(self, *args, **kw):
+        from . import inplace
+
+        inplace.check_inplace_allowed(self, name)
+        res = fn(self, *args, **kw)
+        if inplace.records(self):
+            return inplace.rebind(self, res, name)
+        return inplace.write(self, res._data, name)
+
+    method.__name__ = name
+    return method
+
+
+Tensor.tril_ = _inplace_layout("tril_", tril)
+Tensor.triu_ = _inplace_layout("triu_", triu)
+
+
+def _reshape_inplace(name, fn):
+    """`squeeze_`/`unsqueeze_`/`t_`/`transpose_` change the tensor's own shape (metadata only)."""
+
+    def method(self, *args, **kw):
+        from . import inplace
+
+        res = fn(self, *args, **kw)
+        if inplace.records(self):
+            inplace.check_inplace_allowed(self, name)
+            self.grad_fn, self._output_nr = res.grad_fn, res._output_nr
+        self._data = res._data
+        self._bump_version()
+        return self
+
+    method.__name__ = name
+    return method
+
+
+Tensor.squeeze_ = _reshape_inplace("squeeze_", squeeze)
+Tensor.unsqueeze_ = _reshape_inplace("unsqueeze_", unsqueeze)
+Tensor.t_ = _reshape_inplace("t_", t)
+Tensor.transpose_ = _reshape_inplace("transpose_", transpose)

@@ -1,0 +1,199 @@
+"""Autograd engine behaviour against PyTorch: accumulation, retain_graph, hooks, autograd.grad,
+higher-order gradients, grad modes, custom Functions and in-place safety checks."""
+import numpy as np
+import pytest
+import torch
+
+import engine as flow
+
+
+def pair(shape, seed=0):
+    a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return flow.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+
+
+def close(f, t, tol=1e-5):
+    np.testing.assert_allclose(f.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=tol)
+
+
+def test_grad_accumulates_over_backward_calls():
+    xf, xt = pair((3,))
+    for _ in range(3):
+        (xf * xf).sum().backward()
+        (xt * xt).sum().backward()
+    close(xf.grad, xt.grad)
+
+
+def test_shared_subexpression_sums_gradients_and_broadcast_reduces():
+    xf, xt = pair((2, 3))
+    bf, bt = pair((3,), 1)
+    for x, b, m in ((xf, bf, flow), (xt, bt, torch)):
+        y = x * b
+        z = (y + y * x - b / (x * x + 1)).sum()
+        z.backward()
+    close(xf.grad, xt.grad)
+    close(bf.grad, bt.grad)
+    assert tuple(bf.grad.shape) == (3,)
+
+
+def test_second_backward_without_retain_graph_is_a_clear_error():
+    x, _ = pair((3,))
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.backward()
+
+
+def test_retain_graph_allows_second_backward():
+    x, _ = pair((3,))
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 4 * x.detach().numpy(), rtol=1e-6)
+
+
+def test_backward_on_non_scalar_needs_gradient():
+    x, _ = pair((3,))
+    with pytest.raises(RuntimeError, match="implicitly created only for scalar"):
+        (x * 2).backward()
+    g = flow.tensor([1.0, 2.0, 3.0])
+    (x * 2).backward(g)
+    np.testing.assert_allclose(x.grad.numpy(), [2, 4, 6])
+
+
+def test_backward_of_tensor_without_grad_fn_errors():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        flow.ones(2).sum().backward()
+
+
+def test_hooks_on_leaf_and_intermediate():
+    xf, xt = pair((4,))
+    seen = {}
+    for x, lib in ((xf, "f"), (xt, "t")):
+        h = x.register_hook(lambda g: g * 2)
+        y = x * 3
+        y.register_hook(lambda g, lib=lib: seen.setdefault(lib, g.clone()) and None)
+        (y * y).sum().backward()
+        h.remove()
+        (x * 1).sum().backward()  # hook removed: plain accumulation
+    close(xf.grad, xt.grad)
+    close(seen["f"], seen["t"])
+
+
+def test_retain_grad_on_intermediate():
+    xf, xt = pair((3,))
+    out = {}
+    for x, k in ((xf, "f"), (xt, "t")):
+        y = x * x
+        y.retain_grad()
+        (y * 3).sum().backward()
+        out[k] = y.grad
+    close(out["f"], out["t"])
+    assert xf.is_leaf and not (xf * 2).is_leaf
+
+
+def test_autograd_grad_and_double_backward():
+    xf, xt = pair((5,))
+    res = []
+    for x, m in ((xf, flow), (xt, torch)):
+        y = (x * x * x).sum()
+        (g,) = m.autograd.grad(y, [x], create_graph=True)
+        (gg,) = m.autograd.grad(g.sum(), [x])
+        res.append((g, gg))
+    close(res[0][0], res[1][0])
+    close(res[0][1], res[1][1])
+    assert xf.grad is None  # autograd.grad never accumulates
+
+
+def test_autograd_grad_unused_input():
+    x, _ = pair((2,))
+    z, _ = pair((2,), 1)
+    y = (x * 2).sum()
+    with pytest.raises(RuntimeError, match="not have been used"):
+        flow.autograd.grad(y, [x, z], retain_graph=True)
+    gx, gz = flow.autograd.grad(y, [x, z], allow_unused=True)
+    assert gz is None
+    np.testing.assert_allclose(gx.numpy(), [2, 2])
+
+
+def test_grad_modes():
+    x, _ = pair((2,))
+    with flow.no_grad():
+        assert not (x * 2).requires_grad
+        with flow.enable_grad():
+            assert (x * 2).requires_grad
+    with flow.set_grad_enabled(False):
+        assert not (x * 2).requires_grad
+    assert flow.is_grad_enabled()
+
+    @flow.no_grad()
+    def f(t):
+        return t * 2
+
+    assert not f(x).requires_grad
+    assert (x * 2).requires_grad
+
+
+class Cube(flow.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x * x * k
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x * x * ctx.k, None
+
+
+def test_custom_function():
+    xf, xt = pair((4,))
+    y = Cube.apply(xf, 2.0)
+    assert y.grad_fn is not None
+    y.sum().backward()
+    (xt * xt * xt * 2.0).sum().backward()
+    close(xf.grad, xt.grad)
+
+
+def test_modified_saved_tensor_is_detected():
+    x, _ = pair((3,))
+    a = x * 2
+    y = a * a
+    with flow.no_grad():
+        a.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_inplace_on_leaf_requiring_grad_errors():
+    x, _ = pair((3,))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x.add_(1)
+    with flow.no_grad():
+        x.add_(1)  # allowed, as in torch
+
+
+def test_recorded_inplace_op_gradient():
+    xf, xt = pair((3,))
+    for x in (xf, xt):
+        y = x * 2
+        y.mul_(x)
+        y.add_(1)
+        y.sum().backward()
+    close(xf.grad, xt.grad)
+
+
+def test_requires_grad_only_for_floats():
+    with pytest.raises(RuntimeError, match="floating point"):
+        flow.tensor([1, 2]).requires_grad_()
+
+
+def test_detach_shares_storage_and_drops_history():
+    x, _ = pair((3,))
+    y = x * 2
+    d = y.detach()
+    assert d.grad_fn is None and not d.requires_grad
+    with flow.no_grad():
+        d.zero_() if hasattr(d, "zero_") else d.mul_(0)
+    assert float(abs(y.detach()).sum()) == 0.0
