@@ -1,6 +1,439 @@
+"""`engine.save` / `engine.load`: checkpoints as one safetensors file, never pickle.
+
+A checkpoint is any nesting of dicts (plain or ordered, with str/int/float/bool/None keys), lists
+and tuples whose leaves are tensors, numpy arrays, ints, floats, strings, bools and None (a
+model's state_dict, an optimizer's state_dict, a training-state dict).
+
+File layout (the safetensors format, readable by the `safetensors` package and by torch):
+
+    8 bytes   little-endian u64 N: length of the JSON header
+    N bytes   JSON header: {name: {"dtype", "shape", "data_offsets"}, ..., "__metadata__": {...}}
+    rest      the tensors' raw little-endian bytes, back to back
+
+Tensors are named after their path in the object (`model.fc.weight` for a state_dict under
+"model"), so a saved flat state_dict is an ordinary safetensors state dict. `__metadata__`
+holds, as JSON strings, the structure of everything that is not a tensor (container kinds, key
+order and key types, scalars), each tensor's engine dtype, and CRC32s of the header and of the
+data section.
+bfloat16 is stored with safetensors dtype "BF16" (raw 16-bit words).
+
+Loading parses only JSON and raw numbers, so it can never execute code. Every length, offset,
+dtype and reference is checked, and the data checksum is verified, before any tensor is built:
+a truncated or corrupted file raises `CheckpointError` naming the file, never a half-loaded
+result. Files are written atomically (temp file in the same directory, fsync, os.replace), so a
+crash mid-save leaves the previous checkpoint intact.
+"""
+import json
+import math
+import os
+import struct
+import tempfile
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+
+from .backend import CPU, as_device, dtypes, to_device
+from .tensor import Parameter, Tensor
+
+__all__ = ["save", "load", "CheckpointError"]
+
+FORMAT = "engine.safetensors/1"
+_MAX_HEADER = 100 * 1024 * 1024  # same bound as the safetensors library
+
+# safetensors dtype code <-> numpy dtype (explicitly little endian)
+_ST_TO_NP = {
+    "BOOL": np.dtype(np.bool_), "U8": np.dtype("u1"), "I8": np.dtype("i1"), "I16": np.dtype("<i2"),
+    "U16": np.dtype("<u2"), "I32": np.dtype("<i4"), "U32": np.dtype("<u4"), "I64": np.dtype("<i8"),
+    "U64": np.dtype("<u8"), "F16": np.dtype("<f2"), "F32": np.dtype("<f4"), "F64": np.dtype("<f8"),
+    "BF16": dtypes.bfloat16.np,
+}
+_NP_TO_ST = {v: k for k, v in _ST_TO_NP.items()}
+
+
+# metadata fields engine.save always writes; a file with any of them is checked for all of them
+_ENGINE_KEYS = frozenset({"format", "structure", "tensors", "data_crc32", "data_bytes", "header_crc32"})
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that is truncated, corrupted, or not an engine/safetensors file."""
+
+
+# ====================================================================== save
+class _Writer:
+    """Turns an object tree into (structure JSON, named arrays)."""
+
+    def __init__(self):
+        self.arrays = []  # (name, host ndarray)
+        self.tensor_meta = []  # per-array info: engine dtype name, kind
+        self.names = set()
+        self.seen = {}  # id(tensor) -> index, so a tensor shared twice is stored once
+
+    def _name(self, path):
+        base = ".".join(path) or "tensor"
+        name, n = base, 1
+        while name in self.names or name == "__metadata__":
+            name, n = f"{base}#{n}", n + 1
+        self.names.add(name)
+        return name
+
+    def _array(self, obj, path, kind):
+        key = id(obj)
+        if key in self.seen:
+            return self.seen[key]
+        if kind == "ndarray":
+            a, dtype_name = obj, None
+        else:
+            a = obj._data
+            if obj._device != CPU:
+                a = to_device(a, CPU)
+            dtype_name = obj.dtype.name
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        if a.dtype not in _NP_TO_ST:
+            raise TypeError(f"engine.save: {'/'.join(path) or 'object'}: unsupported array dtype {a.dtype}")
+        idx = len(self.arrays)
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        self.arrays.append((self._name(path), a))
+        self.tensor_meta.append(dtype_name)
+        self.seen[key] = idx  # obj stays alive (it is part of the tree being saved), so ids are stable
+        return idx
+
+    def encode(self, obj, path=()):
+        where = "/".join(path) or "object"
+        if isinstance(obj, Tensor):
+            if obj.is_global:
+                raise TypeError(f"engine.save: {where} is a global tensor; save obj.to_local() or gather it first")
+            node = {"T": self._array(obj, path, "tensor")}
+            if isinstance(obj, Parameter):
+                node["param"] = bool(obj.requires_grad)
+            elif obj.requires_grad:
+                node["rg"] = True
+            return node
+        if isinstance(obj, np.ndarray):
+            return {"A": self._array(obj, path, "ndarray")}
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, (int, np.integer)) and not isinstance(obj, np.bool_):
+            return {"i": str(int(obj))} if abs(int(obj)) >= 2**53 else int(obj)
+        if isinstance(obj, np.bool_):
+            return bool(obj)
+        if isinstance(obj, (float, np.floating)):
+            f = float(obj)
+            return f if math.isfinite(f) else {"f": repr(f)}
+        if isinstance(obj, dtypes.dtype):
+            return {"dtype": obj.name}
+        if isinstance(obj, dict):
+            items = []
+            for k, v in obj.items():
+                items.append([self.encode_key(k, where), self.encode(v, path + (str(k),))])
+            return {"OD" if isinstance(obj, OrderedDict) else "D": items}
+        if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+            return {"U": [self.encode(v, path + (str(i),)) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return {"L": [self.encode(v, path + (str(i),)) for i, v in enumerate(obj)]}
+        raise TypeError(
+            f"engine.save: cannot save {where} of type {type(obj).__name__}; supported: tensors, numpy "
+            "arrays, dict/OrderedDict, list, tuple, int, float, str, bool, None (no pickle)"
+        )
+
+    def encode_key(self, k, where):
+        if isinstance(k, (str, bool)) or k is None:
+            return k
+        if isinstance(k, (int, np.integer)):
+            return {"i": str(int(k))}
+        if isinstance(k, (float, np.floating)):
+            return {"f": repr(float(k))}
+        if isinstance(k, tuple):
+            return {"U": [self.encode_key(x, where) for x in k]}
+        raise TypeError(f"engine.save: {where}: dict key {k!r} of type {type(k).__name__} is not supported "
+                        "(use str, int, float, bool, None or tuples of them)")
+
+
+def _serialize(obj):
+    """The complete file contents as a list of byte chunks."""
+    w = _Writer()
+    structure = w.encode(obj)
+    header = {}
+    offset = 0
+    crc = 0
+    for name, a in w.arrays:
+        nbytes = a.nbytes
+        st = _NP_TO_ST[a.dtype]
+        header[name] = {"dtype": st, "shape": list(a.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+        crc = zlib.crc32(_raw(a), crc)
+    meta = {
+        "format": FORMAT,
+        "structure": json.dumps(structure, separators=(",", ":"), allow_nan=False),
+        "tensors": json.dumps([[name, d] for (name, _), d in zip(w.arrays, w.tensor_meta)], separators=(",", ":")),
+        "data_crc32": str(crc),
+        "data_bytes": str(offset),
+    }
+    header["__metadata__"] = meta
+    meta["header_crc32"] = str(_header_crc(header))
+    hbytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hbytes += b" " * (-len(hbytes) % 8)  # safetensors aligns the data section to 8 bytes
+    chunks = [struct.pack("<Q", len(hbytes)), hbytes]
+    chunks += [_raw(a) for _, a in w.arrays if a.nbytes]
+    return chunks
+
+
+def _raw(a):
+    """The bytes of a C-contiguous array, without a copy (works for bfloat16, which buffers can't name)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
+def _header_crc(header):
+    """CRC32 of the header's canonical JSON, leaving out the checksum field itself: any edit of the
+    header that still parses (a changed digit, shape or name) is caught."""
+    meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != "header_crc32"}
+    canon = dict(header, __metadata__=meta)
+    return zlib.crc32(json.dumps(canon, sort_keys=True, separators=(",", ":")).encode("utf-8"))
+
+
 def save(obj, path):
-    raise NotImplementedError
+    """Save `obj` (tensors in nested dicts/lists/tuples with plain Python values) to `path`.
+
+    `path` is a str / os.PathLike (written atomically) or a binary file object."""
+    chunks = _serialize(obj)
+    if hasattr(path, "write"):
+        for c in chunks:
+            path.write(c)
+        return
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory):
+    """Make the rename itself durable (POSIX); harmless where directories can't be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ====================================================================== load
+def _read_all(path):
+    if hasattr(path, "read"):
+        data = path.read()
+        return bytearray(data), getattr(path, "name", "<file object>")
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        buf = bytearray(size)
+        n = f.readinto(buf)
+        if n != size:
+            del buf[n:]
+    return buf, path
+
+
+def _parse(buf, name):
+    """Validate everything about the file before any tensor is built.
+
+    Returns (header without __metadata__, metadata, offset of the data section, engine_file)."""
+
+    def bad(why):
+        return CheckpointError(f"engine.load: {name} is not a valid checkpoint (truncated or corrupted?): {why}")
+
+    if len(buf) < 8:
+        raise bad(f"file has {len(buf)} bytes, fewer than the 8-byte header length")
+    (n,) = struct.unpack_from("<Q", buf, 0)
+    if n > _MAX_HEADER or 8 + n > len(buf):
+        raise bad(f"header length {n} does not fit in a file of {len(buf)} bytes")
+    try:
+        header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise bad(f"header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise bad("header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise bad("__metadata__ must map strings to strings")
+    engine_file = bool(_ENGINE_KEYS & set(meta))
+    if engine_file:  # written by engine.save: every field must be there, and both checksums match
+        if not _ENGINE_KEYS <= set(meta) or meta["format"] != FORMAT:
+            raise bad(f"engine metadata incomplete or of an unknown format ({sorted(meta)})")
+        if str(_header_crc(dict(header, __metadata__=meta))) != meta["header_crc32"]:
+            raise bad("header checksum mismatch")
+    data_len = len(buf) - 8 - n
+    spans = []
+    for key, info in header.items():
+        if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"entry {key!r} is malformed")
+        dt, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+        if dt not in _ST_TO_NP:
+            raise bad(f"entry {key!r} has unknown dtype {dt!r}")
+        if (not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                   for s in shape)):
+            raise bad(f"entry {key!r} has invalid shape {shape!r}")
+        if (not isinstance(offs, list) or len(offs) != 2 or not all(isinstance(o, int) for o in offs)
+                or not 0 <= offs[0] <= offs[1]):
+            raise bad(f"entry {key!r} has invalid data_offsets {offs!r}")
+        expect = math.prod(shape) * _ST_TO_NP[dt].itemsize
+        if offs[1] - offs[0] != expect:
+            raise bad(f"entry {key!r}: {offs[1] - offs[0]} bytes for shape {shape} of {dt} (needs {expect})")
+        if offs[1] > data_len:
+            raise bad(f"entry {key!r} ends at byte {offs[1]} of the data section but the file holds only "
+                      f"{data_len} data bytes")
+        spans.append((offs[0], offs[1]))
+    spans.sort()
+    pos = 0
+    for b, e in spans:
+        if b != pos:
+            raise bad("tensor data sections overlap or leave gaps")
+        pos = e
+    if pos != data_len:
+        raise bad(f"the data section has {data_len} bytes but the tensors account for {pos}")
+    if engine_file:
+        crc = zlib.crc32(memoryview(buf)[8 + n:])
+        if str(crc) != meta["data_crc32"]:
+            raise bad("tensor data checksum mismatch")
+    return header, meta, 8 + n, engine_file
+
+
+def _map_device(map_location):
+    if map_location is None:
+        return CPU
+    if isinstance(map_location, dict):
+        raise TypeError("engine.load: map_location must be None, 'cpu', 'cuda[:N]' or a device "
+                        "(tensors are stored without a device)")
+    return as_device(map_location)
 
 
 def load(path, map_location=None):
-    raise NotImplementedError
+    """Load what `save` wrote (or any safetensors file, as a name -> tensor OrderedDict).
+
+    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1')."""
+    buf, name = _read_all(path)
+    header, meta, base, engine_file = _parse(buf, name)
+    device = _map_device(map_location)
+
+    def bad(why):
+        return CheckpointError(f"engine.load: {name} is not a valid checkpoint (corrupted?): {why}")
+
+    def array(key):
+        info = header[key]
+        b, e = info["data_offsets"]
+        a = np.frombuffer(buf, dtype=_ST_TO_NP[info["dtype"]], count=math.prod(info["shape"]), offset=base + b)
+        a = a.reshape(info["shape"])
+        if a.dtype.byteorder == "<" and not np.little_endian:
+            a = a.astype(a.dtype.newbyteorder("="))
+        return a
+
+    def tensor(a, requires_grad=False, param=False):
+        if device != CPU:
+            a = to_device(a, device)
+        t = Tensor._make(a, device)
+        if param:
+            return Parameter(t, requires_grad=requires_grad)
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+    if not engine_file:  # a plain safetensors file, e.g. written by the safetensors library
+        return OrderedDict((k, tensor(array(k))) for k in sorted(header, key=lambda k: header[k]["data_offsets"][0]))
+
+    try:
+        structure = json.loads(meta["structure"])
+        table = json.loads(meta["tensors"])
+    except (KeyError, ValueError) as e:
+        raise bad(f"engine metadata is unreadable ({e})") from None
+    if not isinstance(table, list) or any(not isinstance(r, list) or len(r) != 2 or r[0] not in header
+                                          for r in table) or len(table) != len(header):
+        raise bad("engine tensor table does not match the header")
+    built = {}
+
+    def get(idx, kind):
+        if not isinstance(idx, int) or not 0 <= idx < len(table):
+            raise bad(f"tensor reference {idx!r} out of range")
+        if idx not in built:
+            key, dtype_name = table[idx]
+            a = array(key)
+            if kind == "T":
+                if dtype_name not in dtypes._BY_NAME or dtypes._BY_NAME[dtype_name].np.itemsize != a.dtype.itemsize:
+                    raise bad(f"tensor {key!r} has invalid engine dtype {dtype_name!r}")
+                want = dtypes._BY_NAME[dtype_name].np
+                if a.dtype != want:
+                    a = a.view(want)
+            built[idx] = a
+        return built[idx]
+
+    tensors = {}
+
+    def decode(node):
+        if node is None or isinstance(node, (bool, int, float, str)):
+            return node
+        if isinstance(node, dict) and len(node) >= 1:
+            if "T" in node:
+                idx = node["T"]
+                if idx not in tensors:  # shared tensors come back shared
+                    tensors[idx] = tensor(get(idx, "T"), requires_grad=node.get("rg", False) or node.get("param", False),
+                                          param="param" in node)
+                return tensors[idx]
+            if "A" in node and len(node) == 1:
+                return get(node["A"], "A")
+            if len(node) == 1:
+                (tag, val), = node.items()
+                if tag in ("D", "OD") and isinstance(val, list):
+                    pairs = []
+                    for item in val:
+                        if not isinstance(item, list) or len(item) != 2:
+                            raise bad("malformed dict entry")
+                        pairs.append((decode_key(item[0]), decode(item[1])))
+                    return OrderedDict(pairs) if tag == "OD" else dict(pairs)
+                if tag == "L" and isinstance(val, list):
+                    return [decode(v) for v in val]
+                if tag == "U" and isinstance(val, list):
+                    return tuple(decode(v) for v in val)
+                if tag in ("i", "f", "dtype") and isinstance(val, str):
+                    return decode_scalar(tag, val)
+        raise bad(f"unknown structure node {str(node)[:80]}")
+
+    def decode_scalar(tag, val):
+        try:
+            if tag == "i":
+                return int(val)
+            if tag == "f":
+                return float(val)
+            return dtypes._BY_NAME[val]
+        except (ValueError, KeyError):
+            raise bad(f"invalid scalar {val!r}") from None
+
+    def decode_key(k):
+        if k is None or isinstance(k, (bool, str)):
+            return k
+        if isinstance(k, dict) and len(k) == 1:
+            (tag, val), = k.items()
+            if tag in ("i", "f") and isinstance(val, str):
+                return decode_scalar(tag, val)
+            if tag == "U" and isinstance(val, list):
+                return tuple(decode_key(x) for x in val)
+        raise bad(f"invalid dict key {k!r}")
+
+    try:
+        return decode(structure)
+    except RecursionError:
+        raise bad("structure nested too deeply") from None

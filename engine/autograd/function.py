@@ -10,8 +10,13 @@ as possible: unwrap, run the kernel, wrap, and record a `Node` only when a gradi
 
 `Function` is PyTorch's user-facing custom function: forward and backward both on Tensors.
 """
+import numpy as np
+
+from ..backend.dtypes import bfloat16 as _bf16
 from .grad_mode import _state, no_grad
 from .graph import Node
+
+_BF16 = _bf16.np
 
 _tensor_cls = None  # engine.tensor.Tensor, set when that module loads (avoids an import cycle)
 
@@ -98,6 +103,26 @@ class Op:
         return _wrap_outputs(cls, ctx, inputs, out, needs_grad, _tensor_cls)
 
 
+def _saved(t):
+    """What a Node keeps of a tensor its backward reads.
+
+    A leaf that requires grad is kept as itself (it can't be rebound by an in-place op, and its
+    gradient must reach its own `.grad`). Anything else is kept as an alias: the same array,
+    version counter and grad_fn, but a distinct object, so a later recorded in-place op that
+    rebinds the original (`y.mul_(y)`) leaves the saved value intact, while `create_graph`
+    backward still differentiates through it.
+    """
+    if t is None or (t.grad_fn is None and t._requires_grad):
+        return t
+    a = t._make(t._data, t._device)
+    a._vc = t._vc
+    a.grad_fn = t.grad_fn
+    a._output_nr = t._output_nr
+    a._requires_grad = t._requires_grad
+    a._global = t._global
+    return a
+
+
 def _wrap_outputs(cls, ctx, inputs, out, needs_grad, Tensor, device=None):
     if device is None:
         for t in inputs:
@@ -106,6 +131,11 @@ def _wrap_outputs(cls, ctx, inputs, out, needs_grad, Tensor, device=None):
                 break
     single = not isinstance(out, tuple)
     outs = (out,) if single else out
+    for a in outs:
+        if isinstance(a, np.generic):
+            # numpy turns 0-d results (e.g. 0-d + 0-d) into numpy scalars; a Tensor holds arrays
+            outs = tuple(np.asarray(x) if isinstance(x, np.generic) else x for x in outs)
+            break
     if not needs_grad:
         res = tuple(Tensor._make(a, device) for a in outs)
         return res[0] if single else res
@@ -114,14 +144,14 @@ def _wrap_outputs(cls, ctx, inputs, out, needs_grad, Tensor, device=None):
     res = []
     for i, a in enumerate(outs):
         t = Tensor._make(a, device)
-        if a.dtype.kind in "fc":
+        if a.dtype.kind in "fc" or a.dtype == _BF16:  # bfloat16 (ml_dtypes) has kind "V"
             t._requires_grad = True
             t.grad_fn = node
             t._output_nr = i
         res.append(t)
     if cls.save_inputs or cls.save_outputs:
-        saved = [inputs[i] for i in cls.save_inputs]
-        saved += [res[i].detach() for i in cls.save_outputs]
+        saved = [_saved(inputs[i]) for i in cls.save_inputs]
+        saved += [_saved(res[i]) for i in cls.save_outputs]
         ctx.save_for_backward(*saved)
     return res[0] if single else tuple(res)
 

@@ -121,7 +121,7 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
 
     deps = {}
     seen = set()
-    stack = [e[0][0] for e in root_edges]
+    stack = list(dict.fromkeys(e[0][0] for e in root_edges))  # two roots may share a node
     for n in stack:
         seen.add(n)
     while stack:

@@ -47,7 +47,9 @@ def rebind(t, result, op):
     t._output_nr = result._output_nr
     t._requires_grad = result._requires_grad
     t._global = result._global
-    t._bump_version()
+    # the old storage is untouched (nodes that saved it keep the old value), so t starts a new
+    # version history instead of invalidating everything that saved it
+    t._vc = [t._vc[0] + 1]
     return t
 
 
@@ -94,3 +96,11 @@ def inplace_binary(t, other, out_of_place, ufunc, op):
         ) from None
     t._bump_version()
     return t
+
+
+def apply_inplace(t, fn, op, *args, **kwargs):
+    """Store `fn(t, *args, **kwargs)` into `t` under the in-place rule (any out-of-place op)."""
+    check_inplace_allowed(t, op)
+    if records(t, *args, *kwargs.values()):
+        return rebind(t, fn(t, *args, **kwargs), op)
+    return write(t, fn(t, *args, **kwargs)._data, op)

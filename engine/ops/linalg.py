@@ -1,1 +1,359 @@
-__all__ = []
+"""Matrix products: matmul (and `@`), mm, bmm, addmm, baddbmm, dot, outer, einsum and linear.
+
+These are the hot path of a transformer, so each forward is one BLAS call (`xp.matmul`) on
+float32 arrays that are C- or F-contiguous (a plain transpose is passed as a view: BLAS reads it
+with its `trans` flag, no copy). Backwards are written with the same ops (so double backward
+works) and flatten batch dims when the other operand is a 2-D weight, turning a batched product
+plus a reduction into one large GEMM.
+"""
+import string
+
+from ..autograd.function import Op
+from ..backend import xp_of
+from ..tensor import Tensor, tensor_method
+from ._core import broadcast_shapes, broadcast_to, reshape, shape_str, sum_to
+from .indexing import IndexZero
+
+__all__ = ["matmul", "mm", "bmm", "addmm", "baddbmm", "dot", "outer", "einsum", "linear"]
+
+
+# ------------------------------------------------------------------ helpers
+class SwapLast(Op):
+    """Swap the last two axes (a view): the `mT` used by matmul's backward."""
+
+    name = "TransposeLast"
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.swapaxes(-1, -2)
+
+    @staticmethod
+    def backward(ctx, g):
+        return SwapLast.apply(g)
+
+
+def _mT(t):
+    return SwapLast.apply(t)
+
+
+def _same_dtype(a, b, op):
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"{op}: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a._data.dtype != b._data.dtype:
+        raise RuntimeError(f"{op}: expected both operands to have the same dtype, but got "
+                           f"{a.dtype.name} != {b.dtype.name}")
+
+
+def _mismatch(op, a, b, k1, k2):
+    return RuntimeError(f"{op}: shapes {shape_str(a.shape)} and {shape_str(b.shape)} cannot be "
+                        f"multiplied ({k1} != {k2})")
+
+
+# ------------------------------------------------------------------ matmul
+class Matmul(Op):
+    name = "Matmul"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        xp = xp_of(a)
+        if b.ndim == 2 and a.ndim > 2:  # fold batch dims into rows: one GEMM instead of a loop
+            return xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+        return xp.asarray(xp.matmul(a, b))  # 1-D @ 1-D gives a numpy scalar
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        need_a, need_b = ctx.needs_input_grad
+        if a.ndim == 1 and b.ndim == 1:
+            return (g * b if need_a else None), (g * a if need_b else None)
+        a2 = a if a.ndim > 1 else reshape(a, (1, a.shape[0]))
+        b2 = b if b.ndim > 1 else reshape(b, (b.shape[0], 1))
+        g2 = g
+        if a.ndim == 1:
+            g2 = reshape(g2, tuple(g2.shape[:-1]) + (1, g2.shape[-1]))
+        if b.ndim == 1:
+            g2 = reshape(g2, tuple(g2.shape) + (1,))
+        ga = gb = None
+        if need_a:
+            if b2.ndim == 2 and a2.ndim > 2:  # weight-like b: one GEMM over all batch rows
+                ga = matmul(g2, _mT(b2))
+            else:
+                ga = sum_to(matmul(g2, _mT(b2)), tuple(a2.shape))
+            ga = reshape(ga, tuple(a.shape))
+        if need_b:
+            if b2.ndim == 2 and a2.ndim > 2:
+                k, n = b2.shape
+                gb = matmul(_mT(reshape(a2, (-1, k))), reshape(g2, (-1, n)))
+            else:
+                gb = sum_to(matmul(_mT(a2), g2), tuple(b2.shape))
+            gb = reshape(gb, tuple(b.shape))
+        return ga, gb
+
+
+def matmul(input, other):
+    _same_dtype(input, other, "matmul")
+    a, b = input._data, other._data
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes "
+                           f"{shape_str(a.shape)} and {shape_str(b.shape)}")
+    k1 = a.shape[-1]
+    k2 = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if k1 != k2:
+        raise _mismatch("matmul", input, other, k1, k2)
+    if a.ndim > 2 or b.ndim > 2:
+        try:
+            broadcast_shapes(a.shape[:-2] if a.ndim > 1 else (), b.shape[:-2] if b.ndim > 1 else ())
+        except RuntimeError:
+            raise RuntimeError(f"matmul: batch dimensions of shapes {shape_str(a.shape)} and "
+                               f"{shape_str(b.shape)} cannot be broadcast") from None
+    return Matmul.apply(input, other)
+
+
+def mm(input, mat2):
+    if input.ndim != 2:
+        raise RuntimeError(f"mm: self must be a matrix, got shape {shape_str(input.shape)}")
+    if mat2.ndim != 2:
+        raise RuntimeError(f"mm: mat2 must be a matrix, got shape {shape_str(mat2.shape)}")
+    _same_dtype(input, mat2, "mm")
+    if input.shape[1] != mat2.shape[0]:
+        raise _mismatch("mm", input, mat2, input.shape[1], mat2.shape[0])
+    return Matmul.apply(input, mat2)
+
+
+def bmm(input, mat2):
+    for name, t in (("batch1", input), ("batch2", mat2)):
+        if t.ndim != 3:
+            raise RuntimeError(f"bmm: {name} must be a 3D tensor, got shape {shape_str(t.shape)}")
+    _same_dtype(input, mat2, "bmm")
+    if input.shape[0] != mat2.shape[0]:
+        raise RuntimeError(f"bmm: batch sizes of shapes {shape_str(input.shape)} and "
+                           f"{shape_str(mat2.shape)} differ ({input.shape[0]} != {mat2.shape[0]})")
+    if input.shape[2] != mat2.shape[1]:
+        raise _mismatch("bmm", input, mat2, input.shape[2], mat2.shape[1])
+    return Matmul.apply(input, mat2)
+
+
+def _add_scaled(input, prod, beta, alpha):
+    """beta * input + alpha * prod; beta == 0 ignores input (NaNs included), as PyTorch does."""
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:  # input still gets a (zero) gradient, as in PyTorch
+        return prod + IndexZero.apply(input, key=Ellipsis)
+    return prod + (input if beta == 1 else input * beta)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    return _add_scaled(input, mm(mat1, mat2), beta, alpha)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    return _add_scaled(input, bmm(batch1, batch2), beta, alpha)
+
+
+def dot(input, other):
+    if input.ndim != 1 or other.ndim != 1:
+        raise RuntimeError(f"dot: 1D tensors expected, but got {input.ndim}D and {other.ndim}D tensors")
+    _same_dtype(input, other, "dot")
+    if input.shape[0] != other.shape[0]:
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensors {shape_str(input.shape)} and "
+                           f"{shape_str(other.shape)} to have the same number of elements")
+    return Matmul.apply(input, other)
+
+
+def outer(input, vec2):
+    if input.ndim != 1 or vec2.ndim != 1:
+        raise RuntimeError(f"outer: 1D tensors expected, but got {input.ndim}D and {vec2.ndim}D tensors")
+    return reshape(input, (input.shape[0], 1)) * reshape(vec2, (1, vec2.shape[0]))
+
+
+# ------------------------------------------------------------------ linear
+class Linear(Op):
+    """y = x W^T + b: one GEMM on the 2-D view of x, bias added in place."""
+
+    name = "Linear"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xp = xp_of(x)
+        out_f, in_f = w.shape
+        y = xp.matmul(x.reshape(-1, in_f), w.T)
+        if b is not None:
+            y += b
+        return y.reshape(x.shape[:-1] + (out_f,))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        out_f, in_f = w.shape
+        g2 = reshape(g, (-1, out_f))
+        gx = reshape(matmul(g2, w), tuple(x.shape)) if need_x else None
+        gw = matmul(_mT(g2), reshape(x, (-1, in_f))) if need_w else None
+        gb = sum_to(g2, (out_f,)) if need_b else None
+        return gx, gw, gb
+
+
+def linear(input, weight, bias=None):
+    if weight.ndim != 2:
+        if weight.ndim == 1 and input.ndim >= 1:  # F.linear accepts a vector weight
+            out = matmul(input, weight)
+            return out + bias if bias is not None else out
+        raise RuntimeError(f"linear: weight must be 2-D, got shape {shape_str(weight.shape)}")
+    _same_dtype(input, weight, "linear")
+    if input.ndim == 0 or input.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear: shapes {shape_str(input.shape)} and {shape_str(weight.shape)}^T "
+                           f"cannot be multiplied ({input.shape[-1] if input.ndim else 1} != {weight.shape[1]})")
+    if bias is not None:
+        _same_dtype(input, bias, "linear")
+        if tuple(bias.shape) not in ((weight.shape[0],), (1,), ()):
+            return Linear.apply(input, weight, None) + bias
+        if tuple(bias.shape) != (weight.shape[0],):
+            bias = broadcast_to(bias, (weight.shape[0],))
+    return Linear.apply(input, weight, bias)
+
+
+# ------------------------------------------------------------------ einsum
+class Einsum(Op):
+    """xp.einsum on explicit subscripts (no ellipsis): 'ab,bc->ac'."""
+
+    name = "Einsum"
+
+    @staticmethod
+    def forward(ctx, *arrays, equation):
+        ctx.equation = equation
+        xp = xp_of(arrays[0])
+        if len(arrays) == 1:
+            out = xp.einsum(equation, arrays[0])
+        else:
+            out = xp.einsum(equation, *arrays, optimize=True)
+        return xp.ascontiguousarray(out) if out.ndim else xp.asarray(out)
+
+    @staticmethod
+    def backward(ctx, g):
+        ins, out = ctx.equation.split("->")
+        subs = ins.split(",")
+        operands = ctx.saved_tensors
+        grads = []
+        for i, s in enumerate(subs):
+            if not ctx.needs_input_grad[i]:
+                grads.append(None)
+                continue
+            grads.append(_einsum_grad(g, out, subs, operands, i))
+        return tuple(grads)
+
+
+def _einsum_grad(g, out, subs, operands, i):
+    """d/d operand_i: einsum of the gradient with the other operands onto operand i's labels."""
+    s = subs[i]
+    shape = tuple(operands[i].shape)
+    size = dict(zip(s, shape))
+    uniq = "".join(dict.fromkeys(s))
+    others = [(subs[j], operands[j]) for j in range(len(subs)) if j != i]
+    avail = set(out).union(*[set(sj) for sj, _ in others]) if others else set(out)
+    target = "".join(c for c in uniq if c in avail)
+    eq = ",".join([out] + [sj for sj, _ in others]) + "->" + target
+    r = _einsum_explicit(eq, [g] + [t for _, t in others])
+    if target != uniq:  # labels summed only inside operand i: the gradient is constant along them
+        r = reshape(r, tuple(size[c] if c in avail else 1 for c in uniq))
+        r = broadcast_to(r, tuple(size[c] for c in uniq))
+    if uniq != s:  # repeated labels (a diagonal): place the gradient on it
+        r = DiagEmbed.apply(r, labels=s, uniq=uniq, shape=shape)
+    return r
+
+
+class DiagEmbed(Op):
+    """Zeros of `shape` whose generalised diagonal (repeated einsum labels) holds `r`."""
+
+    name = "EinsumDiagEmbed"
+
+    @staticmethod
+    def forward(ctx, r, labels, uniq, shape):
+        ctx.labels, ctx.uniq = labels, uniq
+        xp = xp_of(r)
+        out = xp.zeros(shape, dtype=r.dtype)
+        strides = [0] * len(uniq)
+        for c, st in zip(labels, out.strides):
+            strides[uniq.index(c)] += st
+        view = xp.lib.stride_tricks.as_strided(out, shape=r.shape, strides=tuple(strides))
+        view[...] = r
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return _einsum_explicit(f"{ctx.labels}->{ctx.uniq}", [g])
+
+
+_EINSUM_OPS = {}
+
+
+def _einsum_explicit(eq, tensors):
+    """Run Einsum; each gradient needs the other operands, so the op saves all n of its inputs."""
+    n = len(tensors)
+    op = _EINSUM_OPS.get(n)
+    if op is None:
+        op = _EINSUM_OPS[n] = type(f"Einsum{n}", (Einsum,), {"save_inputs": tuple(range(n))})
+    return op.apply(*tensors, equation=eq)
+
+
+def _expand_ellipsis(lhs, rhs, tensors):
+    """Rewrite '...' as explicit letters; operands whose ellipsis dims broadcast are expanded."""
+    subs = lhs.split(",")
+    used = set(lhs.replace("...", "")) | set((rhs or "").replace("...", ""))
+    free = [c for c in string.ascii_letters if c not in used]
+    ell = [t.ndim - (len(s) - 3) if "..." in s else 0 for s, t in zip(subs, tensors)]
+    n = max(ell) if ell else 0
+    letters = "".join(free[:n])
+    ell_shapes = [tuple(t.shape[s.index("..."):s.index("...") + k]) if "..." in s else ()
+                  for s, t, k in zip(subs, tensors, ell)]
+    full = broadcast_shapes(*ell_shapes) if any(ell_shapes) else ()
+    new_subs, new_tensors = [], []
+    for s, t, k, es in zip(subs, tensors, ell, ell_shapes):
+        if "..." in s:
+            pos = s.index("...")
+            target = full[len(full) - k:] if k else ()
+            if es != target:
+                t = broadcast_to(t, tuple(t.shape[:pos]) + target + tuple(t.shape[pos + k:]))
+            s = s.replace("...", letters[n - k:])
+        new_subs.append(s)
+        new_tensors.append(t)
+    if rhs is not None:
+        rhs = rhs.replace("...", letters)
+    return new_subs, rhs, new_tensors, letters
+
+
+def einsum(equation, *operands):
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not operands:
+        raise RuntimeError("einsum(): must provide at least one operand")
+    eq = equation.replace(" ", "")
+    lhs, rhs = eq.split("->") if "->" in eq else (eq, None)
+    if len(lhs.split(",")) != len(operands):
+        raise RuntimeError(f"einsum(): {len(lhs.split(','))} subscripts in '{equation}' but "
+                           f"{len(operands)} operands were given")
+    for t in operands[1:]:
+        _same_dtype(operands[0], t, "einsum")
+    subs, rhs, tensors, ell_letters = _expand_ellipsis(lhs, rhs, list(operands))
+    for s, t in zip(subs, tensors):
+        if len(s) != t.ndim:
+            raise RuntimeError(f"einsum(): the subscript '{s}' has {len(s)} labels but the operand has "
+                               f"{t.ndim} dimensions (shape {shape_str(t.shape)})")
+    if rhs is None:  # implicit mode: ellipsis dims first, then labels seen once, sorted
+        counts = {}
+        for c in "".join(subs):
+            counts[c] = counts.get(c, 0) + 1
+        rhs = ell_letters + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell_letters))
+    return _einsum_explicit(",".join(subs) + "->" + rhs, tensors)
+
+
+# ------------------------------------------------------------------ Tensor methods
+tensor_method("matmul", "__matmul__")(matmul)
+tensor_method("__rmatmul__")(lambda self, other: matmul(other, self))
+tensor_method("mm")(mm)
+tensor_method("bmm")(bmm)
+tensor_method("addmm")(addmm)
+tensor_method("baddbmm")(baddbmm)
+tensor_method("dot")(dot)
+tensor_method("outer", "ger")(outer)

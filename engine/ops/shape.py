@@ -6,8 +6,9 @@ narrow, split, flip), so these ops cost no copy; each backward is the inverse la
 engine ops, so it works for double backward and for global tensors alike.
 
 `view` is `reshape`: numpy copies when a non-contiguous tensor can't be viewed, where PyTorch would
-raise. The engine has no separate storage objects, so the difference is only that writes to such a
-"view" are not seen by the original (documented in docs/engine.md).
+raise ("view size is not compatible with input tensor's size and stride"). The engine has no
+separate storage objects, so the only difference is that in-place writes to such a copied "view"
+are not seen by the original; call `.contiguous()` first when that matters.
 """
 from ..autograd.function import Op
 from ..backend import dtypes, xp_of
@@ -424,18 +425,23 @@ def unbind(input, dim=0):
 
 # ------------------------------------------------------------------ cat / stack
 class Cat(Op):
+    """Concatenation along `dim`. `skip[i]` marks a 1-D empty input that PyTorch's legacy rule
+    leaves out whatever its shape; it still gets a (empty) gradient."""
+
     name = "Cat"
 
     @staticmethod
-    def forward(ctx, *xs, dim):
-        ctx.dim = dim
-        ctx.sizes = tuple(x.shape[dim] for x in xs)
-        return xp_of(xs[0]).concatenate(xs, axis=dim)
+    def forward(ctx, *xs, dim, skip):
+        ctx.dim, ctx.skip = dim, skip
+        kept = [x for x, s in zip(xs, skip) if not s]
+        ctx.sizes = tuple(x.shape[dim] for x in kept)
+        return xp_of(xs[0]).concatenate(kept, axis=dim)
 
     @staticmethod
     def backward(ctx, g):
         out = Split.apply(g, dim=ctx.dim, sizes=ctx.sizes)
-        return out if isinstance(out, tuple) else (out,)
+        parts = iter(out if isinstance(out, tuple) else (out,))
+        return tuple(_zeros((0,), g) if s else next(parts) for s in ctx.skip)
 
 
 def _promote_all(tensors, op):
@@ -454,7 +460,7 @@ def cat(tensors, dim=0):
     # PyTorch's legacy rule: 1-D empty tensors are skipped, whatever the other shapes are
     kept = [x for x in tensors if not (x._data.ndim == 1 and x._data.shape[0] == 0)]
     if not kept:
-        return tensors[0] if len(tensors) == 1 else Cat.apply(*tensors, dim=0)
+        return tensors[0] if len(tensors) == 1 else Cat.apply(*tensors, dim=0, skip=(False,) * len(tensors))
     ref = kept[0]
     n = ref._data.ndim
     if n == 0:
@@ -475,9 +481,10 @@ def cat(tensors, dim=0):
                     f"{ref._data.shape[k]} but got size {x._data.shape[k]} for tensor number {i} in the "
                     f"list (shapes: {', '.join(shape_str(t.shape) for t in tensors)})"
                 )
-    if len(kept) == 1:
-        return kept[0] if len(tensors) == 1 else _core.Clone.apply(kept[0])
-    return Cat.apply(*kept, dim=d)
+    if len(tensors) == 1:
+        return tensors[0]
+    skip = tuple(x._data.ndim == 1 and x._data.shape[0] == 0 for x in tensors)
+    return Cat.apply(*tensors, dim=d, skip=skip)
 
 
 concat = concatenate = cat

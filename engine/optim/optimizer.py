@@ -185,6 +185,12 @@ class Optimizer:
             if key not in id_map:
                 continue  # torch ignores state for unknown indices too
             p = id_map[key]
+            for k, v in value.items():
+                if isinstance(v, Tensor) and v.ndim > 0 and tuple(v.shape) != tuple(p.shape):
+                    raise ValueError(
+                        f"loaded state dict entry state[{key}][{k!r}] has shape {tuple(v.shape)} but the "
+                        f"parameter it belongs to has shape {tuple(p.shape)}"
+                    )
             state[p] = {k: _cast_state(p, k, v) for k, v in value.items()}
 
         new_groups = []
@@ -230,7 +236,7 @@ def _cast_state(p, key, value):
     elif arr is src:
         arr = arr.copy()
     t = Tensor._make(arr, p._device)
-    t._global = p._global if tuple(arr.shape) == tuple(p._data.shape) else None
+    t._global = p._global if arr.ndim > 0 else None
     return t
 
 

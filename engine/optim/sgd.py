@@ -6,6 +6,7 @@ Same formulas as torch.optim.SGD (single-tensor path):
     d = g + momentum * buf if nesterov else buf      (d = g without momentum)
     p -= lr * d
 """
+from ..backend import xp_of
 from .optimizer import Optimizer, check_number, copy_state
 
 __all__ = ["SGD"]
@@ -19,62 +20,52 @@ class SGD(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group):
-        check_number("learning rate", group["lr"])
+        group["lr"] = check_number("learning rate", group["lr"])
         check_number("momentum value", group["momentum"])
         check_number("weight_decay value", group["weight_decay"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     def _update(self, group, p, grad, state):
-        from ..backend import xp_of
-
         xp = xp_of(grad)
         w = p._data
-        lr, momentum, wd = group["lr"], group["momentum"], group["weight_decay"]
-
-        # g: the effective gradient; a temporary we own only when it differs from grad
-        owned = False
-        if wd != 0:
-            g = xp.multiply(w, wd)
-            if group["maximize"]:
-                xp.subtract(g, grad, out=g)
-            else:
-                xp.add(g, grad, out=g)
-            owned = True
-        elif group["maximize"]:
-            g = xp.negative(grad)
-            owned = True
-        else:
-            g = grad
-
+        lr, momentum = group["lr"], group["momentum"]
+        g, owned = _effective_grad(xp, grad, w, group["weight_decay"], group["maximize"])
+        d = g
         if momentum != 0:
-            buf_t = state.get("momentum_buffer")
-            if buf_t is None:
-                buf_t = state["momentum_buffer"] = copy_state(p, g)
-                buf = buf_t._data
-            else:
-                buf = buf_t._data
-                xp.multiply(buf, momentum, out=buf)
-                scale = 1.0 - group["dampening"]
-                if scale == 1.0:
-                    xp.add(buf, g, out=buf)
-                elif owned:
-                    xp.multiply(g, scale, out=g)
-                    xp.add(buf, g, out=buf)
-                else:
-                    xp.add(buf, xp.multiply(g, scale), out=buf)
-            if group["nesterov"]:  # dampening is 0 here, so g was not rescaled
+            buf = _momentum_buffer(xp, p, g, owned, state, momentum, group["dampening"])
+            if group["nesterov"]:                     # dampening is 0 here, so g is unscaled
                 d = xp.multiply(buf, momentum)
                 xp.add(d, g, out=d)
+                owned = True
             else:
-                d = xp.multiply(buf, -lr)
-                xp.add(w, d, out=w)
-                return
-        else:
-            d = g if owned else None
-            if d is None:
-                d = xp.multiply(g, -lr)
-                xp.add(w, d, out=w)
-                return
-        xp.multiply(d, -lr, out=d)
+                d, owned = buf, False
+        # p.add_(d, alpha=-lr), scaling in place when d is a temporary of ours
+        d = xp.multiply(d, -lr, out=d if owned else None)
         xp.add(w, d, out=w)
+
+
+def _effective_grad(xp, grad, w, weight_decay, maximize):
+    """(grad negated when maximizing, plus weight_decay * w; whether it is a temporary we own)."""
+    if weight_decay != 0:
+        g = xp.multiply(w, weight_decay)
+        (xp.subtract if maximize else xp.add)(g, grad, out=g)
+        return g, True
+    if maximize:
+        return xp.negative(grad), True
+    return grad, False
+
+
+def _momentum_buffer(xp, p, g, owned, state, momentum, dampening):
+    """buf = g on the first step, else momentum * buf + (1 - dampening) * g (in place)."""
+    buf_t = state.get("momentum_buffer")
+    if buf_t is None:
+        state["momentum_buffer"] = copy_state(p, g)
+        return state["momentum_buffer"]._data
+    buf = buf_t._data
+    xp.multiply(buf, momentum, out=buf)
+    scale = 1.0 - dampening
+    if scale != 1.0:
+        g = xp.multiply(g, scale, out=g if owned else None)
+    xp.add(buf, g, out=buf)
+    return buf

@@ -1,0 +1,51 @@
+"""Linear layers: `Identity` and `Linear` (y = x W^T + b), initialised like torch."""
+import math
+
+from ...ops.creation import empty
+from ...tensor import Parameter
+from .. import functional as F
+from .. import init
+from ..module import Module
+
+__all__ = ["Identity", "Linear"]
+
+
+class Identity(Module):
+    """Returns its input; accepts and ignores any constructor arguments (as torch does)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    """`y = x @ weight.T + bias` with weight of shape (out_features, in_features).
+
+    Initialisation is torch's: weight ~ kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)),
+    and bias ~ U(-1/sqrt(in), 1/sqrt(in))."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = Parameter(empty(out_features, in_features, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

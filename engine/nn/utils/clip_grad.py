@@ -1,0 +1,87 @@
+"""Gradient clipping: `clip_grad_norm_` and `clip_grad_value_` (torch.nn.utils semantics).
+
+Both work on the gradients' backend arrays in place (no autograd, nothing recorded). The total norm
+is the `norm_type`-norm of the per-gradient norms, accumulated in float32 (float64 when every
+gradient is float64) and kept on the device of the first gradient, so nothing waits for the GPU
+unless `error_if_nonfinite=True` asks for a check. Gradients are then scaled by
+min(1, max_norm / (total_norm + 1e-6)), as torch does.
+"""
+import math
+
+import numpy as np
+
+from ...backend import dtypes, to_device, xp_of
+from ...tensor import Tensor
+
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+
+
+def _grads(parameters):
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    return [p.grad for p in parameters if p.grad is not None]
+
+
+def _as_float(a, acc):
+    return a if a.dtype == acc else a.astype(acc)
+
+
+def _array_norm(xp, a, p, acc):
+    """The p-norm of a whole array as a 0-d array of dtype `acc`."""
+    if a.size == 0:
+        return xp.zeros((), dtype=acc)
+    a = _as_float(a, acc)
+    if p == 2.0:
+        flat = a.reshape(-1)
+        return xp.sqrt(xp.dot(flat, flat))
+    if p == 1.0:
+        return xp.sum(xp.abs(a), dtype=acc)
+    if p == math.inf:
+        return xp.max(xp.abs(a))
+    if p == -math.inf:
+        return xp.min(xp.abs(a))
+    if p == 0.0:
+        return xp.asarray(xp.count_nonzero(a), dtype=acc)
+    return xp.sum(xp.abs(a) ** p, dtype=acc) ** (1.0 / p)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Scale all gradients so that their joint `norm_type`-norm is at most `max_norm`.
+
+    Returns the total norm (before clipping) as a 0-d tensor. `foreach` is accepted for torch
+    compatibility; every path here is already one in-place ufunc per gradient.
+    """
+    grads = _grads(parameters)
+    norm_type = float(norm_type)
+    max_norm = float(max_norm)
+    if not grads:
+        from ...ops.creation import tensor
+
+        return tensor(0.0)
+    acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in grads) else dtypes.float32.np
+    dev = grads[0]._device
+    xp = xp_of(grads[0]._data)
+    norms = [to_device(_array_norm(xp_of(g._data), g._data, norm_type, acc), dev) for g in grads]
+    total = _array_norm(xp, xp.stack(norms), norm_type, acc)
+    if error_if_nonfinite and not bool(xp.isfinite(total)):
+        raise RuntimeError(
+            f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it "
+            "cannot be clipped. To disable this error and scale the gradients by the non-finite norm "
+            "anyway, set `error_if_nonfinite=False`"
+        )
+    coef = xp.minimum(max_norm / (total + 1e-6), 1.0).astype(acc)
+    with np.errstate(invalid="ignore"):  # a non-finite norm scales to nan, silently as in torch
+        for g in grads:
+            a = g._data
+            xp_of(a).multiply(a, to_device(coef, g._device), out=a, casting="unsafe")
+            g._bump_version()
+    return Tensor._make(xp.asarray(total, dtype=acc), dev)
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp every gradient element into [-clip_value, clip_value] in place."""
+    clip_value = float(clip_value)
+    for g in _grads(parameters):
+        a = g._data
+        xp_of(a).clip(a, -clip_value, clip_value, out=a)
+        g._bump_version()

@@ -1,0 +1,107 @@
+"""Adam (L2 weight decay folded into the gradient) and AdamW (decoupled weight decay).
+
+Same formulas as torch.optim.Adam / AdamW (single-tensor path), with t the step count:
+    AdamW only: p *= 1 - lr * weight_decay
+    g = grad (negated when maximize); Adam only: g += weight_decay * p
+    m += (1 - beta1) * (g - m)                  # torch's exp_avg.lerp_(g, 1 - beta1)
+    v = beta2 * v + (1 - beta2) * g * g
+    amsgrad: v_max = max(v_max, v), used instead of v below
+    denom = sqrt(v) / sqrt(1 - beta2**t) + eps
+    p -= (lr / (1 - beta1**t)) * m / denom
+"""
+from ..backend import xp_of
+from .optimizer import Optimizer, check_number, zeros_state
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, *, maximize=False):
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        amsgrad=amsgrad, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _check_group(self, group):
+        group["lr"] = check_number("learning rate", group["lr"])
+        check_number("epsilon value", group["eps"])
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        check_number("beta parameter at index 0", betas[0], 0.0, 1.0)
+        check_number("beta parameter at index 1", betas[1], 0.0, 1.0)
+        check_number("weight_decay value", group["weight_decay"])
+        group["betas"] = tuple(float(b) for b in betas)
+
+    def _update(self, group, p, grad, state):
+        xp = xp_of(grad)
+        w = p._data
+        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+        beta1, beta2 = group["betas"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = zeros_state(p)
+            state["exp_avg_sq"] = zeros_state(p)
+            if group["amsgrad"]:
+                state["max_exp_avg_sq"] = zeros_state(p)
+        elif group["amsgrad"] and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = zeros_state(p)
+        state["step"] = step = state["step"] + 1
+        m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+
+        if wd != 0 and self._decoupled:
+            xp.multiply(w, 1.0 - lr * wd, out=w)
+        if wd != 0 and not self._decoupled:
+            g = xp.multiply(w, wd)
+            if group["maximize"]:
+                xp.subtract(g, grad, out=g)
+            else:
+                xp.add(g, grad, out=g)
+        elif group["maximize"]:
+            g = xp.negative(grad)
+        else:
+            g = grad
+
+        tmp = xp.subtract(g, m)                     # the one temporary: lerp, then g*g, then the update
+        _lerp_into(xp, m, g, tmp, 1.0 - beta1)
+        xp.multiply(g, 1.0 - beta2, out=tmp)        # addcmul: (value * g) * g, as torch rounds it
+        xp.multiply(tmp, g, out=tmp)
+        xp.multiply(v, beta2, out=v)
+        xp.add(v, tmp, out=v)
+
+        if group["amsgrad"]:
+            vmax = state["max_exp_avg_sq"]._data
+            xp.maximum(vmax, v, out=vmax)
+            v = vmax
+        bias_correction1 = 1.0 - beta1 ** step
+        bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
+        step_size = lr / bias_correction1
+        xp.sqrt(v, out=tmp)
+        xp.divide(tmp, bias_correction2_sqrt, out=tmp)
+        xp.add(tmp, eps, out=tmp)
+        xp.divide(m, tmp, out=tmp)
+        xp.multiply(tmp, -step_size, out=tmp)
+        xp.add(w, tmp, out=w)
+
+
+def _lerp_into(xp, m, g, diff, weight):
+    """m = lerp(m, g, weight) with torch's two-branch formula; `diff` holds g - m (clobbered)."""
+    if abs(weight) < 0.5:
+        xp.multiply(diff, weight, out=diff)
+        xp.add(m, diff, out=m)
+    else:
+        xp.multiply(diff, 1.0 - weight, out=diff)
+        xp.subtract(g, diff, out=m)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, maximize=maximize)

@@ -1,0 +1,122 @@
+"""Parity cases for engine/ops/conv.py: conv1d/conv2d (stride, padding incl. 'same', dilation,
+groups, depthwise, no bias), avg/max/adaptive pools, interpolate (nearest, bilinear with both
+align_corners), pad (constant with negative crops, reflect, replicate, circular)."""
+from harness import Input as I, OpCase
+
+
+def _nf(m):
+    return m.nn.functional
+
+
+CASES = []
+
+
+def conv(name, x, w, b=True, **kw):
+    if b:
+        CASES.append(OpCase("conv2d", lambda m, a, ww, bb: _nf(m).conv2d(a, ww, bb, **kw),
+                            [I(x), I(w), I((w[0],))], name=name))
+    else:
+        CASES.append(OpCase("conv2d", lambda m, a, ww: _nf(m).conv2d(a, ww, **kw), [I(x), I(w)], name=name))
+
+
+conv("basic", (2, 3, 6, 5), (4, 3, 3, 3))
+conv("nobias", (2, 3, 6, 5), (4, 3, 3, 3), b=False)
+conv("stride", (2, 3, 7, 8), (4, 3, 3, 2), stride=2)
+conv("stride-pad", (1, 2, 7, 6), (3, 2, 3, 3), stride=(2, 3), padding=(1, 2))
+conv("dilation", (2, 2, 8, 7), (3, 2, 3, 2), dilation=(2, 1), padding=1)
+conv("groups", (2, 4, 5, 5), (6, 2, 3, 3), groups=2, padding=1)
+conv("depthwise", (2, 3, 6, 6), (6, 1, 3, 3), groups=3, stride=2, padding=1)
+conv("same", (1, 2, 5, 6), (3, 2, 4, 3), padding="same", dilation=(1, 2))
+conv("valid", (1, 2, 5, 6), (3, 2, 2, 2), padding="valid")
+conv("1x1", (3, 4, 4, 3), (5, 4, 1, 1), b=False)
+conv("all", (2, 4, 9, 8), (4, 2, 3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2), groups=2)
+CASES += [
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w, padding=1), [I((2, 3, 5, 4), noncontig=True), I((2, 3, 3, 3))],
+           name="noncontig"),
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w), [I((3, 5, 4)), I((2, 3, 2, 2))], name="unbatched"),
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w), [I((0, 3, 5, 4)), I((2, 3, 2, 2))], name="empty-batch",
+           gradcheck=False),
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w, padding=1), [I((1, 2, 4, 4), "float64"), I((3, 2, 3, 3), "float64")],
+           name="float64"),
+    OpCase("conv1d", lambda m, a, w, b: _nf(m).conv1d(a, w, b, stride=2, padding=1), [I((2, 3, 9)), I((4, 3, 3)), I((4,))]),
+    OpCase("conv1d", lambda m, a, w: _nf(m).conv1d(a, w, padding="same", dilation=2, groups=3),
+           [I((2, 3, 7)), I((6, 1, 3))], name="same-groups"),
+    OpCase("conv1d", lambda m, a, w: _nf(m).conv1d(a, w), [I((3, 7)), I((2, 3, 3))], name="unbatched"),
+]
+
+# double backward: the gradient of conv2d's gradient, differentiated again (create_graph=True)
+def _double(m, a, w):
+    with m.enable_grad():  # gradcheck evaluates its finite differences under no_grad
+        y = _nf(m).conv2d(a, w, stride=2, padding=1, groups=2)
+        ga, gw = m.autograd.grad((y * y).sum(), [a, w], create_graph=True)
+    return ga, gw
+
+
+CASES.append(OpCase("conv2d", _double, [I((1, 4, 5, 5)), I((4, 2, 3, 3))], name="double-backward"))
+
+# ------------------------------------------------------------------ pools
+P = (2, 3, 7, 6)
+CASES += [
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 2), [I(P)]),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 3, stride=2, padding=1), [I(P)], name="pad"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 3, 2, 1, count_include_pad=False), [I(P)], name="nocount"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, (3, 2), 2, (1, 0), ceil_mode=True), [I(P)], name="ceil"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 3, 2, 1, ceil_mode=True, count_include_pad=False), [I(P)],
+           name="ceil-nocount"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 2, divisor_override=3), [I(P, noncontig=True)], name="divisor"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 2, 1), [I((3, 4, 5))], name="unbatched"),
+    # distinct values: no ties, so the argmax and its finite differences are well defined
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 2), [I(P, kind="distinct")]),
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 3, 2, 1), [I(P, kind="distinct")], name="pad"),
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 3, 2, 1, dilation=2, ceil_mode=True),
+           [I((2, 2, 9, 8), kind="distinct")], name="dilation-ceil"),
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, (2, 3), (1, 2), return_indices=True),
+           [I(P, kind="distinct", noncontig=True)], name="indices"),
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 2, 1, 1, return_indices=True),
+           [I((3, 4, 5), kind="distinct")], name="unbatched"),
+    OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, (3, 2)), [I((2, 3, 6, 4))], name="divisible"),
+    OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, (4, 3)), [I((2, 3, 7, 5))], name="uneven"),
+    OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, 1), [I((2, 3, 5, 5), noncontig=True)],
+           name="global"),
+    OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, (None, 5)), [I((2, 3, 4))],
+           name="none-upsample"),
+]
+
+# ------------------------------------------------------------------ interpolate
+X = (2, 3, 5, 4)
+for nm, kw in [
+    ("nearest-size", dict(size=(8, 7))),
+    ("nearest-down", dict(size=(3, 3))),
+    ("nearest-x2", dict(scale_factor=2)),
+    ("nearest-scale", dict(scale_factor=(1.7, 0.6))),
+    ("bilinear-size", dict(size=(9, 6), mode="bilinear")),
+    ("bilinear-ac", dict(size=(9, 6), mode="bilinear", align_corners=True)),
+    ("bilinear-down", dict(size=(3, 2), mode="bilinear", align_corners=False)),
+    ("bilinear-down-ac", dict(size=(3, 1), mode="bilinear", align_corners=True)),
+    ("bilinear-scale", dict(scale_factor=1.5, mode="bilinear")),
+    ("bilinear-scale-recompute", dict(scale_factor=1.3, mode="bilinear", recompute_scale_factor=True)),
+]:
+    CASES.append(OpCase("interpolate", lambda m, a, kw=kw: _nf(m).interpolate(a, **kw), [I(X)], name=nm))
+CASES += [
+    OpCase("interpolate", lambda m, a: _nf(m).interpolate(a, size=6, mode="bilinear"), [I(X, noncontig=True)],
+           name="noncontig"),
+    # H stays 3 (floor(3 * 1.3)): torch copies that axis rather than applying the 1/1.3 scale
+    OpCase("interpolate", lambda m, a: _nf(m).interpolate(a, scale_factor=1.3, mode="bilinear"), [I((1, 2, 3, 5))],
+           name="bilinear-same-axis"),
+]
+
+# ------------------------------------------------------------------ pad
+CASES += [
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (1, 2)), [I((3, 4))], name="last"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (1, 0, 2, 3), value=1.5), [I((2, 3, 4))], name="value"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (-1, 2, 1, -2)), [I((2, 3, 4), noncontig=True)], name="negative"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (0, 0, 0, 0, 1, 1)), [I((2, 3, 4))], name="leading"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (1, 1)), [I((2, 3), "int64", "int", -5, 5)], name="int"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (1, 1)), [I((0, 3))], name="empty", gradcheck=False),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (2, 1, 1, 2), mode="reflect"), [I((2, 3, 4, 5))], name="reflect"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (3, 1), mode="reflect"), [I((2, 3, 5))], name="reflect1d"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (2, 3, 0, 1), mode="replicate"), [I((2, 3, 4, 5))], name="replicate"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (2, 1, 1, 3), mode="circular"), [I((1, 2, 4, 5))], name="circular"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (2, -1, -2, 1), mode="circular"), [I((1, 2, 4, 5))], name="circular-crop"),
+    OpCase("pad", lambda m, a: _nf(m).pad(a, (-1, 2, 0, 1), mode="replicate"), [I((1, 2, 4, 5))], name="replicate-crop"),
+]

@@ -1,0 +1,71 @@
+"""Parity cases for engine/ops/linalg.py: matmul in all of torch's shape regimes (1-D, batched,
+broadcast batch dims, non-contiguous), mm/bmm/addmm/baddbmm, dot/outer, einsum, F.linear."""
+from harness import Input as I, OpCase
+
+CASES = []
+
+
+def _mm(shapes, name, noncontig=(False, False), dtype="float32", kind="normal", **kw):
+    ins = [I(s, dtype, kind, -4, 5, noncontig=nc) for s, nc in zip(shapes, noncontig)]
+    return OpCase("matmul", lambda m, a, b: m.matmul(a, b), ins, name=name, **kw)
+
+
+CASES += [
+    _mm([(4,), (4,)], "dot1d"),
+    _mm([(4,), (4, 3)], "vec-mat"),
+    _mm([(4,), (2, 4, 3)], "vec-batched"),
+    _mm([(3, 4), (4,)], "mat-vec"),
+    _mm([(2, 3, 4), (4,)], "batched-vec"),
+    _mm([(3, 4), (4, 5)], "2d"),
+    _mm([(2, 3, 4), (4, 5)], "3d-2d"),
+    _mm([(3, 4), (2, 4, 5)], "2d-3d"),
+    _mm([(2, 1, 3, 4), (5, 4, 2)], "bcast-batch"),
+    _mm([(1, 3, 4), (2, 4, 2)], "bcast-size1"),
+    _mm([(3, 4), (4, 5)], "noncontig", noncontig=(True, True)),
+    _mm([(2, 3, 4), (2, 4, 5)], "noncontig3d", noncontig=(True, False)),
+    _mm([(0, 3), (3, 2)], "empty", gradcheck=False),  # no elements to perturb
+    _mm([(3, 4), (4, 2)], "int64", dtype="int64", kind="int"),
+    _mm([(3, 4), (4, 2)], "float64", dtype="float64"),
+    OpCase("matmul", lambda m, a, b: a @ b, [I((2, 3, 4)), I((4, 2))], name="operator"),
+    OpCase("mm", lambda m, a, b: m.mm(a, b), [I((3, 4)), I((4, 5))]),
+    OpCase("mm", lambda m, a, b: a.mm(b), [I((3, 4), noncontig=True), I((4, 5))], name="noncontig"),
+    OpCase("bmm", lambda m, a, b: m.bmm(a, b), [I((2, 3, 4)), I((2, 4, 5))]),
+    OpCase("bmm", lambda m, a, b: a.bmm(b), [I((2, 3, 4), noncontig=True), I((2, 4, 5), noncontig=True)], name="noncontig"),
+    OpCase("addmm", lambda m, c, a, b: m.addmm(c, a, b), [I((3, 5)), I((3, 4)), I((4, 5))]),
+    OpCase("addmm", lambda m, c, a, b: m.addmm(c, a, b, beta=0.5, alpha=2.0), [I((5,)), I((3, 4)), I((4, 5))], name="scaled-bcast"),
+    OpCase("addmm", lambda m, c, a, b: c.addmm(a, b, beta=0), [I((3, 5)), I((3, 4)), I((4, 5))], name="beta0"),
+    OpCase("baddbmm", lambda m, c, a, b: m.baddbmm(c, a, b), [I((2, 3, 5)), I((2, 3, 4)), I((2, 4, 5))]),
+    OpCase("baddbmm", lambda m, c, a, b: m.baddbmm(c, a, b, beta=0.0, alpha=0.125), [I((2, 3, 5)), I((2, 3, 4)), I((2, 4, 5))], name="attn-scale"),
+    OpCase("baddbmm", lambda m, c, a, b: c.baddbmm(a, b, beta=2, alpha=-1), [I((3, 1)), I((2, 3, 4)), I((2, 4, 5))], name="bcast"),
+    OpCase("dot", lambda m, a, b: m.dot(a, b), [I((5,)), I((5,))]),
+    OpCase("dot", lambda m, a, b: a.dot(b), [I((5,), "int64", "int", -3, 3), I((5,), "int64", "int", -3, 3)], name="int"),
+    OpCase("outer", lambda m, a, b: m.outer(a, b), [I((3,)), I((4,))]),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((2, 5, 4)), I((3, 4)), I((3,))]),
+    OpCase("linear", lambda m, x, w: m.nn.functional.linear(x, w), [I((6, 4)), I((3, 4))], name="nobias"),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((4,)), I((3, 4)), I((3,))], name="vec"),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((5, 4), noncontig=True), I((3, 4), noncontig=True), I((3,))], name="noncontig"),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((2, 3, 2, 4)), I((3, 4)), I((1,))], name="4d-bias1"),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((0, 4)), I((3, 4)), I((3,))], name="empty", gradcheck=False),
+    OpCase("linear", lambda m, x, w, b: m.nn.functional.linear(x, w, b), [I((2, 4), "float64"), I((3, 4), "float64"), I((3,), "float64")], name="float64"),
+]
+
+_EIN = [
+    ("ij,jk->ik", [(3, 4), (4, 5)], "mm"),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], "bmm"),
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)], "attn"),
+    ("ij,jk", [(3, 4), (4, 5)], "implicit"),
+    ("i,j->ij", [(3,), (4,)], "outer"),
+    ("ij->", [(3, 4)], "sum-all"),
+    ("ij->j", [(3, 4)], "sum-rows"),
+    ("ij->ji", [(3, 4)], "transpose"),
+    ("ii->i", [(4, 4)], "diag"),
+    ("ii", [(4, 4)], "trace"),
+    ("iij->j", [(3, 3, 2)], "diag-sum"),
+    ("ij,ik->j", [(3, 4), (3, 5)], "sum-only-in-one"),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)], "ellipsis-bcast"),
+    ("b...,b...->b", [(2, 3, 4), (2, 3, 4)], "ellipsis-middle"),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], "chain3"),
+]
+for eq, shapes, name in _EIN:
+    CASES.append(OpCase("einsum", lambda m, *ts, eq=eq: m.einsum(eq, *ts), [I(s) for s in shapes], name=name))
+CASES.append(OpCase("einsum", lambda m, a, b: m.einsum("ij,jk->ik", [a, b]), [I((3, 4), noncontig=True), I((4, 2))], name="list-noncontig"))

@@ -1,0 +1,203 @@
+"""Parity cases for engine/ops/nn_ops.py (softmax family, layer_norm, losses, normalize)."""
+import numpy as np
+import torch
+
+from harness import Input as I, OpCase
+
+CASES = []
+COVERED_ELSEWHERE = {"dropout": "tests/test_dropout.py::test_fraction_and_scale"}
+
+
+def _noweight(shape):
+    """A class-weight / pos_weight input: positive, no gradient (PyTorch does not differentiate it)."""
+    return I(shape, kind="positive", requires_grad=False)
+
+
+def _ids(value):
+    return I(value=np.asarray(value, dtype=np.int64), dtype="int64")
+
+
+def _mask(value):
+    return I(value=value, dtype="bool")
+
+
+def _target(shape, c, **kw):
+    return I(shape, "int64", "int", 0, c, **kw)
+
+
+# ------------------------------------------------------------------ softmax / log_softmax
+for op in ("softmax", "log_softmax"):
+    CASES += [
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1), [I((3, 5))], name="2d"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((2, 3, 4))], name="last"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I((4, 3))], name="dim0"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1), [I((2, 4, 3))], name="middle"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((3, 6), noncontig=True)], name="noncontig"),
+        OpCase(op, lambda m, x, op=op: getattr(x, op)(1), [I((2, 5, 3), noncontig=True)], name="method-noncontig"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((3, 1))], name="size1"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I((0, 3))], name="empty", gradcheck=False),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I(())], name="scalar"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x * 50, -1), [I((4, 7))], name="large-values"),
+        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1, dtype=m.float64), [I((3, 4))], name="dtype"),
+        OpCase(op, lambda m, x, op=op: getattr(m.nn.functional, op)(x, dim=-1), [I((3, 4))], name="F"),
+    ]
+
+
+# ------------------------------------------------------------------ fused attention softmax
+def _sms(m, x, mask, scale=0.5, fill=-10000.0):
+    if m is torch:
+        return torch.softmax((x * scale).masked_fill(mask, fill), -1)
+    return m.scale_mask_softmax(x, mask, scale, fill)
+
+
+_CAUSAL = np.triu(np.ones((5, 5), dtype=bool), 1)
+_FULL_ROW = np.array([[False, True, False], [True, True, True]])
+CASES += [
+    OpCase("scale_mask_softmax", _sms, [I((2, 3, 5, 5)), _mask(_CAUSAL)], name="causal"),
+    OpCase("scale_mask_softmax", lambda m, x, k: _sms(m, x, k, 1.0, float("-inf")),
+           [I((2, 5, 5)), _mask(_CAUSAL)], name="neg-inf"),
+    OpCase("scale_mask_softmax", _sms, [I((4, 2, 3)), _mask(_FULL_ROW)], name="fully-masked-row"),
+    OpCase("scale_mask_softmax", lambda m, x, k: _sms(m, x, k), [I((2, 5, 5), noncontig=True), _mask(_CAUSAL)],
+           name="noncontig"),
+    OpCase("scale_mask_softmax",
+           lambda m, x: m.softmax(x * 0.25, -1) if m is torch else m.scale_mask_softmax(x, scale=0.25),
+           [I((3, 6))], name="nomask"),
+    OpCase("scale_mask_softmax",
+           lambda m, x, a: m.softmax(x + a, -1) if m is torch else m.scale_mask_softmax(x, a),
+           [I((2, 3, 4)), I((3, 4), requires_grad=False)], name="additive"),
+]
+
+
+# ------------------------------------------------------------------ layer_norm
+def _ln(shape, *args, **kw):
+    return lambda m, x, *p: m.nn.functional.layer_norm(x, shape, *p, **kw)
+
+
+CASES += [
+    OpCase("layer_norm", _ln((6,)), [I((4, 6))], name="plain"),
+    OpCase("layer_norm", _ln((6,)), [I((2, 3, 6)), I((6,)), I((6,))], name="affine"),
+    OpCase("layer_norm", _ln((3, 4)), [I((2, 3, 4)), I((3, 4)), I((3, 4))], name="2d-shape"),
+    OpCase("layer_norm", lambda m, x, w: m.nn.functional.layer_norm(x, (5,), w), [I((3, 5)), I((5,))], name="weight-only"),
+    OpCase("layer_norm", lambda m, x, b: m.nn.functional.layer_norm(x, (5,), None, b), [I((3, 5)), I((5,))], name="bias-only"),
+    OpCase("layer_norm", _ln((4,), eps=1e-3), [I((3, 4), noncontig=True), I((4,)), I((4,))], name="noncontig-eps"),
+    OpCase("layer_norm", _ln((4,)), [I((1, 4)), I((4,)), I((4,))], name="one-row"),
+    OpCase("layer_norm", _ln((4,)), [I((0, 4)), I((4,)), I((4,))], name="empty", gradcheck=False),
+    OpCase("layer_norm", _ln((32,)), [I((3, 32)), I((32,)), I((32,))], name="wide"),
+]
+
+
+# ------------------------------------------------------------------ cross_entropy
+def _ce(**kw):
+    return lambda m, x, t, *w: m.nn.functional.cross_entropy(x, t, *w, **kw)
+
+
+_T_IGN = np.array([1, -100, 3, 0, -100, 2])
+_T_IGN_ALL = np.array([-100, -100])
+for red in ("mean", "sum", "none"):
+    CASES += [
+        OpCase("cross_entropy", _ce(reduction=red), [I((5, 4)), _target((5,), 4)], name=f"{red}"),
+        OpCase("cross_entropy", _ce(reduction=red), [I((6, 4)), _ids(_T_IGN)], name=f"{red}-ignore"),
+        OpCase("cross_entropy", _ce(reduction=red), [I((5, 4)), _target((5,), 4), _noweight((4,))],
+               name=f"{red}-weight"),
+        OpCase("cross_entropy", _ce(reduction=red), [I((6, 4)), _ids(_T_IGN), _noweight((4,))],
+               name=f"{red}-weight-ignore"),
+        OpCase("cross_entropy", _ce(reduction=red, label_smoothing=0.2), [I((6, 4)), _ids(_T_IGN)],
+               name=f"{red}-smooth-ignore"),
+        OpCase("cross_entropy", _ce(reduction=red, label_smoothing=0.1),
+               [I((6, 4)), _ids(_T_IGN), _noweight((4,))], name=f"{red}-smooth-weight-ignore"),
+        OpCase("cross_entropy", _ce(reduction=red), [I((2, 3, 4)), _target((2, 4), 3)], name=f"{red}-3d"),
+        OpCase("cross_entropy", _ce(reduction=red, label_smoothing=0.3),
+               [I((2, 3, 2, 2)), _target((2, 2, 2), 3), _noweight((3,))], name=f"{red}-4d-smooth-weight"),
+        OpCase("cross_entropy", _ce(reduction=red), [I((4, 5)), I((4, 5), kind="positive")], name=f"{red}-prob"),
+        OpCase("cross_entropy", _ce(reduction=red, label_smoothing=0.2),
+               [I((2, 3, 4)), I((2, 3, 4), kind="positive"), _noweight((3,))], name=f"{red}-prob-3d-smooth-weight"),
+    ]
+CASES += [
+    OpCase("cross_entropy", _ce(), [I((5, 4), noncontig=True), _target((5,), 4)], name="noncontig"),
+    OpCase("cross_entropy", _ce(ignore_index=2), [I((6, 4)), _target((6,), 4)], name="ignore-2"),
+    OpCase("cross_entropy", _ce(), [I((3, 1)), _ids(np.array([0, 0, 0]))], name="one-class"),
+    OpCase("cross_entropy", _ce(), [I((5, 4)), _target((5,), 4, noncontig=False)], name="F"),
+    OpCase("cross_entropy", lambda m, x, t: m.nn.functional.cross_entropy(x * 40, t), [I((3, 6)), _target((3,), 6)],
+           name="large-logits"),
+    OpCase("cross_entropy", _ce(reduction="sum"), [I((0, 4)), _ids(np.zeros(0, dtype=np.int64))],
+           name="empty-sum", gradcheck=False),
+    # all targets ignored: 'mean' is 0/0 = nan in both libraries
+    OpCase("cross_entropy", _ce(reduction="sum"), [I((2, 3)), _ids(_T_IGN_ALL)], name="all-ignored-sum"),
+]
+
+
+# ------------------------------------------------------------------ nll_loss
+def _nll(**kw):
+    return lambda m, x, t, *w: m.nn.functional.nll_loss(x, t, *w, **kw)
+
+
+for red in ("mean", "sum", "none"):
+    CASES += [
+        OpCase("nll_loss", _nll(reduction=red), [I((5, 4)), _target((5,), 4)], name=red),
+        OpCase("nll_loss", _nll(reduction=red), [I((6, 4)), _ids(_T_IGN), _noweight((4,))], name=f"{red}-weight-ignore"),
+        OpCase("nll_loss", _nll(reduction=red), [I((2, 3, 2, 2)), _target((2, 2, 2), 3)], name=f"{red}-4d"),
+    ]
+CASES += [
+    OpCase("nll_loss", _nll(), [I((4, 3), noncontig=True), _target((4,), 3)], name="noncontig"),
+    OpCase("nll_loss", lambda m, x, t: m.nn.functional.nll_loss(m.log_softmax(x, 1), t), [I((4, 5)), _target((4,), 5)],
+           name="composed"),
+]
+
+
+# ------------------------------------------------------------------ pointwise losses
+def _loss(name, **kw):
+    return lambda m, x, t, *w: getattr(m.nn.functional, name)(x, t, *w, **kw)
+
+
+for red in ("mean", "sum", "none"):
+    CASES += [
+        OpCase("mse_loss", _loss("mse_loss", reduction=red), [I((3, 4)), I((3, 4))], name=red),
+        OpCase("l1_loss", _loss("l1_loss", reduction=red), [I((3, 4)), I((3, 4))], name=red),
+        OpCase("smooth_l1_loss", _loss("smooth_l1_loss", reduction=red), [I((3, 4)), I((3, 4))], name=red),
+        OpCase("binary_cross_entropy", _loss("binary_cross_entropy", reduction=red),
+               [I((3, 4), kind="uniform", low=0.05, high=0.95), I((3, 4), kind="uniform")], name=red),
+        OpCase("binary_cross_entropy_with_logits", _loss("binary_cross_entropy_with_logits", reduction=red),
+               [I((3, 4)), I((3, 4), kind="uniform")], name=red),
+        OpCase("kl_div", _loss("kl_div", reduction=red), [I((3, 4)), I((3, 4), kind="positive")], name=red),
+    ]
+CASES += [
+    OpCase("mse_loss", _loss("mse_loss"), [I((3, 4), noncontig=True), I((3, 4))], name="noncontig"),
+    OpCase("mse_loss", _loss("mse_loss"), [I((2, 3, 4)), I((3, 4), requires_grad=False)], name="bcast"),
+    OpCase("mse_loss", _loss("mse_loss"), [I((3, 4)), I((3, 4), requires_grad=False)], name="target-nograd"),
+    OpCase("mse_loss", _loss("mse_loss", reduction="sum"), [I((0, 4)), I((0, 4))], name="empty", gradcheck=False),
+    OpCase("l1_loss", _loss("l1_loss"), [I((3, 4), noncontig=True), I((4,))], name="noncontig-bcast"),
+    OpCase("smooth_l1_loss", _loss("smooth_l1_loss", beta=0.5), [I((3, 4)), I((3, 4))], name="beta"),
+    OpCase("smooth_l1_loss", _loss("smooth_l1_loss", beta=0.0), [I((3, 4)), I((3, 4))], name="beta0"),
+    OpCase("binary_cross_entropy", _loss("binary_cross_entropy"),
+           [I((3, 4), kind="uniform", low=0.05, high=0.95), I((3, 4), kind="uniform"), _noweight((4,))],
+           name="weight"),
+    OpCase("binary_cross_entropy_with_logits", _loss("binary_cross_entropy_with_logits"),
+           [I((3, 4), noncontig=True), I((3, 4), kind="uniform"), _noweight((3, 4))], name="weight-noncontig"),
+    OpCase("binary_cross_entropy_with_logits",
+           lambda m, x, t, pw: m.nn.functional.binary_cross_entropy_with_logits(x, t, pos_weight=pw),
+           [I((3, 4)), I((3, 4), kind="uniform"), _noweight((4,))], name="pos-weight"),
+    OpCase("binary_cross_entropy_with_logits",
+           lambda m, x, t, w, pw: m.nn.functional.binary_cross_entropy_with_logits(x * 30, t, w, reduction="sum",
+                                                                                 pos_weight=pw),
+           [I((2, 5)), I((2, 5), kind="uniform"), _noweight((5,)), _noweight((5,))], name="large-weight-pos"),
+    OpCase("kl_div", _loss("kl_div", reduction="batchmean"), [I((3, 4)), I((3, 4), kind="positive")], name="batchmean"),
+    OpCase("kl_div", _loss("kl_div", reduction="sum", log_target=True), [I((3, 4)), I((3, 4))], name="log-target"),
+]
+
+
+# ------------------------------------------------------------------ normalize / cosine_similarity
+CASES += [
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x), [I((3, 4))], name="default"),
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, dim=-1), [I((2, 3, 4), noncontig=True)], name="last"),
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=1, dim=0), [I((3, 4))], name="p1"),
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=3, dim=1), [I((3, 4))], name="p3"),
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=float("inf"), dim=1), [I((3, 4), kind="distinct")],
+           name="pinf"),
+    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x * 1e-14, dim=1), [I((3, 4))], name="clamped",
+           gradcheck=False),  # values ~1e-14: finite differences at eps=1e-6 are meaningless
+    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b), [I((3, 4)), I((3, 4))]),
+    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b, dim=-1),
+           [I((2, 3, 4), noncontig=True), I((3, 4))], name="bcast-noncontig"),
+    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b, dim=0), [I((5,)), I((5,))],
+           name="1d"),
+]

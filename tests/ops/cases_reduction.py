@@ -1,0 +1,132 @@
+"""Parity cases for engine/ops/reduction.py (reductions, scans, selections)."""
+import math
+
+from harness import Input as I, OpCase
+
+F = I((3, 4, 5))
+NC = I((3, 4, 5), noncontig=True)
+D = I((3, 4, 5), kind="distinct")  # distinct values: max/sort/topk have one answer and a gradient
+DNC = I((3, 4, 5), kind="distinct", noncontig=True)
+INT = I((3, 4), "int64", "int", -5, 5)
+BOOL = I((3, 4), "bool", "bool")
+POS = I((3, 4), kind="positive")
+
+CASES = [
+    # sum
+    OpCase("sum", lambda m, a: m.sum(a), [F]),
+    OpCase("sum", lambda m, a: a.sum(1), [NC], name="dim"),
+    OpCase("sum", lambda m, a: a.sum((0, -1), keepdim=True), [NC], name="tuple-keepdim"),
+    OpCase("sum", lambda m, a: a.sum(-2), [F], name="neg"),
+    OpCase("sum", lambda m, a: a.sum(dim=1, dtype=m.float64), [F], name="dtype"),
+    OpCase("sum", lambda m, a: a.sum(1), [INT], name="int"),
+    OpCase("sum", lambda m, a: a.sum(), [BOOL], name="bool"),
+    OpCase("sum", lambda m, a: a.sum(0, dtype=m.int32), [I((3, 4), "int32", "int", -5, 5)], name="int32-dtype"),
+    OpCase("sum", lambda m, a: a.sum(1), [I((3, 0))], name="empty", gradcheck=False),
+    OpCase("sum", lambda m, a: a.sum(0), [I(())], name="0d"),
+    OpCase("sum", lambda m, a: a.sum(1), [I((2, 1, 3))], name="size1"),
+    # mean
+    OpCase("mean", lambda m, a: m.mean(a), [F]),
+    OpCase("mean", lambda m, a: a.mean((1, 2)), [NC], name="tuple"),
+    OpCase("mean", lambda m, a: a.mean(-1, keepdim=True), [F], name="keepdim"),
+    OpCase("mean", lambda m, a: a.mean(0, dtype=m.float64), [F], name="dtype"),
+    OpCase("mean", lambda m, a: a.mean(dtype=m.float32), [INT], name="int-dtype"),
+    OpCase("mean", lambda m, a: a.mean(1), [I((3, 0))], name="empty", backward=False),
+    # var / std
+    OpCase("var", lambda m, a: m.var(a), [F]),
+    OpCase("var", lambda m, a: a.var(1, keepdim=True), [NC], name="dim-keepdim"),
+    OpCase("var", lambda m, a: a.var((0, 2), unbiased=False), [F], name="biased"),
+    OpCase("var", lambda m, a: a.var(-1, correction=0), [F], name="correction"),
+    OpCase("var", lambda m, a: m.var(a, False), [F], name="positional-unbiased"),
+    OpCase("std", lambda m, a: m.std(a), [F]),
+    OpCase("std", lambda m, a: a.std(-1, keepdim=True), [NC], name="dim-keepdim"),
+    OpCase("std", lambda m, a: a.std(0, unbiased=False), [F], name="biased"),
+    OpCase("std", lambda m, a: a.std(1, correction=2), [F], name="correction"),
+    OpCase("var_mean", lambda m, a: m.var_mean(a, 1), [F]),
+    OpCase("std_mean", lambda m, a: m.std_mean(a, (0, 1), keepdim=True), [NC]),
+    # prod
+    OpCase("prod", lambda m, a: m.prod(a), [I((2, 3), kind="positive")]),
+    OpCase("prod", lambda m, a: a.prod(1), [I((3, 4), kind="unit", noncontig=True)], name="dim"),
+    OpCase("prod", lambda m, a: a.prod(-1, keepdim=True), [F], name="keepdim"),
+    OpCase("prod", lambda m, a: a.prod(0), [INT], name="int"),
+    OpCase("prod", lambda m, a: a.prod(1), [I((3, 4), value=[[1.0, 0.0, 2.0, 3.0], [0.0, 0.0, 1.5, 2.0], [1.0, 2.0, 3.0, 4.0]])], name="zeros"),
+    OpCase("prod", lambda m, a: a.prod(), [I((4,), value=[2.0, 0.0, 3.0, -1.0])], name="zero-all"),
+    OpCase("prod", lambda m, a: a.prod(1, dtype=m.float64), [POS], name="dtype"),
+    # max / min
+    OpCase("max", lambda m, a: m.max(a), [D]),
+    OpCase("max", lambda m, a: m.max(a, 1), [DNC], name="dim"),
+    OpCase("max", lambda m, a: a.max(dim=-1, keepdim=True), [D], name="keepdim"),
+    OpCase("max", lambda m, a: a.max(0)[0], [D], name="values"),
+    OpCase("max", lambda m, a, b: m.max(a, b), [I((3, 4), kind="distinct"), I((4,), kind="distinct")], name="binary"),
+    OpCase("max", lambda m, a: a.max(1), [INT], name="int"),
+    OpCase("max", lambda m, a: a.max(), [I((5,), value=[1.0, 3.0, 3.0, -2.0, 3.0])], name="ties", gradcheck=False),  # kink at ties
+    OpCase("max", lambda m, a: a.max(0), [I(())], name="0d"),
+    OpCase("min", lambda m, a: m.min(a), [D]),
+    OpCase("min", lambda m, a: a.min(-2), [DNC], name="dim"),
+    OpCase("min", lambda m, a: a.min(1, True), [D], name="keepdim"),
+    OpCase("min", lambda m, a, b: a.min(b), [I((3, 4), kind="distinct"), I((3, 4), kind="distinct")], name="binary"),
+    OpCase("min", lambda m, a: a.min(), [INT], name="int"),
+    OpCase("amax", lambda m, a: m.amax(a, (0, 2)), [DNC]),
+    OpCase("amax", lambda m, a: a.amax(-1, keepdim=True), [D], name="keepdim"),
+    OpCase("amax", lambda m, a: a.amax(), [D], name="all"),
+    OpCase("amax", lambda m, a: a.amax(1), [I((2, 3), value=[[1.0, 2.0, 2.0], [0.5, 0.5, 0.5]])], name="ties", gradcheck=False),  # kink at ties
+    OpCase("amax", lambda m, a: a.amax(0), [INT], name="int"),
+    OpCase("amin", lambda m, a: m.amin(a, 1), [DNC]),
+    OpCase("amin", lambda m, a: a.amin((0, 1), keepdim=True), [D], name="keepdim"),
+    OpCase("argmax", lambda m, a: m.argmax(a), [D]),
+    OpCase("argmax", lambda m, a: a.argmax(1), [DNC], name="dim"),
+    OpCase("argmax", lambda m, a: a.argmax(-1, keepdim=True), [D], name="keepdim"),
+    OpCase("argmax", lambda m, a: a.argmax(0), [INT], name="int"),
+    OpCase("argmin", lambda m, a: m.argmin(a), [D]),
+    OpCase("argmin", lambda m, a: a.argmin(dim=-2, keepdim=True), [DNC], name="dim"),
+    # logsumexp
+    OpCase("logsumexp", lambda m, a: m.logsumexp(a, 1), [F]),
+    OpCase("logsumexp", lambda m, a: a.logsumexp((0, -1), keepdim=True), [NC], name="tuple-keepdim"),
+    OpCase("logsumexp", lambda m, a: a.logsumexp(1), [I((3, 4), kind="uniform", low=80, high=100)], name="large"),
+    OpCase("logsumexp", lambda m, a: a.logsumexp(0), [INT], name="int"),
+    OpCase("logsumexp", lambda m, a: a.logsumexp(1), [I((3, 0))], name="empty", gradcheck=False),
+    # norm
+    OpCase("norm", lambda m, a: m.norm(a), [F]),
+    OpCase("norm", lambda m, a: a.norm(2, dim=1), [NC], name="p2-dim"),
+    OpCase("norm", lambda m, a: a.norm("fro", dim=(0, 1), keepdim=True), [F], name="fro"),
+    OpCase("norm", lambda m, a: a.norm(1, dim=-1), [F], name="p1"),
+    OpCase("norm", lambda m, a: a.norm(math.inf), [D], name="inf"),
+    OpCase("norm", lambda m, a: a.norm(-math.inf, dim=1), [D], name="-inf"),
+    OpCase("norm", lambda m, a: a.norm(3, dim=0), [F], name="p3"),
+    OpCase("norm", lambda m, a: a.norm(0.5), [POS], name="p0.5"),
+    OpCase("norm", lambda m, a: a.norm(dim=1), [I((2, 3), value=[[0.0, 0.0, 0.0], [1.0, 2.0, 2.0]])], name="zero-row", gradcheck=False),  # not differentiable at 0
+    # logical
+    OpCase("all", lambda m, a: m.all(a), [BOOL]),
+    OpCase("all", lambda m, a: a.all(1, keepdim=True), [BOOL], name="dim"),
+    OpCase("all", lambda m, a: a.all(-1), [INT], name="int"),
+    OpCase("all", lambda m, a: a.all(), [I((0,), "bool", "bool")], name="empty"),
+    OpCase("any", lambda m, a: m.any(a), [BOOL]),
+    OpCase("any", lambda m, a: a.any(0), [F], name="float"),
+    OpCase("count_nonzero", lambda m, a: m.count_nonzero(a), [INT]),
+    OpCase("count_nonzero", lambda m, a: a.count_nonzero((0, 1)), [I((2, 3, 4), "int64", "int", -1, 2)], name="dims"),
+    # scans
+    OpCase("cumsum", lambda m, a: m.cumsum(a, 1), [F]),
+    OpCase("cumsum", lambda m, a: a.cumsum(-1), [NC], name="neg"),
+    OpCase("cumsum", lambda m, a: a.cumsum(0), [INT], name="int"),
+    OpCase("cumsum", lambda m, a: a.cumsum(0), [BOOL], name="bool"),
+    OpCase("cumsum", lambda m, a: a.cumsum(1, dtype=m.float64), [F], name="dtype"),
+    OpCase("cumsum", lambda m, a: a.cumsum(0), [I(())], name="0d"),
+    OpCase("cumprod", lambda m, a: m.cumprod(a, 1), [I((3, 4), kind="positive")]),
+    OpCase("cumprod", lambda m, a: a.cumprod(-1), [I((3, 4), kind="unit", noncontig=True)], name="neg"),
+    OpCase("cumprod", lambda m, a: a.cumprod(0), [INT], name="int"),
+    OpCase("cumprod", lambda m, a: a.cumprod(1), [I((2, 4), value=[[1.5, 0.0, 2.0, 3.0], [0.0, 2.0, 0.0, 2.0]])], name="zeros"),
+    # topk / sort / argsort
+    OpCase("topk", lambda m, a: m.topk(a, 2), [D]),
+    OpCase("topk", lambda m, a: a.topk(3, dim=1, largest=False), [DNC], name="smallest"),
+    OpCase("topk", lambda m, a: a.topk(1, 0).values, [D], name="values"),
+    OpCase("topk", lambda m, a: a.topk(5, -1), [D], name="all"),
+    OpCase("topk", lambda m, a: a.topk(0, -1), [D], name="k0"),
+    OpCase("topk", lambda m, a: a.topk(2), [I((6,), "int64", "int", -100, 100, value=[5, -3, 9, 0, 7, 1])], name="int"),
+    OpCase("sort", lambda m, a: m.sort(a), [D]),
+    OpCase("sort", lambda m, a: a.sort(1, descending=True), [DNC], name="desc"),
+    OpCase("sort", lambda m, a: a.sort(dim=0, stable=True), [I((8,), value=[3.0, 1.0, 2.0, 1.0, 3.0, 0.0, 2.0, 1.0])], name="stable-ties", gradcheck=False),  # ties: kinks
+    OpCase("sort", lambda m, a: a.sort(dim=0, descending=True, stable=True), [I((8,), "int64", value=[3, 1, 2, 1, 3, 0, 2, 1])], name="stable-desc-int"),
+    OpCase("sort", lambda m, a: a.sort(-1), [I((3, 0))], name="empty"),
+    OpCase("argsort", lambda m, a: m.argsort(a), [D]),
+    OpCase("argsort", lambda m, a: a.argsort(0, descending=True), [DNC], name="desc"),
+    OpCase("argsort", lambda m, a: a.argsort(), [BOOL], name="bool"),
+]
