@@ -188,7 +188,7 @@ class Tensor:
             self._acc_ref = weakref.ref(acc)
         return (acc, 0)
 
-    def _accumulate_grad(self, grad):
+    def _accumulate_grad(self, grad, adoptable=False):
         if self._leaf_hooks:
             for hook in list(self._leaf_hooks):
                 res = hook(grad)
@@ -197,8 +197,12 @@ class Tensor:
         if _leaf_grad_hook is not None:
             grad = _leaf_grad_hook(self, grad)
         if self.grad is None:
-            # a gradient may be shared with another leaf or a retained output: own a copy
-            self.grad = grad.clone() if grad.grad_fn is None else grad
+            # A gradient may share its array with another leaf's gradient, a retained output or
+            # a user's tensor: then .grad gets its own copy. A fresh array that nothing else
+            # holds (the common case: the output of the last backward op) is adopted as is.
+            if grad.grad_fn is None and not adoptable:
+                grad = grad.clone()
+            self.grad = grad
         elif grad.grad_fn is None and self.grad.grad_fn is None:
             self.grad._data += grad._data
             self.grad._vc[0] += 1
@@ -348,6 +352,7 @@ class Tensor:
 
 
 _leaf_grad_hook = None
+
 
 
 def set_leaf_grad_hook(fn):

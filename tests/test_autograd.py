@@ -219,3 +219,28 @@ def test_detach_shares_storage_and_drops_history():
     with flow.no_grad():
         d.zero_() if hasattr(d, "zero_") else d.mul_(0)
     assert float(abs(y.detach()).sum()) == 0.0
+
+
+def test_leaf_gradients_never_alias_and_fresh_ones_are_adopted():
+    y, _ = pair((3,))
+    z, _ = pair((3,), 1)
+    (y + z).exp().sum().backward()  # Add hands the same fresh gradient to both leaves
+    assert not np.shares_memory(y.grad.numpy(), z.grad.numpy())
+    before = z.grad.numpy().copy()
+    with flow.no_grad():
+        y.grad.mul_(0)
+    np.testing.assert_array_equal(z.grad.numpy(), before)
+
+    x, _ = pair((3, 4))
+    w, _ = pair((4, 5), 1)
+    (x @ w).sum().backward()
+    assert x.grad.numpy().base is None and w.grad.numpy().base is None
+
+    g = flow.ones(3, 4)
+    x2, _ = pair((3, 4))
+    (x2 * 1).backward(g)  # Mul's grad is new; but a user-held gradient must never be adopted
+    x3, _ = pair((3, 4))
+    x3.backward(g) if False else (x3 + 0).backward(g)
+    with flow.no_grad():
+        x3.grad.add_(1)
+    np.testing.assert_array_equal(g.numpy(), np.ones((3, 4), np.float32))

@@ -37,6 +37,8 @@ GETITEM = [
     OpCase("getitem", lambda m, x, k: x[k], [X3, I((3,), "bool", "bool")], name="mask-rows"),
     OpCase("getitem", lambda m, x, k: x[1:, k], [X3, I((4, 5), "bool", "bool")], name="slice-mask"),
     OpCase("getitem", lambda m, x: x[[True, False, True, True]], [X], name="bool-list"),
+    OpCase("getitem", lambda m, x: x[:, np.array([True, False, True])], [X], name="numpy-mask"),
+    OpCase("getitem", lambda m, x: x[np.array([2, 2, 0])], [X], name="numpy-index"),
     OpCase("getitem", lambda m, x: x[:, 1:][[2, 0]], [I((4, 3), noncontig=True)], name="noncontig"),
 ]
 

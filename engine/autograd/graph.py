@@ -7,7 +7,7 @@ algorithm over the nodes reachable from the roots), sums gradients per output, r
 and accumulates into `.grad`. Gradients are engine Tensors, and backward functions are written in
 engine ops, so the same engine serves local and global tensors and supports `create_graph`.
 """
-import weakref
+import sys
 
 from .grad_mode import set_grad_enabled
 
@@ -87,13 +87,13 @@ class AccumulateGrad(Node):
     def __repr__(self):
         return "<AccumulateGrad>"
 
-    def accumulate(self, grad):
+    def accumulate(self, grad, adoptable=False):
         var = self.variable
         if grad.shape != var.shape:
             raise RuntimeError(
                 f"gradient of shape {tuple(grad.shape)} does not match leaf tensor of shape {tuple(var.shape)}"
             )
-        var._accumulate_grad(grad)
+        var._accumulate_grad(grad, adoptable)
 
 
 def _add_grads(a, b):
@@ -102,6 +102,23 @@ def _add_grads(a, b):
     if b is None:
         return a
     return a + b
+
+
+# A gradient that nothing outside the backward pass holds can become a leaf's .grad without a
+# copy (the common case, and a large saving for embedding tables). When it is unshared, the
+# Tensor is referred to by the `grads` list, run_backward's local, the call and _sole_owner's
+# frame (5 counted by getrefcount); its array by that Tensor, the detached Tensor handed to the
+# leaf, the local `a` and the call (4). Any other holder (a user's gradient, a hook that kept it,
+# a second leaf fed the same Tensor, a view) raises a count and forces a copy.
+# tests/test_autograd.py::test_leaf_gradients_never_alias_and_fresh_ones_are_adopted pins both.
+_UNSHARED_TENSOR_REFS = 5
+_UNSHARED_ARRAY_REFS = 4
+
+
+def _sole_owner(g):
+    a = g._data
+    return (a.base is None and sys.getrefcount(g) <= _UNSHARED_TENSOR_REFS
+            and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
 
 
 def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
@@ -170,8 +187,12 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
                 for i in capture_map.get((id(node), nr), ()):
                     captured[i] = grads[nr]
         if isinstance(node, AccumulateGrad):
-            if capture is None and grads[0] is not None:
-                node.accumulate(grads[0] if create_graph else grads[0].detach())
+            g = grads[0]
+            if capture is None and g is not None:
+                if create_graph:
+                    node.accumulate(g)
+                else:
+                    node.accumulate(g.detach(), _sole_owner(g))
             continue
         if all(g is None for g in grads):
             in_grads = (None,) * len(node.next_edges)

@@ -83,15 +83,50 @@ def _conv_out(size, k, s, p0, p1, d):
 
 
 # ------------------------------------------------------------------ conv2d kernels
-def _im2col(x, kernel, stride, dilation, pads, groups, out_hw, batch_last):
-    """Columns of the convolution: (N, G, Cg*KH*KW, OH*OW), or (G, Cg*KH*KW, N*OH*OW) if batch_last."""
+# Columns have shape (N, C, KH*KW, OH*Q), or (C, KH*KW, N, OH*Q) with the batch last (for the
+# weight gradient), where Q is the width of one output row in the columns. In general Q = OW and
+# the columns are a copy of the strided window view. For stride 1 (the common case) Q is the padded
+# width Wp: then each kernel offset is ONE contiguous slice of the flattened padded image, so im2col
+# is KH*KW long contiguous copies and col2im KH*KW contiguous adds; the Q - OW extra columns of each
+# row are junk that the forward drops and that the backward feeds zeros.
+def _im2col(x, kernel, stride, dilation, pads, out_hw, batch_last):
     n, c = x.shape[:2]
-    win = _windows(_pad_hw(x, pads), kernel, stride, dilation, out_hw)
-    k = c // groups * kernel[0] * kernel[1]
-    p = out_hw[0] * out_hw[1]
-    if batch_last:
-        return win.transpose(1, 2, 3, 0, 4, 5).reshape(groups, k, n * p)
-    return win.reshape(n, groups, k, p)
+    kk = kernel[0] * kernel[1]
+    if stride != (1, 1):
+        win = _windows(_pad_hw(x, pads), kernel, stride, dilation, out_hw)
+        p = out_hw[0] * out_hw[1]
+        if batch_last:
+            return win.transpose(1, 2, 3, 0, 4, 5).reshape(c, kk, n, p), out_hw[1]
+        return win.reshape(n, c, kk, p), out_hw[1]
+    xp = xp_of(x)
+    pt, pb, pl, pr = pads
+    xpad = _pad_hw(x, (pt, pb + 1, pl, pr))  # a spare row: the last offset's slice runs KW-1 past the image
+    q = xpad.shape[3]
+    flat = xpad.reshape(n, c, xpad.shape[2] * q)
+    span = out_hw[0] * q
+    cols = xp.empty((c, kk, n, span) if batch_last else (n, c, kk, span), dtype=x.dtype)
+    for k, off in _flat_offsets(kernel, dilation, q):
+        if batch_last:
+            cols[:, k] = flat[:, :, off:off + span].transpose(1, 0, 2)
+        else:
+            cols[:, :, k] = flat[:, :, off:off + span]
+    return cols, q
+
+
+def _flat_offsets(kernel, dilation, q):
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            yield i * kernel[1] + j, i * dilation[0] * q + j * dilation[1]
+
+
+def _widen(dy, q):
+    """dy (N, O, OH, OW) as (N, O, OH*Q), zeros in the junk columns."""
+    n, o, oh, ow = dy.shape
+    if q == ow:
+        return dy.reshape(n, o, oh * ow)
+    out = xp_of(dy).zeros((n, o, oh, q), dtype=dy.dtype)
+    out[..., :ow] = dy
+    return out.reshape(n, o, oh * q)
 
 
 def _conv2d_forward(x, w, b, stride, pads, dilation, groups):
@@ -103,9 +138,12 @@ def _conv2d_forward(x, w, b, stride, pads, dilation, groups):
     dt = x.dtype
     wt = _work_dtype(x)
     x, w = x.astype(wt, copy=False), w.astype(wt, copy=False)
-    cols = _im2col(x, (kh, kw), stride, dilation, pads, groups, out_hw, batch_last=False)
-    out = xp.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols)  # (N, G, Og, P)
-    out = out.reshape(n, o, out_hw[0], out_hw[1])
+    cols, q = _im2col(x, (kh, kw), stride, dilation, pads, out_hw, batch_last=False)
+    cols = cols.reshape(n, groups, cg * kh * kw, out_hw[0] * q)
+    out = xp.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols)  # (N, G, Og, OH*Q)
+    out = out.reshape(n, o, out_hw[0], q)
+    if q != out_hw[1]:
+        out = xp.ascontiguousarray(out[..., :out_hw[1]])
     if b is not None:
         out += b.astype(wt, copy=False).reshape(o, 1, 1)
     return out.astype(dt, copy=False)
@@ -119,18 +157,27 @@ def _conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
     dt = dy.dtype
     wt = _work_dtype(dy)
     og = o // groups
-    wt_m = w.astype(wt, copy=False).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)  # (G, K, Og)
-    dyg = dy.astype(wt, copy=False).reshape(n, groups, og, oh * ow)
-    # depthwise (Og == 1): an outer product per group; a broadcast multiply beats N*G tiny matmuls
-    dcols = wt_m * dyg if og == 1 else xp.matmul(wt_m, dyg)  # (N, G, K, P)
-    dcols = dcols.reshape(n, c, kh * kw, oh, ow)
     pt, pb, pl, pr = pads
-    dx = xp.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=wt)
-    for k, (rows, cols) in _offset_slices((kh, kw), stride, dilation, (oh, ow)):
-        dx[:, :, rows, cols] += dcols[:, :, k]
-    if pt or pb or pl or pr:
-        dx = dx[:, :, pt:pt + h, pl:pl + wd]
-    return xp.ascontiguousarray(dx, dtype=dt)
+    flat = stride == (1, 1)
+    q = wd + pl + pr if flat else ow
+    wt_m = w.astype(wt, copy=False).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)  # (G, K, Og)
+    dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
+    # depthwise (Og == 1): an outer product per group; a broadcast multiply beats N*G tiny matmuls
+    dcols = wt_m * dyg if og == 1 else xp.matmul(wt_m, dyg)  # (N, G, K, OH*Q)
+    dcols = dcols.reshape(n, c, kh * kw, oh * q)
+    hp = h + pt + pb
+    if flat:
+        dx = xp.zeros((n, c, (hp + 1) * q), dtype=wt)
+        span = oh * q
+        for k, off in _flat_offsets((kh, kw), dilation, q):
+            dx[:, :, off:off + span] += dcols[:, :, k]
+        dx = dx.reshape(n, c, hp + 1, q)
+    else:
+        dcols = dcols.reshape(n, c, kh * kw, oh, ow)
+        dx = xp.zeros((n, c, hp, wd + pl + pr), dtype=wt)
+        for k, (rows, cols) in _offset_slices((kh, kw), stride, dilation, (oh, ow)):
+            dx[:, :, rows, cols] += dcols[:, :, k]
+    return xp.ascontiguousarray(dx[:, :, pt:pt + h, pl:pl + wd], dtype=dt)
 
 
 def _conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
@@ -139,9 +186,11 @@ def _conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
     _, cg, kh, kw = w_shape
     dt = dy.dtype
     wt = _work_dtype(dy)
-    cols = _im2col(x.astype(wt, copy=False), (kh, kw), stride, dilation, pads, groups, (oh, ow), batch_last=True)
+    cols, q = _im2col(x.astype(wt, copy=False), (kh, kw), stride, dilation, pads, (oh, ow), batch_last=True)
+    cols = cols.reshape(groups, cg * kh * kw, n * oh * q)  # (G, K, N*OH*Q)
     og = o // groups
-    dyg = dy.astype(wt, copy=False).reshape(n, groups, og, oh * ow).transpose(1, 2, 0, 3).reshape(groups, og, -1)
+    dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
+    dyg = dyg.transpose(1, 2, 0, 3).reshape(groups, og, n * oh * q)  # (G, Og, N*OH*Q)
     dw = xp.matmul(dyg, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
     return dw.reshape(w_shape).astype(dt, copy=False)
 
@@ -447,7 +496,11 @@ class MaxPool2d(Op):
         n, c = x.shape[:2]
         win = _windows(_pad_hw(x, pads, value=low), kernel, stride, dilation, out_hw)
         win = win.reshape(n, c, kernel[0] * kernel[1], out_hw[0], out_hw[1])  # one copy
-        arg = win.argmax(axis=2)  # first maximum wins (torch's tie rule); a NaN counts as the maximum
+        arg = win.argmax(axis=2)  # first maximum wins (torch's tie rule)
+        if x.dtype.kind == "f" and bool(xp.isnan(x).any()):  # torch: the *last* NaN of a window wins
+            nan = xp.isnan(win)
+            last = win.shape[2] - 1 - nan[:, :, ::-1].argmax(axis=2)
+            arg = xp.where(nan.any(axis=2), last, arg)
         out = xp.take_along_axis(win, arg[:, :, None], axis=2)[:, :, 0]
         return out, arg.astype(np.int32)
 

@@ -26,10 +26,6 @@ __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "mas
 
 
 # ------------------------------------------------------------------ key normalisation
-def _is_int_array(a):
-    return a.dtype.kind in "iu"
-
-
 def _key_item(k, xp, dev):
     """One element of a user key as something numpy/cupy indexing accepts."""
     if isinstance(k, Tensor):

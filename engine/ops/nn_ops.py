@@ -482,7 +482,6 @@ def _check_targets(op, input, target, c, ignore_index):
             f"(class dim 1), got target of shape {shape_str(target.shape)}")
     t = target._data
     if t.size:
-        xp = xp_of(t)
         bad = (t != ignore_index) & ((t < 0) | (t >= c))
         if bool(bad.any()):
             value = int(t[bad].reshape(-1)[0])
@@ -490,7 +489,6 @@ def _check_targets(op, input, target, c, ignore_index):
                 f"{op}: target {value} is out of bounds for {c} classes (input shape "
                 f"{shape_str(input.shape)}, target shape {shape_str(target.shape)}, "
                 f"ignore_index={ignore_index})")
-        del xp
 
 
 def _check_class_weight(op, weight, c):

@@ -82,6 +82,17 @@ CASES += [
            name="none-upsample"),
 ]
 
+
+
+def _pool_double(m, a):
+    with m.enable_grad():
+        y, z = _nf(m).max_pool2d(a, 3, 2, 1), _nf(m).avg_pool2d(a * a, 2, 1, ceil_mode=True)
+        (ga,) = m.autograd.grad((y * y).sum() + (z * z).sum(), [a], create_graph=True)
+    return ga
+
+
+CASES.append(OpCase("max_pool2d", _pool_double, [I((1, 2, 5, 6), kind="distinct")], name="double-backward"))
+
 # ------------------------------------------------------------------ interpolate
 X = (2, 3, 5, 4)
 for nm, kw in [
