@@ -1,19 +1,20 @@
 """Convolution, pooling, resampling and padding (`F.conv2d`, `F.avg_pool2d`, `F.interpolate`, ...).
 
 Why it is built this way:
-* conv2d is im2col + one batched matmul. The im2col matrix is a strided *view* of the padded input
-  (`as_strided`: kernel offsets and output positions are just strides), copied once into the
-  layout the matmul wants. Its backward is two fused ops, `Conv2dGradInput` (matmul, then col2im by
-  accumulating one strided slice per kernel offset: a loop over kh*kw, never over pixels) and
-  `Conv2dGradWeight` (one matmul per group over the whole batch). Both are linear in each input,
-  so their own backwards are again conv2d / the grad ops: double backward costs nothing extra.
-* Pools loop over kernel offsets the same way; max_pool2d records which offset won (an int
-  output that only backward reads).
+* conv2d is im2col + one batched matmul. The columns come from a strided *view* of the padded
+  input (`as_strided`: kernel offsets and output positions are just strides), copied once; for
+  stride 1 each kernel offset is even one contiguous slice of the flattened image (see
+  `_im2col`). The backward is two fused ops: `Conv2dGradInput` (matmul, then col2im by adding one
+  slice per kernel offset: a loop over kh*kw, never over pixels) and `Conv2dGradWeight` (one
+  matmul per group over the whole batch). Both are linear in each input, so their own backwards
+  are again conv2d / the grad ops: double backward needs no extra kernels.
+* Pools loop over kernel offsets the same way; max_pool2d outputs which offset won (an int output
+  only backward reads) and scatters its gradient with one bincount.
 * adaptive_avg_pool2d and interpolate (nearest, bilinear) are separable linear maps: out =
   Mh @ x @ Mw^T with small matrices built from PyTorch's index formulas (in float32, as PyTorch
   computes them), so one `Resample2d` op (backward: the transposed matrices) serves all three.
 * pad (constant) is its own adjoint with negated widths; reflect/replicate/circular pads are
-  gathers along each padded axis, whose adjoint is a scatter-add.
+  gathers along each padded axis, whose adjoint is a scatter-add made of a few slice adds.
 """
 import math
 
@@ -492,12 +493,13 @@ class MaxPool2d(Op):
         xp = xp_of(x)
         ctx.attrs = dict(kernel=kernel, stride=stride, dilation=dilation, pads=pads, out_hw=out_hw)
         ctx.in_shape = x.shape
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        is_int = x.dtype.kind in "iu"  # (bfloat16's numpy kind is "V", so test for integers)
+        low = np.iinfo(x.dtype).min if is_int else -np.inf
         n, c = x.shape[:2]
         win = _windows(_pad_hw(x, pads, value=low), kernel, stride, dilation, out_hw)
         win = win.reshape(n, c, kernel[0] * kernel[1], out_hw[0], out_hw[1])  # one copy
         arg = win.argmax(axis=2)  # first maximum wins (torch's tie rule)
-        if x.dtype.kind == "f" and bool(xp.isnan(x).any()):  # torch: the *last* NaN of a window wins
+        if not is_int and bool(xp.isnan(x).any()):  # torch: the *last* NaN of a window wins
             nan = xp.isnan(win)
             last = win.shape[2] - 1 - nan[:, :, ::-1].argmax(axis=2)
             arg = xp.where(nan.any(axis=2), last, arg)

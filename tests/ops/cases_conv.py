@@ -74,6 +74,7 @@ CASES += [
            [I(P, kind="distinct", noncontig=True)], name="indices"),
     OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 2, 1, 1, return_indices=True),
            [I((3, 4, 5), kind="distinct")], name="unbatched"),
+    OpCase("max_pool2d", lambda m, a: _nf(m).max_pool2d(a, 3, 2, 1), [I(P, "int64", "int", -50, 50)], name="int"),
     OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, (3, 2)), [I((2, 3, 6, 4))], name="divisible"),
     OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, (4, 3)), [I((2, 3, 7, 5))], name="uneven"),
     OpCase("adaptive_avg_pool2d", lambda m, a: _nf(m).adaptive_avg_pool2d(a, 1), [I((2, 3, 5, 5), noncontig=True)],
