@@ -180,6 +180,7 @@ def run_parity(case, seed=0, dtype=None):
         return
     torch.autograd.backward(diff_t, [torch.from_numpy(g).to(t.dtype) for g, t in zip(grads, diff_t)])
     flow.autograd.backward(diff_f, [flow.tensor(g, device=DEVICE).to(f.dtype) for g, f in zip(grads, diff_f)])
+    ref_grads = _float64_reference_grads(case, arrays, grads) if case.extra.get("float64_reference") else None
     for i, (f, t) in enumerate(zip(fs, ts)):
         if not t.requires_grad:
             continue
@@ -188,7 +189,35 @@ def run_parity(case, seed=0, dtype=None):
             assert f.grad is None or not np.any(to_numpy(f.grad)), f"{what}: torch has none, engine nonzero"
             continue
         assert f.grad is not None, f"{what}: engine produced no gradient"
-        assert_close(f.grad, t.grad, rtol, atol, what)
+        if ref_grads is None:
+            assert_close(f.grad, t.grad, rtol, atol, what)
+        else:
+            assert_as_accurate_as_torch(f.grad, t.grad, ref_grads[i], rtol, atol, what)
+
+
+def _float64_reference_grads(case, arrays, grads):
+    """Input gradients computed by torch in float64 on the same values."""
+    ts = []
+    for inp, a in zip(case.inputs, arrays):
+        t = torch.from_numpy(np.ascontiguousarray(a).astype(np.float64) if inp.grad else a.copy())
+        ts.append(t.requires_grad_() if inp.grad else t)
+    outs = [o for o in _outputs(case.fn(torch, *ts)) if isinstance(o, torch.Tensor) and o.requires_grad]
+    torch.autograd.backward(outs, [torch.from_numpy(g.astype(np.float64)) for g in grads])
+    return [t.grad if isinstance(t, torch.Tensor) and t.requires_grad else None for t in ts]
+
+
+def assert_as_accurate_as_torch(f, t, ref, rtol, atol, what):
+    """For long float32 reductions (a weight gradient summed over 1000+ rows) both libraries
+    round differently; compare each with the float64 result instead: the engine's error may not
+    exceed the tolerance or twice torch's own float32 error, whichever is larger."""
+    assert tuple(f.shape) == tuple(t.shape), f"{what}: shape {tuple(f.shape)} != torch {tuple(t.shape)}"
+    ref = ref.detach().numpy()
+    err_engine = np.abs(to_numpy(f).astype(np.float64) - ref)
+    err_torch = float(np.abs(to_numpy(t).astype(np.float64) - ref).max())
+    bound = np.maximum(atol + rtol * np.abs(ref), 2 * err_torch)
+    worst = float((err_engine - bound).max())
+    assert worst <= 0, (f"{what}: engine error {err_engine.max():.3g} vs float64 exceeds the bound "
+                        f"(torch's own float32 error {err_torch:.3g})")
 
 
 def gradcheck(case, seed=0, eps=1e-6, rtol=1e-3, atol=1e-5, max_elems=64):

@@ -244,3 +244,25 @@ def test_leaf_gradients_never_alias_and_fresh_ones_are_adopted():
     with flow.no_grad():
         x3.grad.add_(1)
     np.testing.assert_array_equal(g.numpy(), np.ones((3, 4), np.float32))
+
+
+def test_graphs_free_without_the_cycle_collector():
+    """Activations must be freed by reference counting alone: a saved output that pointed back
+    to its node would keep every step's activations alive until gc runs."""
+    import gc
+    import weakref
+
+    F = flow.nn.functional
+    w = flow.randn(8, 8, requires_grad=True)
+    gc.disable()
+    try:
+        x = flow.randn(4, 8, requires_grad=True)
+        h = F.layer_norm(F.linear(x, w), (8,))
+        p = F.dropout(F.gelu(h), 0.1).softmax(-1).exp().tanh().sigmoid()
+        loss = F.cross_entropy(p, flow.tensor([1, 2, 3, 0]))
+        refs = [weakref.ref(t) for t in (h, p, loss)]
+        nodes = [weakref.ref(t.grad_fn) for t in (h, p, loss)]
+        del h, p, loss
+        assert all(r() is None for r in refs + nodes), "a graph survived reference counting"
+    finally:
+        gc.enable()

@@ -10,6 +10,8 @@ as possible: unwrap, run the kernel, wrap, and record a `Node` only when a gradi
 
 `Function` is PyTorch's user-facing custom function: forward and backward both on Tensors.
 """
+import weakref
+
 import numpy as np
 
 from ..backend.dtypes import bfloat16 as _bf16
@@ -29,11 +31,12 @@ class Context:
     """Carries what a backward needs. `saved` holds the Tensors named by the op's `save_inputs` /
     `save_outputs`; `ctx.save_for_backward` lets a backward keep other Tensors."""
 
-    __slots__ = ("saved", "_versions", "needs_input_grad", "__dict__")
+    __slots__ = ("saved", "_versions", "needs_input_grad", "_outputs_from", "_node", "__dict__")
 
     def __init__(self):
         self.saved = ()
         self._versions = None
+        self._outputs_from = None  # saved[k] for k >= this are outputs of the op itself
 
     def save_for_backward(self, *tensors):
         self.saved = tensors
@@ -49,7 +52,20 @@ class Context:
                         f"an inplace operation: tensor of shape {tuple(t.shape)} is at version "
                         f"{t._version}; expected version {v} instead."
                     )
-        return self.saved
+        if self._outputs_from is None:
+            return self.saved
+        # An op's own outputs are stored without grad_fn: a stored link back to the node would
+        # be a reference cycle keeping every activation alive until the cycle collector runs.
+        # They get it back here, on fresh aliases, for create_graph backwards.
+        node = self._node()
+        res = list(self.saved)
+        for k in range(self._outputs_from, len(res)):
+            t = res[k]
+            if t is not None and node is not None and t._requires_grad:
+                a = _alias(t)
+                a.grad_fn = node
+                res[k] = a
+        return tuple(res)
 
     # PyTorch names
     def mark_non_differentiable(self, *tensors):
@@ -114,6 +130,10 @@ def _saved(t):
     """
     if t is None or (t.grad_fn is None and t._requires_grad):
         return t
+    return _alias(t)
+
+
+def _alias(t):
     a = t._make(t._data, t._device)
     a._vc = t._vc
     a.grad_fn = t.grad_fn
@@ -151,7 +171,13 @@ def _wrap_outputs(cls, ctx, inputs, out, needs_grad, Tensor, device=None):
         res.append(t)
     if cls.save_inputs or cls.save_outputs:
         saved = [_saved(inputs[i]) for i in cls.save_inputs]
-        saved += [_saved(res[i]) for i in cls.save_outputs]
+        if cls.save_outputs:
+            ctx._outputs_from = len(saved)
+            ctx._node = weakref.ref(node)
+            for i in cls.save_outputs:
+                a = _alias(res[i])
+                a.grad_fn = None
+                saved.append(a)
         ctx.save_for_backward(*saved)
     return res[0] if single else tuple(res)
 

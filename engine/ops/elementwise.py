@@ -4,12 +4,20 @@ import numpy as np
 
 from ..autograd.function import Op
 from ..backend import dtypes, xp_of
+from ..backend.parallel import MIN_PARALLEL_ELEMENTS, parallel_ufunc
 from ..tensor import Tensor, tensor_method
 from . import inplace
 from ._core import broadcast_shapes, float_dtype_for, promote_operands, sum_to, cast, is_scalar
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
            "floor_divide", "remainder", "fmod", "neg", "negative", "reciprocal", "square"]
+
+
+def _ufunc(ufunc, a, b):
+    """CPU: split large broadcasts over threads; CuPy: the plain ufunc."""
+    if (a.size >= MIN_PARALLEL_ELEMENTS or b.size >= MIN_PARALLEL_ELEMENTS) and isinstance(a, np.ndarray):
+        return parallel_ufunc(ufunc, a, b)
+    return ufunc(a, b)
 
 
 def _binary(op_cls, a, b, **attrs):
@@ -26,7 +34,7 @@ class Add(Op):
     def forward(ctx, a, b, alpha=1):
         ctx.shapes = (a.shape, b.shape)
         ctx.alpha = alpha
-        return a + b if alpha == 1 else a + b * np.asarray(alpha, dtype=b.dtype)
+        return _ufunc(np.add, a, b) if alpha == 1 else a + b * np.asarray(alpha, dtype=b.dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -44,7 +52,7 @@ class Sub(Op):
     def forward(ctx, a, b, alpha=1):
         ctx.shapes = (a.shape, b.shape)
         ctx.alpha = alpha
-        return a - b if alpha == 1 else a - b * np.asarray(alpha, dtype=b.dtype)
+        return _ufunc(np.subtract, a, b) if alpha == 1 else a - b * np.asarray(alpha, dtype=b.dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -59,7 +67,7 @@ class Mul(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        return a * b
+        return _ufunc(np.multiply, a, b)
 
     @staticmethod
     def backward(ctx, g):
@@ -75,7 +83,7 @@ class Div(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        return a / b
+        return _ufunc(np.true_divide, a, b)
 
     @staticmethod
     def backward(ctx, g):

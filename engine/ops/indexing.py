@@ -19,6 +19,7 @@ from ..autograd.function import Op
 from ..backend import dtypes, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
+from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
 from ._core import broadcast_shapes, broadcast_to, cast, reshape, shape_str, sum_to
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
@@ -562,6 +563,20 @@ def _check_mask(mask, op):
         raise RuntimeError(f"{op}: expected a bool mask tensor, got {got}")
 
 
+def _bit_select(x, mask, value):
+    """where(mask, value, x) on the CPU: bitwise select, split over threads along axis 0."""
+    shape = np.broadcast_shapes(x.shape, mask.shape)
+    out = np.empty(shape, dtype=x.dtype)
+    keep, fill = select_bits(mask, value, x.dtype)
+    xs, keeps, fills = rows_of(x, shape), rows_of(keep, shape), rows_of(fill, shape)
+
+    def run(sel):
+        fill_where(out[sel], xs[sel], keeps[sel], fills[sel])
+
+    blocked(run, shape)
+    return out
+
+
 class MaskedFill(Op):
     name = "MaskedFill"
     save_inputs = (1,)
@@ -569,6 +584,8 @@ class MaskedFill(Op):
     @staticmethod
     def forward(ctx, x, mask, value):
         ctx.x_shape = x.shape
+        if can_fill_where(x, value) and x.ndim and isinstance(mask, np.ndarray):
+            return _bit_select(x, mask, value)
         return xp_of(x).where(mask, value, x)
 
     @staticmethod

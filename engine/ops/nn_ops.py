@@ -23,6 +23,7 @@ from ..backend.random import default_generator
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace as _inplace
 from ._core import broadcast_shapes, cast, promote_operands, shape_str, sum_to_array
+from ._kernels import blocked, fill_where, rows_of, select_bits
 
 __all__ = ["softmax", "log_softmax", "scale_mask_softmax", "layer_norm", "dropout",
            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
@@ -87,20 +88,34 @@ class _NoDoubleBackward:
 
 # ------------------------------------------------------------------ softmax / log_softmax
 def _softmax_array(x, axis, log):
-    """Numerically stable (log-)softmax: one allocation for `x - max`, the rest in place."""
+    """Numerically stable (log-)softmax: one output array, every step in place on it. On the CPU
+    with a last-axis softmax, row blocks run on all threads."""
     xp = xp_of(x)
     out_dtype = x.dtype
     x = _work(x)
     if x.size == 0:
         return xp.empty(x.shape, dtype=out_dtype)
-    z = xp.subtract(x, x.max(axis=axis, keepdims=True))
+    if xp is np and axis == x.ndim - 1 and x.ndim > 1:
+        out = np.empty(x.shape, dtype=x.dtype)
+        blocked(lambda sel: _softmax_rows(x[sel], out[sel], -1, log), x.shape)
+    else:
+        out = xp.empty(x.shape, dtype=x.dtype)
+        _softmax_rows(x, out, axis, log)
+    return out.astype(out_dtype, copy=False)
+
+
+def _softmax_rows(x, z, axis, log):
+    """z = (log_)softmax(x) along `axis`, written into z."""
+    xp = xp_of(x)
+    axis %= x.ndim
+    xp.subtract(x, x.max(axis=axis, keepdims=True), out=z)
     if log:
         e = xp.exp(z)
         z -= xp.log(_row_sum(e, axis))
     else:
         xp.exp(z, out=z)
         z *= 1 / _row_sum(z, axis)
-    return z.astype(out_dtype, copy=False)
+    return z
 
 
 class Softmax(Op):
@@ -118,6 +133,17 @@ class Softmax(Op):
         return SoftmaxGrad.apply(g, y, axis=ctx.axis)
 
 
+def _softmax_grad_rows(g, y, dx, axis, scale, zero_mask):
+    xp = xp_of(g)
+    axis %= g.ndim
+    xp.subtract(g, _row_dot(g, y, axis), out=dx)
+    dx *= y
+    if scale != 1.0:
+        dx *= dx.dtype.type(scale)
+    if zero_mask is not None:
+        xp.copyto(dx, 0, where=zero_mask)
+
+
 class SoftmaxGrad(Op):
     """dx = y * (g - sum(g * y)); also the input gradient of scale_mask_softmax (times scale)."""
 
@@ -130,12 +156,13 @@ class SoftmaxGrad(Op):
         xp = xp_of(g)
         dtype = y.dtype
         g, y = _work(g), _work(y)
-        dx = xp.subtract(g, _row_dot(g, y, axis))
-        dx *= y
-        if scale != 1.0:
-            dx *= dx.dtype.type(scale)
-        if zero_mask is not None:
-            xp.copyto(dx, 0, where=zero_mask)
+        dx = xp.empty(g.shape, dtype=g.dtype)
+        if xp is np and axis == g.ndim - 1 and g.ndim > 1:
+            zm = rows_of(zero_mask, g.shape) if zero_mask is not None else None
+            blocked(lambda sel: _softmax_grad_rows(
+                g[sel], y[sel], dx[sel], -1, scale, zm[sel] if zm is not None else None), g.shape)
+        else:
+            _softmax_grad_rows(g, y, dx, axis, scale, zero_mask)
         return dx.astype(dtype, copy=False)
 
     @staticmethod
@@ -247,19 +274,34 @@ class ScaleMaskSoftmax(Op):
         ctx.zero_mask = None
         if x.size == 0:
             return xp.empty(x.shape, dtype=dtype)
-        z = xp.multiply(x, x.dtype.type(scale)) if scale != 1.0 else x.copy()
-        if mask is not None:
-            if mask.dtype == np.bool_:
-                xp.copyto(z, x.dtype.type(fill), where=mask)
-                # a fully masked row with a finite fill is uniform; its masked entries get no
-                # gradient (they are constants in x.masked_fill(mask, fill))
-                if np.isfinite(fill) and bool(mask.all(axis=-1).any()):
-                    ctx.zero_mask = mask
-            else:
-                z += mask.astype(z.dtype, copy=False)  # an additive float mask
-        z -= z.max(axis=-1, keepdims=True)
-        xp.exp(z, out=z)
-        z *= 1 / _row_sum(z, -1)
+        bits = None
+        if mask is not None and mask.dtype == np.bool_:
+            # a fully masked row with a finite fill is uniform; its masked entries get no
+            # gradient (they are constants in x.masked_fill(mask, fill))
+            if np.isfinite(fill) and bool(mask.all(axis=-1).any()):
+                ctx.zero_mask = mask
+            if xp is np:
+                bits = select_bits(mask, fill, x.dtype)
+        z = xp.empty(x.shape, dtype=x.dtype)
+
+        if bits is not None:
+            keep, fill_bits = rows_of(bits[0], x.shape), rows_of(bits[1], x.shape)
+
+        def rows(sel):
+            zs = z[sel]
+            xp.multiply(x[sel], x.dtype.type(scale), out=zs)
+            if bits is not None:
+                fill_where(zs, zs, keep[sel], fill_bits[sel])
+            elif mask is not None and mask.dtype == np.bool_:
+                xp.copyto(zs, x.dtype.type(fill), where=rows_of(mask, x.shape)[sel])
+            elif mask is not None:  # an additive float mask
+                zs += rows_of(mask, x.shape)[sel].astype(z.dtype, copy=False)
+            _softmax_rows(zs, zs, -1, log=False)
+
+        if xp is np:
+            blocked(rows, x.shape)
+        else:
+            rows((Ellipsis,))
         return z.astype(dtype, copy=False)
 
     @staticmethod
@@ -294,6 +336,30 @@ def scale_mask_softmax(input, mask=None, scale=1.0, fill=-10000.0):
 
 
 # ------------------------------------------------------------------ layer_norm
+def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
+    """One block of rows of layer_norm, every result written into the given arrays."""
+    xp = xp_of(x2)
+    f = x2.dtype.type
+    d = x2.shape[1]
+    mean[:, 0] = xp.einsum("ij->i", x2)
+    mean *= f(1.0 / d)
+    xp.subtract(x2, mean, out=xhat)
+    rstd[:, 0] = xp.einsum("ij,ij->i", xhat, xhat)
+    rstd *= f(1.0 / d)
+    rstd += f(eps)
+    xp.sqrt(rstd, out=rstd)
+    xp.divide(f(1), rstd, out=rstd)
+    xhat *= rstd
+    if w is not None:
+        xp.multiply(xhat, w, out=y)
+        if b is not None:
+            y += b
+    elif b is not None:
+        xp.add(xhat, b, out=y)
+    else:
+        y[...] = xhat
+
+
 class LayerNorm(Op):
     """y = (x - mean) * rstd * w + b over the last k dims. Outputs (y, mean, rstd, xhat): the
     last three are hidden; xhat = (x - mean) * rstd is kept so backward need not recompute it."""
@@ -313,24 +379,21 @@ class LayerNorm(Op):
         if x2.size == 0:
             stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
             return xp.empty(x.shape, dtype=dtype), stat, stat, xp.empty(x2.shape, x2.dtype)
-        f = x2.dtype.type
-        mean = xp.einsum("ij->i", x2)[:, None]
-        mean *= f(1.0 / d)
-        xhat = xp.subtract(x2, mean)
-        var = xp.einsum("ij,ij->i", xhat, xhat)[:, None]
-        var *= f(1.0 / d)
-        var += f(eps)
-        rstd = xp.sqrt(var, out=var)
-        xp.divide(f(1), rstd, out=rstd)
-        xhat *= rstd
-        if w is not None:
-            y = xp.multiply(xhat, _work(w).reshape(d))
-            if b is not None:
-                y += _work(b).reshape(d)
-        elif b is not None:
-            y = xp.add(xhat, _work(b).reshape(d))
+        m = x2.shape[0]
+        y = xp.empty(x2.shape, dtype=x2.dtype)
+        xhat = xp.empty(x2.shape, dtype=x2.dtype)
+        mean = xp.empty((m, 1), dtype=x2.dtype)
+        rstd = xp.empty((m, 1), dtype=x2.dtype)
+        w2 = _work(w).reshape(d) if w is not None else None
+        b2 = _work(b).reshape(d) if b is not None else None
+
+        def rows(sel):
+            _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel], xhat[sel])
+
+        if xp is np:
+            blocked(rows, x2.shape)
         else:
-            y = xhat.copy()
+            rows((Ellipsis,))
         stat_shape = lead + (1,) * k
         return (y.reshape(x.shape).astype(dtype, copy=False), mean.reshape(stat_shape),
                 rstd.reshape(stat_shape), xhat)
@@ -365,25 +428,55 @@ class LayerNormGrad(_NoDoubleBackward, Op):
         if m == 0 or d == 0:
             zero_w = xp.zeros(wshape, dtype=w.dtype) if w is not None else empty
             return xp.zeros(g.shape, dtype), zero_w, zero_w if has_b else empty
-        f = xhat.dtype.type
-        dw = xp.einsum("ij,ij->j", g2, xhat).reshape(wshape).astype(w.dtype, copy=False) if w is not None else empty
-        db = xp.einsum("ij->j", g2).reshape(wshape).astype(dtype, copy=False) if has_b else empty
-        if w is not None:
-            gw = xp.multiply(g2, _work(w).reshape(d))
+        w2 = _work(w).reshape(d) if w is not None else None
+        dx = xp.empty((m, d), dtype=xhat.dtype)
+
+        parts = []  # partial (dw, db) per block; list.append is atomic across threads
+
+        def rows(sel):
+            parts.append(_layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b))
+
+        if xp is np:
+            blocked(rows, (m, d))
         else:
-            gw = g2.copy()
-        c1 = xp.einsum("ij->i", gw)[:, None]
-        c1 *= f(1.0 / d)
-        c2 = xp.einsum("ij,ij->i", gw, xhat)[:, None]
-        c2 *= f(1.0 / d)
-        # dx = rstd*gw - (rstd*c2)*xhat - rstd*c1
-        gw *= rstd
-        c2 *= rstd
-        c1 *= rstd
-        t = xp.multiply(xhat, c2)
-        gw -= t
-        gw -= c1
-        return gw.reshape(g.shape).astype(dtype, copy=False), dw, db
+            rows((Ellipsis,))
+        dw = db = empty
+        if w is not None:
+            dw = parts[0][0]
+            for p in parts[1:]:
+                dw += p[0]
+            dw = dw.reshape(wshape).astype(w.dtype, copy=False)
+        if has_b:
+            db = parts[0][1]
+            for p in parts[1:]:
+                db += p[1]
+            db = db.reshape(wshape).astype(dtype, copy=False)
+        return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
+
+
+def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
+    """dx for a block of rows (written into dx) and that block's partial dw, db."""
+    xp = xp_of(g2)
+    f = xhat.dtype.type
+    d = xhat.shape[1]
+    dw = xp.einsum("ij,ij->j", g2, xhat) if w is not None else None
+    db = xp.einsum("ij->j", g2) if has_b else None
+    if w is not None:
+        xp.multiply(g2, w, out=dx)
+    else:
+        dx[...] = g2
+    c1 = xp.einsum("ij->i", dx)[:, None]
+    c1 *= f(1.0 / d)
+    c2 = xp.einsum("ij,ij->i", dx, xhat)[:, None]
+    c2 *= f(1.0 / d)
+    # dx = rstd*gw - (rstd*c2)*xhat - rstd*c1
+    dx *= rstd
+    c2 *= rstd
+    c1 *= rstd
+    t = xp.multiply(xhat, c2)
+    dx -= t
+    dx -= c1
+    return dw, db
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -15,12 +15,12 @@ Why the kernels look the way they do:
   * Kernels run under `errstate(all="ignore")`: inf/nan results are silent, as in PyTorch.
 """
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..autograd.function import Op
+from ..backend.parallel import parallel_for
+from ._kernels import BLOCK_ELEMENTS
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
@@ -41,10 +41,7 @@ __all__ = [
 ]
 
 # ====================================================================== blocked kernel runner
-_BLOCK = 16384  # elements per block: 64 KiB of float32, temporaries stay in L2
-_PARALLEL_MIN = 1 << 18
-_NTHREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
-_pool = None
+_BLOCK = BLOCK_ELEMENTS  # temporaries of a fused chain stay in L2
 _LOW_PRECISION = (np.dtype(np.float16), dtypes.bfloat16.np)
 
 
@@ -73,17 +70,7 @@ def _apply(kernel, *arrays):
     else:
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         o = out.reshape(-1)
-        if n >= _PARALLEL_MIN and _NTHREADS > 1:
-            global _pool
-            if _pool is None:
-                _pool = ThreadPoolExecutor(_NTHREADS - 1, thread_name_prefix="engine-pointwise")
-            step = -(-n // _NTHREADS // _BLOCK) * _BLOCK
-            futs = [_pool.submit(_blocks, kernel, o, flat, s, min(s + step, n)) for s in range(step, n, step)]
-            _blocks(kernel, o, flat, 0, min(step, n))
-            for f in futs:
-                f.result()
-        else:
-            _blocks(kernel, o, flat, 0, n)
+        parallel_for(lambda s, e: _blocks(kernel, o, flat, s, e), n, grain=_BLOCK)
     return out.astype(dt) if dt in _LOW_PRECISION else out
 
 

@@ -1,0 +1,107 @@
+"""Splitting large CPU kernels over threads.
+
+numpy runs each ufunc on one thread, while PyTorch spreads elementwise work over all cores. numpy
+releases the GIL inside its loops, so a kernel applied to disjoint row ranges from a small thread
+pool runs in parallel. `parallel_for` is the one place that does this; kernels decide what a
+"row" is. CuPy arrays never come here (the GPU is already parallel).
+
+Threads: `ENGINE_NUM_THREADS` if set, else the CPUs this process may use, capped at 8. The
+launcher (engine.distributed.launch) sets it per rank so ranks don't oversubscribe cores.
+"""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+def _default_threads():
+    env = os.environ.get("ENGINE_NUM_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        n = os.cpu_count() or 1
+    return max(1, min(8, n))
+
+
+_threads = _default_threads()
+_pool = None
+
+# below this many elements a kernel runs on the calling thread: a thread hand-off costs ~20 us
+MIN_PARALLEL_ELEMENTS = 1 << 17
+
+
+def get_num_threads():
+    return _threads
+
+
+def set_num_threads(n):
+    """Threads used by the engine's CPU kernels (like torch.set_num_threads)."""
+    global _threads, _pool
+    n = max(1, int(n))
+    if n != _threads:
+        _threads = n
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+            _pool = None
+
+
+def parallel_for(fn, n, work=None, grain=1):
+    """Call `fn(start, stop)` over [0, n) split into contiguous ranges, one per thread.
+
+    `work` is the number of elements touched (defaults to n) and decides whether threads are
+    worth it; ranges are multiples of `grain`. Returns the list of `fn` results in range order.
+    """
+    global _pool
+    work = n if work is None else work
+    parts = min(_threads, max(1, n // max(grain, 1)))
+    if parts <= 1 or work < MIN_PARALLEL_ELEMENTS:
+        return [fn(0, n)]
+    step = -(-n // parts)
+    step = -(-step // grain) * grain
+    bounds = [(s, min(s + step, n)) for s in range(0, n, step)]
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_threads - 1, thread_name_prefix="engine-cpu")
+    futures = [_pool.submit(fn, s, e) for s, e in bounds[1:]]
+    first = fn(*bounds[0])
+    return [first] + [f.result() for f in futures]
+
+
+def rows_view(a):
+    """`a` as a 2-D (rows, last) array without copying when possible."""
+    return a.reshape(-1, a.shape[-1]) if a.ndim != 2 else a
+
+
+def is_cpu(a):
+    return isinstance(a, np.ndarray)
+
+
+def _leading_slicer(arr, out_shape):
+    """How to take rows [s:e] of the broadcast output from `arr`: slice it along axis 0 when it
+    spans that axis, else use it whole (it broadcasts along that axis, or is a scalar)."""
+    if isinstance(arr, np.ndarray) and arr.ndim == len(out_shape) and arr.shape[0] == out_shape[0]:
+        return lambda s, e: arr[s:e]
+    return lambda s, e: arr
+
+
+def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
+    """`ufunc(*inputs)` with numpy broadcasting, split along the output's first axis.
+
+    Falls back to one plain call for small outputs, 0-d/1-row outputs or non-numpy inputs."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
+    size = 1
+    for s in shape:
+        size *= s
+    if len(shape) == 0 or shape[0] < 2 or size < MIN_PARALLEL_ELEMENTS or _threads == 1:
+        return ufunc(*inputs, out=out) if out is not None else ufunc(*inputs)
+    if out is None:
+        res_dtype = dtype or np.result_type(*inputs)
+        out = np.empty(shape, dtype=res_dtype)
+    slicers = [_leading_slicer(a, shape) for a in inputs]
+
+    def run(s, e):
+        ufunc(*(f(s, e) for f in slicers), out=out[s:e])
+
+    parallel_for(run, shape[0], work=size)
+    return out
