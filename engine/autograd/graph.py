@@ -101,6 +101,18 @@ def _add_grads(a, b):
         return b
     if b is None:
         return a
+    if a.grad_fn is None and b.grad_fn is None and a._data.dtype == b._data.dtype:
+        # Gradients of basic indexing are zeros outside one region (q, k, v = qkv[0], qkv[1],
+        # qkv[2] gives three); adding such a one into a buffer that only this pass holds
+        # touches just that region instead of reading and writing two whole arrays.
+        # `a` qualifies when it owns its array and the buffer holds the only reference (3
+        # counted: the buffer slot, this frame, getrefcount's argument).
+        region = b.__dict__.get("_zero_outside")
+        if region is not None and a._data.base is None and sys.getrefcount(a) <= 3 \
+                and a._data.shape == b._data.shape:
+            a._data[region] += b._data[region]
+            a.__dict__.pop("_zero_outside", None)
+            return a
     return a + b
 
 

@@ -1,7 +1,7 @@
 """Array-level building blocks shared by several op families (CPU fast paths)."""
 import numpy as np
 
-from ..backend.parallel import parallel_for
+from ..backend.parallel import matmul as parallel_matmul, parallel_for
 
 _UINT_OF_SIZE = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -76,3 +76,10 @@ def blocked(fn, shape):
 def rows_of(a, shape):
     """`a` broadcast to `shape` (a view), so that `rows_of(a, shape)[s:e]` is always valid."""
     return a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
+
+
+def matmul(xp, a, b):
+    """xp.matmul, split over the engine's threads on the CPU (see engine.backend.parallel)."""
+    if xp is np:
+        return parallel_matmul(a, b)
+    return xp.matmul(a, b)

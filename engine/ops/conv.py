@@ -23,6 +23,7 @@ import numpy as np
 from ..autograd.function import Op
 from ..backend import dtypes, xp_of
 from ._core import broadcast_to, reshape, shape_str
+from ._kernels import matmul as _matmul
 
 __all__ = ["conv1d", "conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "interpolate", "pad"]
 
@@ -141,7 +142,7 @@ def _conv2d_forward(x, w, b, stride, pads, dilation, groups):
     x, w = x.astype(wt, copy=False), w.astype(wt, copy=False)
     cols, q = _im2col(x, (kh, kw), stride, dilation, pads, out_hw, batch_last=False)
     cols = cols.reshape(n, groups, cg * kh * kw, out_hw[0] * q)
-    out = xp.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols)  # (N, G, Og, OH*Q)
+    out = _matmul(xp, w.reshape(groups, o // groups, cg * kh * kw), cols)  # (N, G, Og, OH*Q)
     out = out.reshape(n, o, out_hw[0], q)
     if q != out_hw[1]:
         out = xp.ascontiguousarray(out[..., :out_hw[1]])
@@ -164,7 +165,7 @@ def _conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
     wt_m = w.astype(wt, copy=False).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)  # (G, K, Og)
     dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
     # depthwise (Og == 1): an outer product per group; a broadcast multiply beats N*G tiny matmuls
-    dcols = wt_m * dyg if og == 1 else xp.matmul(wt_m, dyg)  # (N, G, K, OH*Q)
+    dcols = wt_m * dyg if og == 1 else _matmul(xp, wt_m, dyg)  # (N, G, K, OH*Q)
     dcols = dcols.reshape(n, c, kh * kw, oh * q)
     hp = h + pt + pb
     if flat:
@@ -192,7 +193,7 @@ def _conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
     og = o // groups
     dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
     dyg = dyg.transpose(1, 2, 0, 3).reshape(groups, og, n * oh * q)  # (G, Og, N*OH*Q)
-    dw = xp.matmul(dyg, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
+    dw = _matmul(xp, dyg, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
     return dw.reshape(w_shape).astype(dt, copy=False)
 
 
@@ -603,7 +604,7 @@ class Resample2d(Op):
         ctx.mats = (mh, mw)
         wt = _work_dtype(x)
         mh, mw = xp.asarray(mh, dtype=wt), xp.asarray(mw, dtype=wt)
-        out = xp.matmul(mh, xp.matmul(x.astype(wt, copy=False), mw.T))
+        out = _matmul(xp, mh, _matmul(xp, x.astype(wt, copy=False), mw.T))
         return out.astype(x.dtype, copy=False)
 
     @staticmethod

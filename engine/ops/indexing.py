@@ -114,7 +114,10 @@ class Index(Op):
 
     @staticmethod
     def backward(ctx, g):
-        return IndexBackward.apply(g, shape=ctx.shape, key=ctx.key, basic=ctx.basic)
+        res = IndexBackward.apply(g, shape=ctx.shape, key=ctx.key, basic=ctx.basic)
+        if ctx.basic and res.grad_fn is None:
+            res._zero_outside = ctx.key  # lets the autograd engine add it region-only
+        return res
 
 
 class IndexBackward(Op):

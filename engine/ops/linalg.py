@@ -12,6 +12,7 @@ from ..autograd.function import Op
 from ..backend import xp_of
 from ..tensor import Tensor, tensor_method
 from ._core import broadcast_shapes, broadcast_to, reshape, shape_str, sum_to
+from ._kernels import matmul as _matmul
 from .indexing import IndexZero
 
 __all__ = ["matmul", "mm", "bmm", "addmm", "baddbmm", "dot", "outer", "einsum", "linear"]
@@ -58,8 +59,8 @@ class Matmul(Op):
     def forward(ctx, a, b):
         xp = xp_of(a)
         if b.ndim == 2 and a.ndim > 2:  # fold batch dims into rows: one GEMM instead of a loop
-            return xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
-        return xp.asarray(xp.matmul(a, b))  # 1-D @ 1-D gives a numpy scalar
+            return _matmul(xp, a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+        return xp.asarray(_matmul(xp, a, b))  # 1-D @ 1-D gives a numpy scalar
 
     @staticmethod
     def backward(ctx, g):
@@ -178,7 +179,7 @@ class Linear(Op):
     def forward(ctx, x, w, b):
         xp = xp_of(x)
         out_f, in_f = w.shape
-        y = xp.matmul(x.reshape(-1, in_f), w.T)
+        y = _matmul(xp, x.reshape(-1, in_f), w.T)
         if b is not None:
             y += b
         return y.reshape(x.shape[:-1] + (out_f,))
