@@ -25,6 +25,10 @@ from .ops.nn_ops import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.random_ops import *  # noqa: F401,F403
 from . import nn, optim  # noqa: E402
+from . import distributed  # noqa: E402
+from .distributed import placement, sbp  # noqa: E402
+
+env = comm = distributed  # OneFlow's names: flow.env.get_rank(), flow.comm.all_reduce(...)
 from .serialization import save, load  # noqa: E402
 
 

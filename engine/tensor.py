@@ -4,6 +4,7 @@ Operators are not defined here: each op family in `engine/ops` attaches its meth
 operators with `tensor_method`, so this file stays about what a tensor *is* (data, dtype, device,
 gradient bookkeeping) and each family keeps its code in one place.
 """
+import copy
 import weakref
 
 import numpy as np
@@ -62,18 +63,26 @@ class Tensor:
 
     @classmethod
     def _make(cls, data, device):
+        """A tensor around `data` without __init__'s conversions: the constructor of every op
+        output, so it does only attribute stores."""
         t = object.__new__(cls)
-        t._data = data
-        t._device = device
-        t._requires_grad = False
-        t.grad = None
-        t.grad_fn = None
-        t._output_nr = 0
-        t._vc = [0]
-        t._acc_ref = None
-        t._leaf_hooks = None
-        t._global = None
+        t._init(data, device)
         return t
+
+    def __deepcopy__(self, memo):
+        if self.grad_fn is not None:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               "deepcopy protocol at the moment")
+        if id(self) in memo:
+            return memo[id(self)]
+        new = type(self)._make(self._data.copy(), self._device)
+        memo[id(self)] = new
+        new._requires_grad = self._requires_grad
+        new._global = self._global
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
 
     # ---------------------------------------------------------------- metadata
     @property
@@ -91,7 +100,13 @@ class Tensor:
 
     @property
     def shape(self):
-        return Size(self._data.shape)
+        g = self._global
+        if g is None:
+            return Size(self._data.shape)
+        if g.shape is None:
+            raise RuntimeError(f"this rank is not in the placement {g.placement!r} of this global tensor, "
+                               "so its logical shape is unknown here")
+        return Size(g.shape)
 
     def size(self, dim=None):
         shape = self.shape
@@ -287,7 +302,7 @@ class Tensor:
         return self._local_array()
 
     def _local_array(self):
-        return self._data
+        return self._data if self._global is None else self._host()
 
     def item(self):
         if self.numel() != 1:
@@ -298,7 +313,9 @@ class Tensor:
         return self._host().tolist()
 
     def _host(self):
-        a = self._data
+        """The logical value as a numpy array (a global tensor is gathered first: a collective
+        call, every rank of its placement must make it)."""
+        a = self._data if self._global is None else _global_logical_array(self)
         return a if isinstance(a, np.ndarray) else a.get()
 
     def __bool__(self):
@@ -352,6 +369,12 @@ class Tensor:
 
 
 _leaf_grad_hook = None
+
+
+def _global_logical_array(t):
+    from .distributed.global_tensor import logical_array
+
+    return logical_array(t)
 
 
 

@@ -140,6 +140,22 @@ def broadcast_to(t, shape):
     return BroadcastTo.apply(t, shape=shape)
 
 
+def along_index(index, dim):
+    """A full advanced-index tuple that picks `index` along `dim` and every position along the
+    other dims (index has the indexed array's shape except along dim): gather/scatter along a dim."""
+    xp = xp_of(index)
+    nd = index.ndim
+    out = []
+    for d in range(nd):
+        if d == dim:
+            out.append(index)
+        else:
+            shp = [1] * nd
+            shp[d] = index.shape[d]
+            out.append(xp.arange(index.shape[d]).reshape(shp))
+    return tuple(out)
+
+
 # ------------------------------------------------------------------ reshape
 class Reshape(Op):
     name = "View"
@@ -198,7 +214,10 @@ def is_scalar(x):
 def scalar_tensor(value, dtype, like):
     """A constant 0-d tensor on `like`'s device, used for Python scalars in binary ops."""
     xp = xp_of(like._data)
-    return Tensor._make(xp.asarray(value, dtype=dtype.np), like._device)
+    t = Tensor._make(xp.asarray(value, dtype=dtype.np), like._device)
+    if like._global is not None:  # a constant beside a global tensor is broadcast on its placement
+        t._global = like._global.constant(t._data.shape)
+    return t
 
 
 def promote_operands(a, b):

@@ -153,19 +153,20 @@ def _like(t, dtype, device):
     return (dtypes.as_dtype(dtype) or t.dtype), (device if device is not None else t.device)
 
 
-def zeros_like(input, dtype=None, device=None, requires_grad=False, **_):
-    dtype, device = _like(input, dtype, device)
-    return zeros(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+def _like_factory(factory):
+    """`<factory>_like(input, ...)`: `factory(input.shape)` with input's dtype and device unless given."""
+
+    def like(input, dtype=None, device=None, requires_grad=False, **_):
+        dtype, device = _like(input, dtype, device)
+        return factory(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    like.__name__ = like.__qualname__ = factory.__name__ + "_like"
+    return like
 
 
-def ones_like(input, dtype=None, device=None, requires_grad=False, **_):
-    dtype, device = _like(input, dtype, device)
-    return ones(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
-
-
-def empty_like(input, dtype=None, device=None, requires_grad=False, **_):
-    dtype, device = _like(input, dtype, device)
-    return empty(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+zeros_like = _like_factory(zeros)
+ones_like = _like_factory(ones)
+empty_like = _like_factory(empty)
 
 
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
@@ -261,14 +262,8 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     return _finish(_rng(generator, dev).permutation(int(n)).astype(dtype.np), dev, requires_grad)
 
 
-def rand_like(input, dtype=None, device=None, requires_grad=False, **_):
-    dtype, device = _like(input, dtype, device)
-    return rand(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
-
-
-def randn_like(input, dtype=None, device=None, requires_grad=False, **_):
-    dtype, device = _like(input, dtype, device)
-    return randn(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+rand_like = _like_factory(rand)
+randn_like = _like_factory(randn)
 
 
 def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=False):
@@ -280,3 +275,93 @@ def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=F
 
 def is_number(x):
     return isinstance(x, numbers.Number)
+
+
+# ------------------------------------------------------------------ global creation
+def _placeable(fn, filled=None):
+    """Add `placement=` and `sbp=` to a factory: the result is a global tensor whose logical
+    value is what the local factory makes. Every rank builds the logical tensor with the same
+    generator state, so a random global tensor does not depend on its placement or SBP.
+    Constant fills (`filled`) allocate only each rank's shard."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, placement=None, sbp=None, **kwargs):
+        if placement is None:
+            if sbp is not None:
+                raise ValueError(f"{fn.__name__}: sbp= needs placement= as well")
+            return fn(*args, **kwargs)
+        if sbp is None:
+            raise ValueError(f"{fn.__name__}: placement= needs sbp= as well (e.g. flow.sbp.broadcast)")
+        from ..distributed import global_tensor as gt
+
+        requires_grad = kwargs.pop("requires_grad", False)
+        kwargs["device"] = "cpu" if placement.type == "cpu" else gt.device_of_placement(placement)
+        if filled is not None:
+            shape, value, dtype = filled(*args, **kwargs)
+            return gt.global_filled(shape, value, dtype, placement, sbp, requires_grad)
+        logical = fn(*args, **kwargs)
+        return gt.global_from_logical(lambda: logical._data, tuple(logical.shape), logical.dtype, placement, sbp,
+                                      requires_grad=requires_grad)
+
+    return wrapper
+
+
+def _fill_args(value):
+    def parse(*size, dtype=None, device=None, **_):
+        return _size(size), value, dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+
+    return parse
+
+
+def _full_args(size, fill_value, dtype=None, device=None, **_):
+    if dtype is None:
+        dtype = dtypes.scalar_dtype(fill_value)
+    return (_size((size,) if isinstance(size, int) else tuple(size)), fill_value, dtypes.as_dtype(dtype))
+
+
+zeros = _placeable(zeros, _fill_args(0))
+ones = _placeable(ones, _fill_args(1))
+empty = _placeable(empty, _fill_args(0))
+full = _placeable(full, _full_args)
+tensor = _placeable(tensor)
+arange = _placeable(arange)
+rand = _placeable(rand)
+randn = _placeable(randn)
+randint = _placeable(randint)
+normal = _placeable(normal)
+
+
+def _global_like(factory, input, kwargs):
+    """A *_like factory on a global input: same placement, SBP with partial read as broadcast
+    (the result is a fresh value, not a sum of shards)."""
+    from ..distributed.sbp import broadcast
+
+    sbp = tuple(broadcast if s.is_partial else s for s in input._global.sbp)
+    return factory(input.shape, placement=input._global.placement, sbp=sbp, **kwargs)
+
+
+def _like_factory_global(factory):
+    def like(input, dtype=None, device=None, requires_grad=False, **_):
+        if input._global is not None:
+            return _global_like(factory, input, dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
+        dtype, device = _like(input, dtype, device)
+        return factory(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    like.__name__ = like.__qualname__ = factory.__name__ + "_like"
+    return like
+
+
+zeros_like = _like_factory_global(zeros)
+ones_like = _like_factory_global(ones)
+empty_like = _like_factory_global(empty)
+rand_like = _like_factory_global(rand)
+randn_like = _like_factory_global(randn)
+_full_like_local = full_like
+
+
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
+    if input._global is not None:
+        return _global_like(lambda shape, **kw: full(shape, fill_value, **kw), input,
+                            dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
+    return _full_like_local(input, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)

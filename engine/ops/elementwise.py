@@ -22,43 +22,44 @@ def _ufunc(ufunc, a, b):
 
 def _binary(op_cls, a, b, **attrs):
     a, b = promote_operands(a, b)
-    if a._data.shape != b._data.shape:
-        broadcast_shapes(a._data.shape, b._data.shape)  # clear error before numpy's
+    if a._global is not None or a._data.shape != b._data.shape:
+        broadcast_shapes(a.shape, b.shape)  # clear error before numpy's
     return op_cls.apply(a, b, **attrs)
 
 
-class Add(Op):
-    name = "Add"
+class _AddSub(Op):
+    """a + alpha * b (Add) or a - alpha * b (Sub, `sign` -1): the gradients are g and sign * alpha * g."""
 
-    @staticmethod
-    def forward(ctx, a, b, alpha=1):
+    ufunc = None
+    sign = 1
+
+    @classmethod
+    def forward(cls, ctx, a, b, alpha=1):
         ctx.shapes = (a.shape, b.shape)
         ctx.alpha = alpha
-        return _ufunc(np.add, a, b) if alpha == 1 else a + b * np.asarray(alpha, dtype=b.dtype)
+        return _ufunc(cls.ufunc, a, b) if alpha == 1 else cls.ufunc(a, b * np.asarray(alpha, dtype=b.dtype))
 
-    @staticmethod
-    def backward(ctx, g):
+    @classmethod
+    def backward(cls, ctx, g):
         sa, sb = ctx.shapes
         gb = None
         if ctx.needs_input_grad[1]:
-            gb = sum_to(g if ctx.alpha == 1 else g * ctx.alpha, sb)
+            if ctx.alpha == 1:
+                gb = sum_to(g if cls.sign == 1 else -g, sb)
+            else:
+                gb = sum_to(g * (ctx.alpha if cls.sign == 1 else -ctx.alpha), sb)
         return sum_to(g, sa) if ctx.needs_input_grad[0] else None, gb
 
 
-class Sub(Op):
+class Add(_AddSub):
+    name = "Add"
+    ufunc = np.add
+
+
+class Sub(_AddSub):
     name = "Sub"
-
-    @staticmethod
-    def forward(ctx, a, b, alpha=1):
-        ctx.shapes = (a.shape, b.shape)
-        ctx.alpha = alpha
-        return _ufunc(np.subtract, a, b) if alpha == 1 else a - b * np.asarray(alpha, dtype=b.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        sa, sb = ctx.shapes
-        gb = sum_to(-g if ctx.alpha == 1 else g * -ctx.alpha, sb) if ctx.needs_input_grad[1] else None
-        return sum_to(g, sa) if ctx.needs_input_grad[0] else None, gb
+    ufunc = np.subtract
+    sign = -1
 
 
 class Mul(Op):

@@ -1,0 +1,17 @@
+"""engine.distributed: processes, collectives and (from the lead's modules) global tensors.
+
+`comm` holds the process layer: MPI on the CPU, NCCL on CUDA, started lazily on first use, so a
+plain single process works unchanged (world size 1). Launch many processes with
+`python -m engine.distributed.launch --nproc-per-node N script.py`.
+"""
+from . import comm
+from .comm import (
+    get_rank, get_world_size, get_local_rank, get_local_world_size, barrier, is_initialized,
+    new_group, ProcessGroup, mesh_axis_groups, all_reduce, all_gather, all_gather_into_list,
+    reduce_scatter, broadcast, all_to_all, send, recv, isend, irecv, Request, stats,
+)
+
+from . import sbp  # noqa: E402
+from .placement import placement  # noqa: E402
+from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
+from . import dispatch, rules  # noqa: E402,F401  (installs the global dispatch)

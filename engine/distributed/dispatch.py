@@ -1,0 +1,246 @@
+"""Running any engine op on global tensors (installed into Op.apply by engine.distributed).
+
+For an op called with global inputs:
+  1. check them (all global, one placement);
+  2. per mesh axis, take the op's SBP signatures (rules.py; the default, always valid, is "all
+     broadcast") and choose the one whose boxing of the current inputs moves the fewest bytes;
+  3. box the inputs to it (recorded for autograd: those conversions have their own backward);
+  4. run the op's local kernel on the shards, with shape attributes translated to the shard;
+  5. wrap the outputs as global tensors with the signature's output SBP.
+
+Backward runs the op's own *local* backward on shards too, with the gradient SBPs that make it
+valid (per mesh axis): an output gradient arrives S(a) for an S(a) output and B for P or B
+outputs; an input gradient comes out S(a) for S(a) inputs, B for P inputs and P for B inputs —
+the local gradient of a replicated input used with split or partial data is a partial sum —
+and all B when the whole signature is B. DESIGN.md wants backwards made of global ops; running
+the local backward under these rules is equivalent, keeps every op's backward written once, and
+leaves shape bookkeeping (ctx) local. It does not support create_graph on global tensors.
+"""
+import numpy as np
+
+from ..autograd.function import Context, set_global_dispatch
+from ..autograd.grad_mode import _state
+from ..autograd.graph import Node
+from ..tensor import Tensor
+from . import comm
+from .global_tensor import GlobalMeta, global_to_global, make_global
+from .sbp import broadcast, partial_sum
+
+
+class Signature:
+    """One 1-D SBP signature: an SBP per input (None for absent inputs) and per output."""
+
+    __slots__ = ("ins", "outs")
+
+    def __init__(self, ins, outs):
+        self.ins = tuple(ins)
+        self.outs = tuple(outs)
+
+    @property
+    def all_broadcast(self):
+        return all(s is None or s.is_broadcast for s in self.ins + self.outs)
+
+    def __repr__(self):
+        return f"{self.ins} -> {self.outs}"
+
+
+def all_broadcast_signature(n_in, n_out, present):
+    return Signature([broadcast if p else None for p in present], [broadcast] * n_out)
+
+
+# ------------------------------------------------------------------ cost of boxing
+def box_cost(src, dst, nbytes, n):
+    """Bytes one conversion moves per rank (DESIGN.md's cost table)."""
+    if src == dst or n == 1:
+        return 0.0
+    if src.is_broadcast:
+        return 0.0 if dst.is_split else 1.0  # B -> P is local but leaves work for later
+    if src.is_partial:
+        return 2.0 * nbytes * (n - 1) / n if dst.is_broadcast else nbytes * (n - 1) / n + (
+            2.0 * nbytes if dst.is_partial else 0.0)
+    # split source
+    if dst.is_broadcast:
+        return nbytes * (n - 1) / n
+    if dst.is_split:
+        return nbytes * (n - 1) / n / n
+    return 1.0  # S -> P
+
+
+def _nbytes(meta, itemsize):
+    n = 1
+    for s in meta.shape:
+        n *= s
+    return n * itemsize
+
+
+def choose(signatures, metas, itemsizes, placement, k):
+    """The signature for mesh axis k with the least boxing of the current inputs."""
+    n = placement.hierarchy[k]
+    best, best_cost = None, None
+    for sig in signatures:
+        cost = 0.0
+        for m, size, want in zip(metas, itemsizes, sig.ins):
+            if m is None or want is None:
+                continue
+            cost += box_cost(m.sbp[k], want, _nbytes(m, size), n)
+        if any(s.is_partial for s in sig.outs):
+            cost += 1.0  # ties go to signatures that leave no pending reduction
+        if best is None or cost < best_cost:
+            best, best_cost = sig, cost
+    return best
+
+
+# ------------------------------------------------------------------ gradient SBPs
+def grad_out_sbp(sig, j):
+    s = sig.outs[j]
+    return s if s.is_split and not sig.all_broadcast else broadcast
+
+
+def grad_in_sbp(sig, i):
+    s = sig.ins[i]
+    if sig.all_broadcast:
+        return broadcast
+    if s.is_split:
+        return s
+    return broadcast if s.is_partial else partial_sum
+
+
+# ------------------------------------------------------------------ logical output shapes
+def _uneven(shapes, nd_sbps, placement):
+    for shape, nd in zip(shapes, nd_sbps):
+        if shape is None:
+            continue
+        parts = {}
+        for k, s in enumerate(nd):
+            if s.is_split:
+                parts[s.axis] = parts.get(s.axis, 1) * placement.hierarchy[k]
+        if any(shape[a] % p for a, p in parts.items()):
+            return True
+    return False
+
+
+def logical_shape(local, nd, placement, uneven):
+    """Logical shape of an output from its local shape: exact multiplication when every split
+    is even, otherwise the extents are gathered along each mesh axis (inner axes first)."""
+    shape = list(local)
+    if not uneven:
+        for k, s in enumerate(nd):
+            if s.is_split:
+                shape[s.axis] *= placement.hierarchy[k]
+        return tuple(shape)
+    for k in reversed(range(len(nd))):
+        s = nd[k]
+        if s.is_split:
+            group = comm.mesh_axis_groups(placement.mesh, k)
+            sizes = comm.all_gather(np.array([shape[s.axis]], dtype=np.int64), group=group)
+            shape[s.axis] = int(sizes.sum())
+    return tuple(shape)
+
+
+# ------------------------------------------------------------------ the dispatch
+def _fail_mixed(cls, inputs):
+    kinds = ", ".join(f"input {i}: {'global' if t._global is not None else 'local'} {list(t.shape)}"
+                      for i, t in enumerate(inputs) if t is not None)
+    raise RuntimeError(f"{cls.name or cls.__name__}: cannot mix local and global tensors in one op ({kinds}); "
+                       "convert the local ones with .to_global(placement, sbp) or the global ones with .to_local()")
+
+
+def global_apply(cls, inputs, attrs):
+    from .rules import rule_for
+
+    name = cls.name or cls.__name__
+    metas = []
+    for t in inputs:
+        if t is None:
+            metas.append(None)
+        elif t._global is None:
+            _fail_mixed(cls, inputs)
+        else:
+            metas.append(t._global)
+    present = [m for m in metas if m is not None]
+    placement = present[0].placement
+    for i, m in enumerate(metas):
+        if m is not None and m.placement != placement:
+            raise RuntimeError(f"{name}: inputs live on different placements ({placement!r} and input {i} on "
+                               f"{m.placement!r}); move one with .to_global(placement=...)")
+    rule = rule_for(cls)
+    me = comm.get_rank()
+    if not placement.has_rank(me):
+        n_out = rule.n_outputs(attrs)
+        outs = tuple(make_global(np.empty((0,)), GlobalMeta(placement, (broadcast,) * placement.ndim, None),
+                                 inputs[0]._device if inputs[0] is not None else None) for _ in range(n_out))
+        return outs[0] if n_out == 1 else outs
+    shapes = [m.shape if m is not None else None for m in metas]
+    itemsizes = [t._data.dtype.itemsize if t is not None else 0 for t in inputs]
+    signatures = rule.signatures(shapes, attrs)
+    chosen = [choose(signatures, metas, itemsizes, placement, k) for k in range(placement.ndim)]
+    in_nd = [None if m is None else tuple(sig.ins[i] for sig in chosen) for i, m in enumerate(metas)]
+    boxed = [None if t is None else global_to_global(t, placement, in_nd[i]) for i, t in enumerate(inputs)]
+    coords = placement.coords(me)
+    local_attrs = rule.local_attrs(attrs, shapes, in_nd, placement, coords)
+
+    ctx = Context()
+    arrays = [None if b is None else b._data for b in boxed]
+    needs_grad = cls.differentiable and _state.enabled and any(b is not None and b._requires_grad for b in boxed)
+    if needs_grad:
+        ctx.needs_input_grad = tuple(b is not None and b._requires_grad for b in boxed)
+    out = cls.forward(ctx, *arrays, **local_attrs)
+    single = not isinstance(out, tuple)
+    outs = (out,) if single else out
+    outs = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in outs)
+    out_nd = [tuple(sig.outs[j] for sig in chosen) for j in range(len(outs))]
+    known = rule.out_shapes(shapes, attrs)
+    uneven = _uneven(shapes, in_nd, placement)
+    device = next(b._device for b in boxed if b is not None)
+    results = []
+    for j, a in enumerate(outs):
+        shape = known[j] if known is not None else logical_shape(a.shape, out_nd[j], placement, uneven)
+        results.append(make_global(a, GlobalMeta(placement, out_nd[j], shape), device))
+    if needs_grad:
+        _attach_backward(cls, ctx, boxed, results, chosen, placement, shapes, device)
+    return results[0] if single else tuple(results)
+
+
+def _attach_backward(cls, ctx, boxed, results, chosen, placement, shapes, device):
+    local_in = [None if b is None else _local_view(b) for b in boxed]
+    local_out = [_local_view(r) for r in results]
+    saved = [local_in[i] for i in cls.save_inputs] + [local_out[j] for j in cls.save_outputs]
+    ctx.save_for_backward(*saved)
+
+    def backward_fn(c, *grads):
+        if _state.enabled:
+            raise NotImplementedError(f"create_graph backward through {cls.name} on global tensors is not supported")
+        local_grads = []
+        for j, g in enumerate(grads):
+            if g is None:
+                local_grads.append(None)
+                continue
+            g = global_to_global(g, placement, tuple(grad_out_sbp(sig, j) for sig in chosen))
+            local_grads.append(Tensor._make(g._data, g._device))
+        res = cls.backward(c, *local_grads)
+        res = res if isinstance(res, tuple) else (res,)
+        wrapped = []
+        for i, g in enumerate(res):
+            if g is None or boxed[i] is None:
+                wrapped.append(None)
+                continue
+            nd = tuple(grad_in_sbp(sig, i) for sig in chosen)
+            wrapped.append(make_global(g._data, GlobalMeta(placement, nd, shapes[i]), device))
+        return tuple(wrapped)
+
+    node = Node(cls.name or cls.__name__, backward_fn, ctx,
+                tuple(None if b is None else b._grad_edge() for b in boxed), len(results))
+    for j, r in enumerate(results):
+        if r.is_floating_point():
+            r._requires_grad = True
+            r.grad_fn = node
+            r._output_nr = j
+
+
+def _local_view(t):
+    v = Tensor._make(t._data, t._device)
+    v._requires_grad = t._requires_grad
+    return v
+
+
+set_global_dispatch(global_apply)
