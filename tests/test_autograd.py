@@ -283,3 +283,18 @@ def test_region_only_gradient_accumulation_of_basic_indexing():
     z = xf * 1
     z.backward(g, retain_graph=True)
     assert float(g.sum()) == 60.0
+
+
+def test_deepcopy_of_leaves_and_modules():
+    import copy
+
+    model = flow.nn.Sequential(flow.nn.Linear(3, 4), flow.nn.GELU(), flow.nn.Linear(4, 2))
+    model(flow.randn(5, 3)).sum().backward()
+    clone = copy.deepcopy(model)
+    for (name, a), (_, b) in zip(model.named_parameters(), clone.named_parameters()):
+        assert type(b) is flow.nn.Parameter and b.requires_grad, name
+        assert not np.shares_memory(a.detach().numpy(), b.detach().numpy()), name
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+        np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        copy.deepcopy(model(flow.randn(1, 3)))

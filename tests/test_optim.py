@@ -57,6 +57,11 @@ def _run_both(make_ours, make_theirs, steps=STEPS, groups=None):
 
 
 # ------------------------------------------------------------------ SGD / Adam / AdamW vs torch
+def _matches_torch(name, kw):
+    """optim.<name>(**kw) and torch.optim.<name>(**kw) take the same steps (see _run_both)."""
+    _run_both(lambda ps: getattr(optim, name)(ps, **kw), lambda ps: getattr(torch.optim, name)(ps, **kw))
+
+
 SGD_CONFIGS = {
     "plain": dict(lr=0.1),
     "momentum": dict(lr=0.05, momentum=0.9),
@@ -71,8 +76,7 @@ SGD_CONFIGS = {
 
 @pytest.mark.parametrize("name", list(SGD_CONFIGS))
 def test_sgd_matches_torch(name):
-    kw = SGD_CONFIGS[name]
-    _run_both(lambda ps: optim.SGD(ps, **kw), lambda ps: torch.optim.SGD(ps, **kw))
+    _matches_torch("SGD", SGD_CONFIGS[name])
 
 
 ADAM_CONFIGS = {
@@ -87,8 +91,7 @@ ADAM_CONFIGS = {
 
 @pytest.mark.parametrize("name", list(ADAM_CONFIGS))
 def test_adam_matches_torch(name):
-    kw = ADAM_CONFIGS[name]
-    _run_both(lambda ps: optim.Adam(ps, **kw), lambda ps: torch.optim.Adam(ps, **kw))
+    _matches_torch("Adam", ADAM_CONFIGS[name])
 
 
 ADAMW_CONFIGS = {
@@ -100,8 +103,7 @@ ADAMW_CONFIGS = {
 
 @pytest.mark.parametrize("name", list(ADAMW_CONFIGS))
 def test_adamw_matches_torch(name):
-    kw = ADAMW_CONFIGS[name]
-    _run_both(lambda ps: optim.AdamW(ps, **kw), lambda ps: torch.optim.AdamW(ps, **kw))
+    _matches_torch("AdamW", ADAMW_CONFIGS[name])
 
 
 def test_adamw_default_weight_decay_is_0_01():

@@ -54,25 +54,23 @@ def _train(lib, model, x, y, steps, lr):
     return losses
 
 
-def test_mlp_learns_and_tracks_torch():
-    x, y = _blobs()
+def _learns_and_tracks_torch(what, make_model, data, steps, final_loss_below):
+    """Train the same model (torch's initial weights) in both libraries with Adam(lr=1e-2): the
+    first five losses match torch and the last one is below `final_loss_below`."""
+    x, y = data
     torch.manual_seed(0)
-    tm = _mlp(torch)
-    fm = _mlp(flow)
+    tm = make_model(torch)
+    fm = make_model(flow)
     _copy_weights(fm, tm)
-    lf = _train(flow, fm, flow.tensor(x), flow.tensor(y), 60, 1e-2)
-    lt = _train(torch, tm, torch.tensor(x), torch.tensor(y), 60, 1e-2)
+    lf = _train(flow, fm, flow.tensor(x), flow.tensor(y), steps, 1e-2)
+    lt = _train(torch, tm, torch.tensor(x), torch.tensor(y), steps, 1e-2)
     np.testing.assert_allclose(lf[:5], lt[:5], rtol=1e-4)
-    assert lf[-1] < 0.05, f"MLP did not learn: final loss {lf[-1]:.4f}"
+    assert lf[-1] < final_loss_below, f"{what} did not learn: final loss {lf[-1]:.4f}"
+
+
+def test_mlp_learns_and_tracks_torch():
+    _learns_and_tracks_torch("MLP", _mlp, _blobs(), steps=60, final_loss_below=0.05)
 
 
 def test_cnn_learns_and_tracks_torch():
-    x, y = _images()
-    torch.manual_seed(0)
-    tm = _cnn(torch)
-    fm = _cnn(flow)
-    _copy_weights(fm, tm)
-    lf = _train(flow, fm, flow.tensor(x), flow.tensor(y), 40, 1e-2)
-    lt = _train(torch, tm, torch.tensor(x), torch.tensor(y), 40, 1e-2)
-    np.testing.assert_allclose(lf[:5], lt[:5], rtol=1e-4)
-    assert lf[-1] < 0.1, f"CNN did not learn: final loss {lf[-1]:.4f}"
+    _learns_and_tracks_torch("CNN", _cnn, _images(), steps=40, final_loss_below=0.1)

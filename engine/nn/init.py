@@ -203,29 +203,33 @@ def dirac_(tensor, groups=1):
     return _write(tensor, xp_of(tensor._data).asarray(w))
 
 
+def _xavier_std(tensor, gain):
+    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
+    return gain * math.sqrt(2.0 / float(fan_in + fan_out))
+
+
 def xavier_uniform_(tensor, gain=1.0, generator=None):
     """U(-r, r) with r = gain * sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio, 2010)."""
-    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
-    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    bound = math.sqrt(3.0) * std
+    bound = math.sqrt(3.0) * _xavier_std(tensor, gain)
     return uniform_(tensor, -bound, bound, generator)
 
 
 def xavier_normal_(tensor, gain=1.0, generator=None):
     """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
-    fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
-    std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    return normal_(tensor, 0.0, std, generator)
+    return normal_(tensor, 0.0, _xavier_std(tensor, gain), generator)
+
+
+def _kaiming_std(tensor, a, mode, nonlinearity):
+    fan = _calculate_correct_fan(tensor, mode)
+    gain = calculate_gain(nonlinearity, a)
+    return gain / math.sqrt(fan)
 
 
 def kaiming_uniform_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", generator=None):
     """U(-bound, bound) with bound = gain * sqrt(3 / fan) (He et al., 2015)."""
     if 0 in tuple(tensor.shape):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    bound = math.sqrt(3.0) * std
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
     return uniform_(tensor, -bound, bound, generator)
 
 
@@ -233,10 +237,24 @@ def kaiming_normal_(tensor, a=0, mode="fan_in", nonlinearity="leaky_relu", gener
     """N(0, std^2) with std = gain / sqrt(fan)."""
     if 0 in tuple(tensor.shape):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    return normal_(tensor, 0.0, std, generator)
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
+
+
+def _reset_layer_(weight, bias, zero_fan_in_bound):
+    """torch's default init of Linear and Conv layers: weight ~ kaiming_uniform(a=sqrt(5)), bias ~
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)). With fan_in == 0 the bias is drawn from
+    U(-zero_fan_in_bound, zero_fan_in_bound), or left as it is when that is None."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is None:
+        return
+    fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+    if fan_in != 0:
+        bound = 1 / math.sqrt(fan_in)
+    elif zero_fan_in_bound is None:
+        return
+    else:
+        bound = zero_fan_in_bound
+    uniform_(bias, -bound, bound)
 
 
 def orthogonal_(tensor, gain=1, generator=None):

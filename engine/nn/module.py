@@ -16,6 +16,7 @@ from collections import OrderedDict, namedtuple
 from ..autograd.grad_mode import no_grad
 from ..autograd.graph import RemovableHandle
 from ..backend import as_device, dtypes, to_device, xp_of
+from ..ops.conversion import parse_to_args
 from ..tensor import Parameter, Tensor
 
 __all__ = ["Module"]
@@ -52,16 +53,7 @@ def _parse_to(args, kwargs):
     kwargs.pop("memory_format", None)
     if kwargs:
         raise TypeError(f"Module.to() got unexpected keyword arguments {sorted(kwargs)}")
-    for a in args:
-        if isinstance(a, Tensor):
-            device, dtype = a.device, a.dtype
-        elif isinstance(a, dtypes.dtype):
-            dtype = a
-        elif a is not None:
-            try:
-                device = as_device(a)
-            except (ValueError, TypeError):
-                dtype = dtypes.as_dtype(a)
+    device, dtype = parse_to_args(args, device, dtype)
     if dtype is not None:
         dtype = dtypes.as_dtype(dtype)
         if not dtype.is_floating_point:
@@ -273,18 +265,19 @@ class Module:
         return mod
 
     def get_parameter(self, target):
-        module_path, _, name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        if name not in mod._parameters:
-            raise AttributeError(f"{mod._get_name()} has no parameter `{name}`")
-        return mod._parameters[name]
+        return self._get_registered(target, "_parameters", "parameter")
 
     def get_buffer(self, target):
+        return self._get_registered(target, "_buffers", "buffer")
+
+    def _get_registered(self, target, registry, kind):
+        """The entry `name` of `registry` (`_parameters` / `_buffers`) in the submodule of "path.name"."""
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
-        if name not in mod._buffers:
-            raise AttributeError(f"{mod._get_name()} has no buffer `{name}`")
-        return mod._buffers[name]
+        entries = getattr(mod, registry)
+        if name not in entries:
+            raise AttributeError(f"{mod._get_name()} has no {kind} `{name}`")
+        return entries[name]
 
     # ------------------------------------------------------------------ modes and grads
     def train(self, mode=True):

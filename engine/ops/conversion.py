@@ -28,12 +28,13 @@ def _to_device(t, dev):
     return out
 
 
-@tensor_method()
-def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
-    """`to(dtype)`, `to(device)`, `to(device, dtype)`, `to(other_tensor)`."""
+def parse_to_args(args, device=None, dtype=None):
+    """Fold the positional arguments of `to(...)` (Tensor.to and Module.to) into (device, dtype):
+    a Tensor gives both, a dtype gives the dtype, anything else is a device if `as_device` takes
+    it and a dtype otherwise; later arguments win over earlier ones and over the given defaults."""
     for a in args:
         if isinstance(a, Tensor):
-            dtype, device = a.dtype, a.device
+            device, dtype = a.device, a.dtype
         elif isinstance(a, dtypes.dtype):
             dtype = a
         elif a is not None:
@@ -41,6 +42,13 @@ def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
                 device = as_device(a)
             except (ValueError, TypeError):
                 dtype = dtypes.as_dtype(a)
+    return device, dtype
+
+
+@tensor_method()
+def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+    """`to(dtype)`, `to(device)`, `to(device, dtype)`, `to(other_tensor)`."""
+    device, dtype = parse_to_args(args, device, dtype)
     out = self
     if device is not None:
         out = _to_device(out, as_device(device))

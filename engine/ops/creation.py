@@ -153,22 +153,6 @@ def _like(t, dtype, device):
     return (dtypes.as_dtype(dtype) or t.dtype), (device if device is not None else t.device)
 
 
-def _like_factory(factory):
-    """`<factory>_like(input, ...)`: `factory(input.shape)` with input's dtype and device unless given."""
-
-    def like(input, dtype=None, device=None, requires_grad=False, **_):
-        dtype, device = _like(input, dtype, device)
-        return factory(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
-
-    like.__name__ = like.__qualname__ = factory.__name__ + "_like"
-    return like
-
-
-zeros_like = _like_factory(zeros)
-ones_like = _like_factory(ones)
-empty_like = _like_factory(empty)
-
-
 def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
     dtype, device = _like(input, dtype, device)
     return full(input.shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
@@ -262,10 +246,6 @@ def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False)
     return _finish(_rng(generator, dev).permutation(int(n)).astype(dtype.np), dev, requires_grad)
 
 
-rand_like = _like_factory(rand)
-randn_like = _like_factory(randn)
-
-
 def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=False):
     if high is None:
         low, high = 0, low
@@ -341,7 +321,10 @@ def _global_like(factory, input, kwargs):
     return factory(input.shape, placement=input._global.placement, sbp=sbp, **kwargs)
 
 
-def _like_factory_global(factory):
+def _like_factory(factory):
+    """`<factory>_like(input, ...)`: `factory(input.shape)` with input's dtype and device (or
+    placement and SBP, for a global input) unless given."""
+
     def like(input, dtype=None, device=None, requires_grad=False, **_):
         if input._global is not None:
             return _global_like(factory, input, dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
@@ -352,11 +335,11 @@ def _like_factory_global(factory):
     return like
 
 
-zeros_like = _like_factory_global(zeros)
-ones_like = _like_factory_global(ones)
-empty_like = _like_factory_global(empty)
-rand_like = _like_factory_global(rand)
-randn_like = _like_factory_global(randn)
+zeros_like = _like_factory(zeros)
+ones_like = _like_factory(ones)
+empty_like = _like_factory(empty)
+rand_like = _like_factory(rand)
+randn_like = _like_factory(randn)
 _full_like_local = full_like
 
 

@@ -20,7 +20,7 @@ from ..backend import dtypes, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
-from ._core import broadcast_shapes, broadcast_to, cast, reshape, shape_str, sum_to
+from ._core import along_index, broadcast_shapes, broadcast_to, cast, reshape, scalar_tensor, shape_str, sum_to
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
            "masked_select", "take_along_dim", "one_hot", "embedding", "nonzero"]
@@ -248,21 +248,6 @@ def _check_index(index, op):
         raise RuntimeError(f"{op}(): Expected dtype int32/int64 for index, got {got}")
 
 
-def _mesh(index, dim):
-    """A full advanced-index tuple addressing `index` along `dim` and its own position elsewhere."""
-    xp = xp_of(index)
-    nd = index.ndim
-    out = []
-    for d in range(nd):
-        if d == dim:
-            out.append(index)
-        else:
-            shp = [1] * nd
-            shp[d] = index.shape[d]
-            out.append(xp.arange(index.shape[d]).reshape(shp))
-    return tuple(out)
-
-
 def _check_gather_shapes(x_shape, index, dim, op, other=None):
     if index.ndim != len(x_shape) and not (index.ndim <= 1 and len(x_shape) <= 1):
         raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions as input tensor "
@@ -296,7 +281,7 @@ class Gather(Op):
         ctx.shape, ctx.dim = x.shape, dim
         if x.ndim == 0:
             return x.reshape(index.shape) if index.size else x[()].reshape(index.shape)
-        return x[_mesh(index, dim)]
+        return x[along_index(index, dim)]
 
     @staticmethod
     def backward(ctx, g):
@@ -320,7 +305,7 @@ class GatherBackward(Op):
         if len(shape) == 0:
             out[...] = g.sum()
             return out
-        xp.add.at(out, _mesh(index, dim), g)
+        xp.add.at(out, along_index(index, dim), g)
         return out
 
     @staticmethod
@@ -346,7 +331,7 @@ class Scatter(Op):
     def forward(ctx, x, index, src, dim, add):
         ctx.dim, ctx.add, ctx.src_shape = dim, add, src.shape
         out = x.copy()
-        mesh = _mesh(index, dim)
+        mesh = along_index(index, dim)
         s = _crop(src, index.shape) if src.ndim else src
         if add:
             xp_of(x).add.at(out, mesh, s)
@@ -377,7 +362,7 @@ class ScatterFill(Op):
     def forward(ctx, g, index, dim):
         ctx.dim = dim
         out = g.copy()
-        out[_mesh(index, dim)] = 0
+        out[along_index(index, dim)] = 0
         return out
 
     @staticmethod
@@ -435,7 +420,7 @@ def _inplace_scatter(self, dim, index, src, value, add, op):
     dim, src = _scatter_args(self, dim, index, src, value, op)
     if inplace.records(self, src):
         return inplace.rebind(self, Scatter.apply(self, index, src, dim=dim, add=add), op)
-    mesh = _mesh(index._data, dim)
+    mesh = along_index(index._data, dim)
     s = _crop(src._data, index.shape) if src.ndim else src._data
     if add:
         xp_of(self._data).add.at(self._data, mesh, s)
@@ -607,7 +592,7 @@ def _fill_value(value, input, op):
             raise RuntimeError(f"{op} only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value.ndim} dimension(s).")
         return cast(value, input.dtype)
-    return Tensor._make(xp_of(input._data).asarray(value, dtype=input._data.dtype), input._device)
+    return scalar_tensor(value, input.dtype, input)
 
 
 def masked_fill(input, mask, value):

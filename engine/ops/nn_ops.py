@@ -118,21 +118,6 @@ def _softmax_rows(x, z, axis, log):
     return z
 
 
-class Softmax(Op):
-    name = "Softmax"
-    save_outputs = (0,)
-
-    @staticmethod
-    def forward(ctx, x, axis):
-        ctx.axis = axis
-        return _softmax_array(x, axis, log=False)
-
-    @staticmethod
-    def backward(ctx, g):
-        y, = ctx.saved_tensors
-        return SoftmaxGrad.apply(g, y, axis=ctx.axis)
-
-
 def _softmax_grad_rows(g, y, dx, axis, scale, zero_mask):
     xp = xp_of(g)
     axis %= g.ndim
@@ -178,21 +163,6 @@ class SoftmaxGrad(Op):
         return d_g, d_y
 
 
-class LogSoftmax(Op):
-    name = "LogSoftmax"
-    save_outputs = (0,)
-
-    @staticmethod
-    def forward(ctx, x, axis):
-        ctx.axis = axis
-        return _softmax_array(x, axis, log=True)
-
-    @staticmethod
-    def backward(ctx, g):
-        y, = ctx.saved_tensors
-        return LogSoftmaxGrad.apply(g, y, axis=ctx.axis)
-
-
 class LogSoftmaxGrad(Op):
     """dx = g - exp(y) * sum(g)."""
 
@@ -219,6 +189,36 @@ class LogSoftmaxGrad(Op):
         d_g = gg - (gg * p).sum(axis, keepdim=True) if ctx.needs_input_grad[0] else None
         d_y = -(gg * p) * g.sum(axis, keepdim=True) if ctx.needs_input_grad[1] else None
         return d_g, d_y
+
+
+class _SoftmaxBase(Op):
+    """softmax (log=False) or log_softmax (log=True) along `axis`; the backward is `grad_op` on
+    the saved output."""
+
+    save_outputs = (0,)
+    log = False
+    grad_op = None
+
+    @classmethod
+    def forward(cls, ctx, x, axis):
+        ctx.axis = axis
+        return _softmax_array(x, axis, log=cls.log)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        y, = ctx.saved_tensors
+        return cls.grad_op.apply(g, y, axis=ctx.axis)
+
+
+class Softmax(_SoftmaxBase):
+    name = "Softmax"
+    grad_op = SoftmaxGrad
+
+
+class LogSoftmax(_SoftmaxBase):
+    name = "LogSoftmax"
+    log = True
+    grad_op = LogSoftmaxGrad
 
 
 def _softmax_dim(ndim):

@@ -18,7 +18,7 @@ from ..autograd.function import Op
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
-from ._core import broadcast_to, cast, reshape, shape_str
+from ._core import along_index, broadcast_to, cast, reshape, shape_str
 
 __all__ = ["sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "max", "min", "amax",
            "amin", "argmax", "argmin", "logsumexp", "norm", "all", "any", "count_nonzero", "cumsum",
@@ -401,20 +401,6 @@ def argmin(input, dim=None, keepdim=False):
     return _argmax(input, dim, keepdim, True, "argmin")
 
 
-def _along_index(xp, index, dim):
-    """Index tuple that picks `index` along `dim` and every position along the other dims."""
-    n = index.ndim
-    out = []
-    for a in range(n):
-        if a == dim:
-            out.append(index)
-        else:
-            shape = [1] * n
-            shape[a] = index.shape[a]
-            out.append(xp.arange(index.shape[a]).reshape(shape))
-    return tuple(out)
-
-
 class GatherAlong(Op):
     """`x` picked at `index` along `dim` (index has x's shape except along dim); `squeeze`
     drops that dim afterwards. The backward scatters into the original positions."""
@@ -424,7 +410,7 @@ class GatherAlong(Op):
     @staticmethod
     def forward(ctx, x, index, dim, squeeze):
         ctx.index, ctx.dim, ctx.squeeze, ctx.shape = index, dim, squeeze, x.shape
-        out = x[_along_index(xp_of(x), index, dim)]
+        out = x[along_index(index, dim)]
         return out.reshape(out.shape[:dim] + out.shape[dim + 1:]) if squeeze else out
 
     @staticmethod
@@ -445,7 +431,7 @@ class ScatterAlong(Op):
         if squeeze:
             g = xp.expand_dims(g, dim)
         out = xp.zeros(shape, dtype=g.dtype)
-        out[_along_index(xp, index, dim)] = g
+        out[along_index(index, dim)] = g
         return out
 
     @staticmethod

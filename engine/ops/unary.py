@@ -19,12 +19,12 @@ import math
 import numpy as np
 
 from ..autograd.function import Op
-from ..backend.parallel import parallel_for
+from ..backend.parallel import parallel_for, parallel_ufunc
 from ._kernels import BLOCK_ELEMENTS
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
-from ._core import broadcast_shapes, cast, is_scalar, promote_operands, sum_to
+from ._core import broadcast_shapes, cast, is_scalar, promote_operands, scalar_tensor, sum_to
 
 __all__ = [
     # math
@@ -132,6 +132,21 @@ def _normal_cdf(xp, x, out):
 def _k_gelu(xp, out, x):
     _normal_cdf(xp, x, out)
     out *= x
+
+
+def _k_normal_cdf(xp, out, x):
+    _normal_cdf(xp, x, out)
+
+
+def _k_gelu_grad_from_cdf(xp, out, g, x, cdf):
+    # Phi(x) + x phi(x), with Phi given
+    xp.multiply(x, x, out=out)
+    out *= -0.5
+    xp.exp(out, out=out)
+    out *= x
+    out *= _INV_SQRT_2PI
+    out += cdf
+    out *= g
 
 
 def _k_gelu_grad(xp, out, g, x):
@@ -250,8 +265,36 @@ def _fused(kernel):
     return staticmethod(lambda ctx, *arrays: _apply(kernel, *arrays))
 
 
+# ====================================================================== op base classes
+class _SavesInput(Op):
+    """A one-input op that saves its input x; its backward is `grad(g, x)`, in engine ops."""
+
+    save_inputs = (0,)
+    grad = None
+
+    @classmethod
+    def backward(cls, ctx, g):
+        (x,) = ctx.saved_tensors
+        return cls.grad(g, x)
+
+
+class _FusedGrad(Op):
+    """g * f'(x) of a pointwise op f as one fused kernel, inputs (g, x). Its own backward: the
+    gradient to g is this op again (on gg), the one to x is `second(gg, g, x)` (= gg g f''(x))."""
+
+    save_inputs = (0, 1)
+    second = None
+
+    @classmethod
+    def backward(cls, ctx, gg):
+        g, x = ctx.saved_tensors
+        dg = cls.apply(gg, x) if ctx.needs_input_grad[0] else None
+        dx = cls.second(gg, g, x) if ctx.needs_input_grad[1] else None
+        return dg, dx
+
+
 # ====================================================================== math ops
-class _Pointwise(Op):
+class _Pointwise(_SavesInput):
     """A unary op whose kernel is one array function `fn(xp, x)`."""
 
     fn = None
@@ -263,72 +306,40 @@ class _Pointwise(Op):
             return cls.fn(xp, x)
 
 
-class ExpGrad(Op):
+class ExpGrad(_FusedGrad):
     name = "ExpGrad"
-    save_inputs = (0, 1)
     forward = _fused(_k_exp_grad)
-
-    @staticmethod
-    def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        dg = ExpGrad.apply(gg, x) if ctx.needs_input_grad[0] else None
-        dx = ExpGrad.apply(gg * g, x) if ctx.needs_input_grad[1] else None
-        return dg, dx
+    second = staticmethod(lambda gg, g, x: ExpGrad.apply(gg * g, x))
 
 
 class Exp(_Pointwise):
     name = "Exp"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.exp(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return ExpGrad.apply(g, x)
+    grad = staticmethod(lambda g, x: ExpGrad.apply(g, x))
 
 
 class Log(_Pointwise):
     name = "Log"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.log(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g / x
+    grad = staticmethod(lambda g, x: g / x)
 
 
 class Log1p(_Pointwise):
     name = "Log1p"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.log1p(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g / (x + 1)
+    grad = staticmethod(lambda g, x: g / (x + 1))
 
 
 class Expm1(_Pointwise):
     name = "Expm1"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.expm1(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return ExpGrad.apply(g, x)
+    grad = staticmethod(lambda g, x: ExpGrad.apply(g, x))
 
 
 class Sqrt(_Pointwise):
     name = "Sqrt"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.sqrt(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * rsqrt(x) * 0.5
+    grad = staticmethod(lambda g, x: g * rsqrt(x) * 0.5)
 
 
 def _k_rsqrt(xp, x):
@@ -339,46 +350,26 @@ def _k_rsqrt(xp, x):
 
 class Rsqrt(_Pointwise):
     name = "Rsqrt"
-    save_inputs = (0,)
     fn = staticmethod(_k_rsqrt)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * rsqrt(x) / x * -0.5
+    grad = staticmethod(lambda g, x: g * rsqrt(x) / x * -0.5)
 
 
 class Sin(_Pointwise):
     name = "Sin"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.sin(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * cos(x)
+    grad = staticmethod(lambda g, x: g * cos(x))
 
 
 class Cos(_Pointwise):
     name = "Cos"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.cos(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return -(g * sin(x))
+    grad = staticmethod(lambda g, x: -(g * sin(x)))
 
 
 class Abs(_Pointwise):
     name = "Abs"
-    save_inputs = (0,)
     fn = staticmethod(lambda xp, x: xp.abs(x))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * sign(x)
+    grad = staticmethod(lambda g, x: g * sign(x))
 
 
 def _k_erf(xp, x):
@@ -389,17 +380,14 @@ def _k_erf(xp, x):
 
 class Erf(_Pointwise):
     name = "Erf"
-    save_inputs = (0,)
     fn = staticmethod(_k_erf)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * exp(x * x * -1.0) * (2 / math.sqrt(math.pi))
+    grad = staticmethod(lambda g, x: g * exp(x * x * -1.0) * (2 / math.sqrt(math.pi)))
 
 
 class _Piecewise(_Pointwise):
-    """Piecewise-constant ops (sign, floor, ...): zero gradient, as in PyTorch."""
+    """Piecewise-constant ops (sign, floor, ...): zero gradient, as in PyTorch; nothing saved."""
+
+    save_inputs = ()
 
     @staticmethod
     def backward(ctx, g):
@@ -499,57 +487,33 @@ def round(input, *, decimals=0):
 
 
 # ---------------------------------------------------------------------- tanh / sigmoid
-class TanhGrad(Op):
+class TanhGrad(_FusedGrad):
     name = "TanhGrad"
-    save_inputs = (0, 1)
     forward = _fused(_k_tanh_grad)
-
-    @staticmethod
-    def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        dg = TanhGrad.apply(gg, x) if ctx.needs_input_grad[0] else None
-        dx = TanhGrad.apply(gg * g, x) * tanh(x) * -2.0 if ctx.needs_input_grad[1] else None
-        return dg, dx
+    second = staticmethod(lambda gg, g, x: TanhGrad.apply(gg * g, x) * tanh(x) * -2.0)
 
 
-class Tanh(Op):
+class Tanh(_SavesInput):
     """Saves its input, not its output: the fused grad recomputes tanh (one vectorised call), and
     the saved value stays differentiable for double backward (saved outputs are detached)."""
 
     name = "Tanh"
-    save_inputs = (0,)
     forward = _fused(_k_tanh)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return TanhGrad.apply(g, x)
+    grad = staticmethod(lambda g, x: TanhGrad.apply(g, x))
 
 
-class SigmoidGrad(Op):
+class SigmoidGrad(_FusedGrad):
     name = "SigmoidGrad"
-    save_inputs = (0, 1)
     forward = _fused(_k_sigmoid_grad)
-
-    @staticmethod
-    def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        dg = SigmoidGrad.apply(gg, x) if ctx.needs_input_grad[0] else None
-        dx = SigmoidGrad.apply(gg * g, x) * (1 - sigmoid(x) * 2) if ctx.needs_input_grad[1] else None
-        return dg, dx
+    second = staticmethod(lambda gg, g, x: SigmoidGrad.apply(gg * g, x) * (1 - sigmoid(x) * 2))
 
 
-class Sigmoid(Op):
+class Sigmoid(_SavesInput):
     """Saves its input (like Tanh) so that double backward works."""
 
     name = "Sigmoid"
-    save_inputs = (0,)
     forward = _fused(_k_sigmoid)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return SigmoidGrad.apply(g, x)
+    grad = staticmethod(lambda g, x: SigmoidGrad.apply(g, x))
 
 
 def tanh(input):
@@ -837,20 +801,15 @@ class ReluGrad(Op):
         return ReluGrad.apply(gg, x), dx
 
 
-class Relu(Op):
+class Relu(_SavesInput):
     """Saves its input (x > 0 and y > 0 are the same mask) so that double backward sees x."""
 
     name = "Relu"
-    save_inputs = (0,)
+    grad = staticmethod(lambda g, x: ReluGrad.apply(g, x))
 
     @staticmethod
     def forward(ctx, x):
         return xp_of(x).maximum(x, 0)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return ReluGrad.apply(g, x)
 
 
 def relu(input, inplace=False):
@@ -869,18 +828,25 @@ def relu_(input):
 
 
 class GeluGrad(Op):
+    """dx of gelu. The exact form takes Phi(x) from the forward (a hidden output), which leaves
+    one exp to the backward instead of a second evaluation of the CDF."""
+
     name = "GeluGrad"
-    save_inputs = (0, 1)
+    save_inputs = (0, 1, 2)
 
     @staticmethod
-    def forward(ctx, g, x, approximate):
+    def forward(ctx, g, x, cdf, approximate):
         ctx.approximate = approximate
-        return _apply(_k_gelu_tanh_grad if approximate == "tanh" else _k_gelu_grad, g, x)
+        if approximate == "tanh":
+            return _apply(_k_gelu_tanh_grad, g, x)
+        if cdf is None:
+            return _apply(_k_gelu_grad, g, x)
+        return _apply(_k_gelu_grad_from_cdf, g, x, cdf)
 
     @staticmethod
     def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        dg = GeluGrad.apply(gg, x, approximate=ctx.approximate) if ctx.needs_input_grad[0] else None
+        g, x, cdf = ctx.saved_tensors
+        dg = GeluGrad.apply(gg, x, cdf, approximate=ctx.approximate) if ctx.needs_input_grad[0] else None
         dx = None
         if ctx.needs_input_grad[1]:
             if ctx.approximate == "tanh":
@@ -892,55 +858,63 @@ class GeluGrad(Op):
             else:
                 second = exp(x * x * -0.5) * _INV_SQRT_2PI * (2 - x * x)  # phi(x) (2 - x^2)
             dx = gg * g * second
-        return dg, dx
+        return dg, dx, None  # the second derivative is computed from x, not through Phi
 
 
-class Gelu(Op):
+class GeluTanh(Op):
     name = "Gelu"
     save_inputs = (0,)
 
     @staticmethod
-    def forward(ctx, x, approximate):
-        ctx.approximate = approximate
-        return _apply(_k_gelu_tanh if approximate == "tanh" else _k_gelu, x)
+    def forward(ctx, x):
+        return _apply(_k_gelu_tanh, x)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return GeluGrad.apply(g, x, approximate=ctx.approximate)
+        return GeluGrad.apply(g, x, None, approximate="tanh")
+
+
+class GeluExact(Op):
+    """x * Phi(x); Phi(x) is a second, hidden output kept for the backward."""
+
+    name = "Gelu"
+    save_inputs = (0,)
+    save_outputs = (1,)
+
+    @staticmethod
+    def forward(ctx, x):
+        cdf = _apply(_k_normal_cdf, x)
+        return (parallel_ufunc(np.multiply, x, cdf) if isinstance(x, np.ndarray) else x * cdf), cdf
+
+    @staticmethod
+    def backward(ctx, g, _):
+        x, cdf = ctx.saved_tensors
+        return GeluGrad.apply(g, x, cdf, approximate="none")
 
 
 def gelu(input, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return Gelu.apply(_require_float(input, "gelu"), approximate=approximate)
+    x = _require_float(input, "gelu")
+    return GeluTanh.apply(x) if approximate == "tanh" else GeluExact.apply(x)[0]
 
 
-class SiluGrad(Op):
+def _silu_second(gg, g, x):
+    s = sigmoid(x)
+    return gg * g * s * (1 - s) * (x * (1 - s * 2) + 2)  # silu''
+
+
+class SiluGrad(_FusedGrad):
     name = "SiluGrad"
-    save_inputs = (0, 1)
     forward = _fused(_k_silu_grad)
-
-    @staticmethod
-    def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        dg = SiluGrad.apply(gg, x) if ctx.needs_input_grad[0] else None
-        dx = None
-        if ctx.needs_input_grad[1]:
-            s = sigmoid(x)
-            dx = gg * g * s * (1 - s) * (x * (1 - s * 2) + 2)  # silu''
-        return dg, dx
+    second = staticmethod(_silu_second)
 
 
-class Silu(Op):
+class Silu(_SavesInput):
     name = "Silu"
-    save_inputs = (0,)
     forward = _fused(_k_silu)
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return SiluGrad.apply(g, x)
+    grad = staticmethod(lambda g, x: SiluGrad.apply(g, x))
 
 
 def silu(input, inplace=False):
@@ -1136,7 +1110,9 @@ def _logical_op(name, ufunc):
 
 
 def _const(value, like):
-    return Tensor._make(xp_of(like._data).asarray(value), like._device)
+    from ..backend import dtypes as _dt
+
+    return scalar_tensor(value, _dt.from_numpy_dtype(xp_of(like._data).asarray(value).dtype), like)
 
 
 logical_and = _logical_op("LogicalAnd", "logical_and")

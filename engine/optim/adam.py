@@ -25,30 +25,16 @@ class Adam(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group):
-        group["lr"] = check_number("learning rate", group["lr"])
-        check_number("epsilon value", group["eps"])
-        betas = group["betas"]
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        check_number("beta parameter at index 0", betas[0], 0.0, 1.0)
-        check_number("beta parameter at index 1", betas[1], 0.0, 1.0)
-        check_number("weight_decay value", group["weight_decay"])
-        group["betas"] = tuple(float(b) for b in betas)
+        check_adam_group(group)
 
     def _update(self, group, p, grad, state):
         xp = xp_of(grad)
         w = p._data
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         beta1, beta2 = group["betas"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = zeros_state(p)
-            state["exp_avg_sq"] = zeros_state(p)
-            if group["amsgrad"]:
-                state["max_exp_avg_sq"] = zeros_state(p)
-        elif group["amsgrad"] and "max_exp_avg_sq" not in state:
+        step = advance_moments(state, p)
+        if group["amsgrad"] and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = zeros_state(p)
-        state["step"] = step = state["step"] + 1
         m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
 
         if wd != 0 and self._decoupled:
@@ -66,10 +52,7 @@ class Adam(Optimizer):
 
         tmp = xp.subtract(g, m)                     # the one temporary: lerp, then g*g, then the update
         _lerp_into(xp, m, g, tmp, 1.0 - beta1)
-        xp.multiply(g, 1.0 - beta2, out=tmp)        # addcmul: (value * g) * g, as torch rounds it
-        xp.multiply(tmp, g, out=tmp)
-        xp.multiply(v, beta2, out=v)
-        xp.add(v, tmp, out=v)
+        update_second_moment(xp, v, g, tmp, beta2)
 
         if group["amsgrad"]:
             vmax = state["max_exp_avg_sq"]._data
@@ -84,6 +67,39 @@ class Adam(Optimizer):
         xp.divide(m, tmp, out=tmp)
         xp.multiply(tmp, -step_size, out=tmp)
         xp.add(w, tmp, out=w)
+
+
+def check_adam_group(group):
+    """Validate an Adam-family group's lr, eps, betas and weight_decay (torch's messages); betas
+    become a tuple of floats."""
+    group["lr"] = check_number("learning rate", group["lr"])
+    check_number("epsilon value", group["eps"])
+    betas = group["betas"]
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    check_number("beta parameter at index 0", betas[0], 0.0, 1.0)
+    check_number("beta parameter at index 1", betas[1], 0.0, 1.0)
+    check_number("weight_decay value", group["weight_decay"])
+    group["betas"] = tuple(float(b) for b in betas)
+
+
+def advance_moments(state, p):
+    """Create step / exp_avg / exp_avg_sq on a parameter's first step, count the step, return it."""
+    if not state:
+        state["step"] = 0
+        state["exp_avg"] = zeros_state(p)
+        state["exp_avg_sq"] = zeros_state(p)
+    state["step"] = step = state["step"] + 1
+    return step
+
+
+def update_second_moment(xp, v, g, tmp, beta2):
+    """v = beta2 * v + (1 - beta2) * g * g in place; torch's addcmul rounding, (value * g) * g.
+    `tmp` is clobbered."""
+    xp.multiply(g, 1.0 - beta2, out=tmp)
+    xp.multiply(tmp, g, out=tmp)
+    xp.multiply(v, beta2, out=v)
+    xp.add(v, tmp, out=v)
 
 
 def _lerp_into(xp, m, g, diff, weight):

@@ -18,7 +18,8 @@ the whole tensor, accumulated in float32 (float64 for float64 params); they stay
 so a step never waits for the GPU.
 """
 from ..backend import dtypes, xp_of
-from .optimizer import Optimizer, check_number, zeros_state
+from .adam import advance_moments, check_adam_group, update_second_moment
+from .optimizer import Optimizer
 
 __all__ = ["LAMB"]
 
@@ -31,26 +32,14 @@ class LAMB(Optimizer):
         super().__init__(params, defaults)
 
     def _check_group(self, group):
-        group["lr"] = check_number("learning rate", group["lr"])
-        check_number("epsilon value", group["eps"])
-        betas = group["betas"]
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        check_number("beta parameter at index 0", betas[0], 0.0, 1.0)
-        check_number("beta parameter at index 1", betas[1], 0.0, 1.0)
-        check_number("weight_decay value", group["weight_decay"])
-        group["betas"] = tuple(float(b) for b in betas)
+        check_adam_group(group)
 
     def _update(self, group, p, grad, state):
         xp = xp_of(grad)
         w = p._data
         lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         beta1, beta2 = group["betas"]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = zeros_state(p)
-            state["exp_avg_sq"] = zeros_state(p)
-        state["step"] = step = state["step"] + 1
+        step = advance_moments(state, p)
         m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
 
         if wd != 0 and not group["adam_w_mode"]:
@@ -62,10 +51,7 @@ class LAMB(Optimizer):
         tmp = xp.multiply(g, 1.0 - beta1)           # the temporary: moments, then r
         xp.multiply(m, beta1, out=m)
         xp.add(m, tmp, out=m)
-        xp.multiply(g, 1.0 - beta2, out=tmp)
-        xp.multiply(tmp, g, out=tmp)
-        xp.multiply(v, beta2, out=v)
-        xp.add(v, tmp, out=v)
+        update_second_moment(xp, v, g, tmp, beta2)
 
         if group["bias_correction"]:
             bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step

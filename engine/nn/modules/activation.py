@@ -1,20 +1,29 @@
 """Activation modules: thin wrappers over engine.nn.functional, with torch's reprs."""
+from ...ops.nn_ops import _softmax_dim
 from .. import functional as F
 from ..module import Module
 
 __all__ = ["ReLU", "GELU", "Tanh", "Sigmoid", "SiLU", "Softmax", "LogSoftmax"]
 
 
-class ReLU(Module):
+class _InplaceActivation(Module):
+    """An activation `function(input, inplace=...)` with torch's `inplace` flag and repr."""
+
+    function = None
+
     def __init__(self, inplace=False):
         super().__init__()
         self.inplace = inplace
 
     def forward(self, input):
-        return F.relu(input, inplace=True) if self.inplace else F.relu(input)
+        return type(self).function(input, inplace=True) if self.inplace else type(self).function(input)
 
     def extra_repr(self):
         return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_InplaceActivation):
+    function = staticmethod(F.relu)
 
 
 class GELU(Module):
@@ -43,34 +52,15 @@ class Sigmoid(Module):
         return F.sigmoid(input)
 
 
-class SiLU(Module):
-    def __init__(self, inplace=False):
-        super().__init__()
-        self.inplace = inplace
-
-    def forward(self, input):
-        return F.silu(input, inplace=True) if self.inplace else F.silu(input)
-
-    def extra_repr(self):
-        return "inplace=True" if self.inplace else ""
+class SiLU(_InplaceActivation):
+    function = staticmethod(F.silu)
 
 
-class Softmax(Module):
-    def __init__(self, dim=None):
-        super().__init__()
-        self.dim = dim
+class _SoftmaxModule(Module):
+    """`function(input, dim)` (softmax or log_softmax); dim=None is torch's legacy implicit choice."""
 
-    def forward(self, input):
-        dim = self.dim
-        if dim is None:  # torch's legacy implicit choice
-            dim = 0 if input.dim() in (0, 1, 3) else 1
-        return F.softmax(input, dim)
+    function = None
 
-    def extra_repr(self):
-        return f"dim={self.dim}"
-
-
-class LogSoftmax(Module):
     def __init__(self, dim=None):
         super().__init__()
         self.dim = dim
@@ -78,8 +68,16 @@ class LogSoftmax(Module):
     def forward(self, input):
         dim = self.dim
         if dim is None:
-            dim = 0 if input.dim() in (0, 1, 3) else 1
-        return F.log_softmax(input, dim)
+            dim = _softmax_dim(input.dim())
+        return type(self).function(input, dim)
 
     def extra_repr(self):
         return f"dim={self.dim}"
+
+
+class Softmax(_SoftmaxModule):
+    function = staticmethod(F.softmax)
+
+
+class LogSoftmax(_SoftmaxModule):
+    function = staticmethod(F.log_softmax)

@@ -1,6 +1,4 @@
 """`Conv2d`: 2-D convolution over (N, C, H, W) inputs, initialised like torch."""
-import math
-
 from ...ops.creation import empty
 from ...tensor import Parameter
 from .. import functional as F
@@ -52,12 +50,7 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            if fan_in != 0:
-                bound = 1 / math.sqrt(fan_in)
-                init.uniform_(self.bias, -bound, bound)
+        init._reset_layer_(self.weight, self.bias, zero_fan_in_bound=None)  # fan_in 0: bias untouched
 
     def forward(self, input):
         return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)

@@ -1,6 +1,4 @@
 """Linear layers: `Identity` and `Linear` (y = x W^T + b), initialised like torch."""
-import math
-
 from ...ops.creation import empty
 from ...tensor import Parameter
 from .. import functional as F
@@ -38,11 +36,7 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        init._reset_layer_(self.weight, self.bias, zero_fan_in_bound=0)  # fan_in 0: bias U(0, 0)
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
