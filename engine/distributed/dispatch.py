@@ -164,6 +164,9 @@ def global_apply(cls, inputs, attrs):
             raise RuntimeError(f"{name}: inputs live on different placements ({placement!r} and input {i} on "
                                f"{m.placement!r}); move one with .to_global(placement=...)")
     rule = rule_for(cls)
+    composed = rule.decompose(inputs, attrs)
+    if composed is not None:  # e.g. vocab-parallel cross-entropy: written with other global ops
+        return composed
     me = comm.get_rank()
     if not placement.has_rank(me):
         n_out = rule.n_outputs(attrs)
@@ -178,6 +181,7 @@ def global_apply(cls, inputs, attrs):
     boxed = [None if t is None else global_to_global(t, placement, in_nd[i]) for i, t in enumerate(inputs)]
     coords = placement.coords(me)
     local_attrs = rule.local_attrs(attrs, shapes, in_nd, placement, coords)
+    cls = rule.kernel(cls, chosen)  # a signature may need another local kernel (masked lookups)
 
     ctx = Context()
     arrays = [None if b is None else b._data for b in boxed]

@@ -28,6 +28,15 @@ class Rule:
     def n_outputs(self, attrs):
         return 1
 
+    def kernel(self, op_cls, chosen):
+        """The Op whose forward/backward run on the shards under the chosen signatures (one per
+        mesh axis); usually the op itself."""
+        return op_cls
+
+    def decompose(self, inputs, attrs):
+        """Return the result computed with other global ops, or None to dispatch normally."""
+        return None
+
 
 DEFAULT = Rule()
 _RULES = {}
