@@ -1,0 +1,111 @@
+from omegaconf import DictConfig
+
+from libai.config import LazyCall
+
+# The evaluator and the scheduler are given as dotted paths: they are imported only when the
+# trainer instantiates them. See docs/config.md for a table of every key.
+
+# fmt: off
+train = dict(
+
+    # Directory where output files (config.yaml, logs, checkpoints, metrics) are written
+    output_dir="./output",
+
+    # `train_micro_batch_size` is the number of samples per batch on each data-parallel rank.
+    # global_batch_size = train_micro_batch_size * data_parallel_size * num_accumulation_steps;
+    # set any two of the three (or only the micro batch size: one accumulation step) and the
+    # trainer solves the third (libai.config.resolve_batch_sizes).
+    train_micro_batch_size=32,
+    global_batch_size=None,
+    num_accumulation_steps=None,
+
+    # The total training iterations
+    train_iter=10000,
+    # The total training epochs, scaled to iterations automatically; the actual number of
+    # iterations is `max(train_iter, train_epoch * iter_per_epoch)`.
+    train_epoch=0,
+    consumed_train_samples=0,
+    consumed_valid_samples=0,
+    train_samples=None,
+
+    # Fraction of the total training iterations used for lr warmup (warmup_iter = ratio * iters)
+    warmup_ratio=0,
+
+    # The start iteration; computed automatically when resuming.
+    start_iter=0,
+
+    # Resume from the last checkpoint in output_dir (set by the --resume command-line flag)
+    resume=False,
+
+    # Automatic mixed precision for training (does not change the model's inference behaviour)
+    amp=dict(enabled=False),
+
+    # Activation checkpointing (recompute each transformer layer's activations in backward)
+    activation_checkpoint=dict(enabled=False),
+
+    # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options; kept for
+    # compatibility, the engine's collectives may ignore them)
+    nccl_fusion_threshold_mb=16,
+    nccl_fusion_max_ops=24,
+
+    # ZeRO optimization: shard optimizer states (stage 1) across data-parallel ranks
+    zero_optimization=dict(
+        enabled=False,
+        stage=1,
+    ),
+
+    # Save a checkpoint every `period` iterations and keep at most `max_to_keep` of them
+    checkpointer=dict(period=5000, max_to_keep=100),
+
+    # Samples per batch on each data-parallel rank for evaluation
+    test_micro_batch_size=32,
+
+    # Evaluation during training, every `eval_period` iterations, for at most `eval_iter` batches
+    evaluation=dict(
+        enabled=True,
+        # evaluator computing top-k accuracy
+        evaluator=LazyCall("libai.evaluation.ClsEvaluator")(topk=(1, 5)),
+        eval_period=5000,
+        eval_iter=int(1e5),  # maximum steps for validation/test
+        # Metric used to pick the best model checkpoint, and whether higher ("max") is better
+        eval_metric="Acc@1",
+        eval_mode="max",
+    ),
+
+    # Path to a checkpoint to load into the model for training or evaluation
+    load_weight="",
+
+    # Log to console every this number of iterations
+    log_period=20,
+
+    # LR scheduler; the trainer sets `max_iter` and `warmup_iter` from this train config
+    scheduler=LazyCall("libai.scheduler.WarmupCosineLR")(
+        warmup_factor=0.001,
+        alpha=0.01,
+        warmup_method="linear",
+    ),
+
+    # Distributed arguments
+    dist=dict(
+        data_parallel_size=1,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        # must be set when pipeline_parallel_size > 1
+        pipeline_num_layers=None,
+        # optional manual stage id of every layer, e.g. [0, 0, 0, 1] for 4 layers on 2 stages;
+        # None: layers are split evenly
+        custom_pipeline_stage_id=None,
+    ),
+
+    # Device type of the model's input tensors ("cuda" or "cpu"; LiBai's default is "cuda")
+    input_placement_device="cuda",
+
+    # Enable RDMA for pipeline parallelism (OneFlow option, kept for compatibility)
+    rdma_enabled=True,
+
+    # Seed for all random generators; a fixed seed increases reproducibility
+    seed=1234,
+)
+# fmt: on
+
+train = DictConfig(train, flags={"allow_objects": True})

@@ -1,0 +1,25 @@
+"""libai.config: LazyConfig files, LazyCall/instantiate, overrides and config helpers.
+
+See docs/config.md.
+"""
+from .arguments import default_argument_parser
+from .batch_size import BatchSizes, resolve_batch_sizes
+from .config import configurable, get_config, get_config_root, try_get_key
+from .instantiate import InstantiationError, instantiate, locate
+from .lazy import ConfigKeyError, LazyCall, LazyConfig
+
+__all__ = [
+    "LazyCall",
+    "LazyConfig",
+    "ConfigKeyError",
+    "instantiate",
+    "InstantiationError",
+    "locate",
+    "configurable",
+    "try_get_key",
+    "get_config",
+    "get_config_root",
+    "resolve_batch_sizes",
+    "BatchSizes",
+    "default_argument_parser",
+]

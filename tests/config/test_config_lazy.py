@@ -1,0 +1,216 @@
+"""LazyConfig.load (relative imports by file path, YAML), save -> load round trips, to_py."""
+import textwrap
+import warnings
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+
+from libai.config import LazyCall, LazyConfig, instantiate
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def config_tree(tmp_path):
+    """tmp/base.py, tmp/configs/common/{models/net.py, train.py}, tmp/configs/exp/run.py."""
+    _write(
+        tmp_path / "base.py",
+        """
+        base = dict(seed=1, tags=["a", "b"])
+        _private = dict(hidden=True)
+        helper_number = 3
+        """,
+    )
+    _write(
+        tmp_path / "configs" / "common" / "models" / "net.py",
+        """
+        from libai.config import LazyCall
+        from collections import OrderedDict
+        model = LazyCall(OrderedDict)(hidden=8, layers=[1, 2])
+        """,
+    )
+    _write(
+        tmp_path / "configs" / "common" / "train.py",
+        """
+        train = dict(iters=10, dist=dict(dp=1))
+        """,
+    )
+    _write(
+        tmp_path / "configs" / "exp" / "run.py",
+        """
+        from ..common.models.net import model
+        from ..common.train import train
+        from ..common import train as train_module
+        from ...base import base
+
+        model.hidden = 16
+        train.iters = 20
+        extra = dict(module_train_iters=train_module.train.iters, base_seed=base.seed)
+        """,
+    )
+    _write(
+        tmp_path / "configs" / "top.py",
+        """
+        from .common.models.net import model
+        from .common.train import train
+        from ..base import base
+        """,
+    )
+    return tmp_path
+
+
+def test_load_relative_imports_one_level(config_tree):
+    cfg = LazyConfig.load(str(config_tree / "configs" / "top.py"))
+    assert isinstance(cfg, DictConfig)
+    assert set(cfg.keys()) == {"model", "train", "base"}
+    assert cfg.model.hidden == 8 and cfg.train.dist.dp == 1 and cfg.base.tags == ["a", "b"]
+    assert instantiate(cfg.model)["hidden"] == 8
+
+
+def test_load_relative_imports_two_levels_and_fresh_copies(config_tree):
+    cfg = LazyConfig.load(config_tree / "configs" / "exp" / "run.py")
+    assert set(cfg.keys()) == {"model", "train", "extra", "base"}
+    assert cfg.model.hidden == 16 and cfg.train.iters == 20
+    # every import executes the file again: the module imported separately is unmodified
+    assert cfg.extra.module_train_iters == 10 and cfg.extra.base_seed == 1
+
+
+def test_load_private_and_non_dict_names_are_dropped(config_tree):
+    cfg = LazyConfig.load(config_tree / "base.py")
+    assert list(cfg.keys()) == ["base"]
+
+
+def test_load_keys(config_tree):
+    path = config_tree / "configs" / "top.py"
+    model = LazyConfig.load(path, keys="model")
+    assert model.hidden == 8
+    model, train = LazyConfig.load(path, keys=("model", "train"))
+    assert train.iters == 10
+    with pytest.raises(KeyError, match="did you mean"):
+        LazyConfig.load(path, keys="modle")
+
+
+def test_load_bad_relative_import(tmp_path):
+    path = _write(tmp_path / "c.py", "from .missing import x\n")
+    with pytest.raises(ImportError, match="missing.py does not exist"):
+        LazyConfig.load(path)
+
+
+def test_load_missing_and_unsupported_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        LazyConfig.load(tmp_path / "nope.py")
+    path = _write(tmp_path / "c.txt", "a")
+    with pytest.raises(ValueError, match="unsupported"):
+        LazyConfig.load(path)
+
+
+def test_import_patch_is_removed_after_load(config_tree):
+    import builtins
+
+    before = builtins.__import__
+    LazyConfig.load(config_tree / "configs" / "top.py")
+    assert builtins.__import__ is before
+    _write(config_tree / "bad.py", "raise RuntimeError('inside config')\n")
+    with pytest.raises(RuntimeError, match="inside config"):
+        LazyConfig.load(config_tree / "bad.py")
+    assert builtins.__import__ is before
+
+
+def test_load_yaml(tmp_path):
+    path = _write(
+        tmp_path / "c.yaml",
+        """
+        model:
+          _target_: collections.OrderedDict
+          hidden: 4
+        train:
+          lr: 0.1
+          name: ${model.hidden}
+        """,
+    )
+    cfg = LazyConfig.load(path)
+    assert cfg.train.name == 4
+    assert instantiate(cfg.model)["hidden"] == 4
+
+
+def _build_lists(items, table):
+    return {"items": items, "table": table}
+
+
+def _make_cfg():
+    return DictConfig(
+        {
+            "model": LazyCall(_build_lists)(
+                items=[1, [2, 3], {"k": [4, 5]}],
+                table=[LazyCall("collections.OrderedDict")(a=1), None],
+            ),
+            "optim": LazyCall("engine.optim.AdamW")(lr=1e-3, betas=(0.9, 0.99)),
+            "train": dict(iters=5, name="run 1", flag=True, nothing=None, ref="${train.iters}"),
+        },
+        flags={"allow_objects": True},
+    )
+
+
+def test_save_load_round_trip(tmp_path):
+    cfg = _make_cfg()
+    path = tmp_path / "out" / "config.yaml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing unserialisable here
+        LazyConfig.save(cfg, path)
+    loaded = LazyConfig.load(path)
+    # the function target is stored as its dotted path; everything else is identical
+    expected = OmegaConf.to_container(cfg, resolve=False)
+    expected["model"]["_target_"] = f"{__name__}._build_lists"
+    expected["optim"]["betas"] = [0.9, 0.99]
+    assert OmegaConf.to_container(loaded, resolve=False) == expected
+    assert loaded.train.ref == 5  # interpolation kept, resolves after loading
+    # save of the loaded config gives the same file; instantiate gives the same objects
+    path2 = tmp_path / "again.yaml"
+    LazyConfig.save(loaded, path2)
+    assert path2.read_text() == path.read_text()
+    assert loaded == LazyConfig.load(path2)
+    built = instantiate(loaded.model)
+    assert built == instantiate(cfg.model)
+    assert built["items"] == [1, [2, 3], {"k": [4, 5]}]
+
+
+def test_save_prefers_short_public_target_path(tmp_path):
+    import engine as flow
+
+    cfg = DictConfig({"optim": LazyCall(flow.optim.AdamW)(lr=0.1)}, flags={"allow_objects": True})
+    LazyConfig.save(cfg, tmp_path / "c.yaml")
+    assert LazyConfig.load(tmp_path / "c.yaml").optim._target_ == "engine.optim.AdamW"
+
+
+def test_save_unserialisable_values(tmp_path):
+    cfg = DictConfig({"a": {"obj": object(), "fn": (lambda: 1)}}, flags={"allow_objects": True})
+    with pytest.raises(ValueError, match=r"a\.obj"):
+        LazyConfig.save(cfg, tmp_path / "strict.yaml", strict=True)
+    with pytest.warns(RuntimeWarning, match=r"a\.obj.*a\.fn|a\.fn.*a\.obj"):
+        LazyConfig.save(cfg, tmp_path / "c.yaml")
+    loaded = LazyConfig.load(tmp_path / "c.yaml")
+    assert loaded.a.obj.startswith("<unserializable object")
+
+
+def test_save_lazy_target_local_function(tmp_path):
+    def local(x):
+        return x
+
+    cfg = DictConfig({"m": LazyCall(local)(x=1)}, flags={"allow_objects": True})
+    with pytest.raises(ValueError, match=r"m\._target_"):
+        LazyConfig.save(cfg, tmp_path / "c.yaml", strict=True)
+
+
+def test_to_py_round_trip(tmp_path):
+    cfg = _make_cfg()
+    src = LazyConfig.to_py(cfg)
+    assert "LazyCall('engine.optim.AdamW')" in src
+    path = tmp_path / "c.py"
+    path.write_text(src)
+    loaded = LazyConfig.load(path)
+    assert instantiate(loaded.model) == instantiate(cfg.model)
+    assert loaded.train.name == "run 1" and loaded.train.ref == 5
