@@ -15,3 +15,4 @@ from . import sbp  # noqa: E402
 from .placement import placement  # noqa: E402
 from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
 from . import dispatch, rules  # noqa: E402,F401  (installs the global dispatch)
+from . import rules_parallel  # noqa: E402,F401  (tensor-parallel rules: vocab-parallel embedding / cross-entropy)

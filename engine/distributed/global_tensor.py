@@ -6,6 +6,8 @@ dispatch.py); this module makes them: `to_global`, `to_local`, creation with `pl
 `sbp=`, and the gradient rules at the edges (leaf accumulation, local <-> global casts).
 """
 import contextlib
+import functools
+import hashlib
 
 import numpy as np
 
@@ -92,6 +94,60 @@ def _normalize_sbp(sbp, shape):
     return tuple(split(s.axis % len(shape)) if s.is_split and s.axis < 0 and len(shape) else s for s in sbp)
 
 
+_MAX_DIMS = 16
+
+
+def _h64(*parts):
+    """A hash of `parts` that is the same in every process (Python's str hash is salted)."""
+    return _h64_of_repr(repr(parts))
+
+
+@functools.lru_cache(maxsize=1024)
+def _h64_of_repr(text):
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def _placement_group(p):
+    """The process group of the ranks of placement `p`, sorted (so that placements with the same
+    ranks in another order or mesh shape share it and can be told apart by the check; cached)."""
+    return comm.new_group(sorted(p.mesh.reshape(-1).tolist()))
+
+
+def _allgather_rows(group, row):
+    """Every member's int64 `row` (one small Allgather; not counted in comm.stats, which
+    measures data movement). Returns an array of shape (group size, len(row))."""
+    row = np.ascontiguousarray(row, dtype=np.int64)
+    if group is None or group.size == 1:
+        return row[None]
+    out = np.empty((group.size, row.size), dtype=np.int64)
+    group.comm.Allgather([row, comm.MPI.INT64_T], [out, comm.MPI.INT64_T])
+    return out
+
+
+def _agree(group, what, fields):
+    """Raise on every member of `group` when its members disagree on any of `fields`
+    (name -> value, compared through a 64-bit hash each). Costs one Allgather of a few
+    int64; only on a mismatch are the values themselves gathered, to name them."""
+    if group is None or group.size == 1:
+        return
+    names = list(fields)
+    rows = _allgather_rows(group, [_h64(n, fields[n]) for n in names])
+    if (rows == rows[0]).all():
+        return
+    bad = [i for i, n in enumerate(names) if (rows[:, i] != rows[0, i]).any()]
+    values = group.comm.allgather({names[i]: repr(fields[names[i]]) for i in bad})
+    lines = []
+    for i in bad:
+        n = names[i]
+        seen = {}
+        for r, v in zip(group.ranks, values):
+            seen.setdefault(v[n], []).append(r)
+        lines.append(f"{n}: " + "; ".join(f"ranks {rs} passed {v}" for v, rs in seen.items()))
+    raise RuntimeError(f"{what}: the ranks of {group.ranks} called it with different arguments "
+                       f"(every rank must make the same call): " + " | ".join(lines))
+
+
 def _resolve(tensor, placement_, sbp):
     if placement_ is None:
         if tensor._global is None:
@@ -147,33 +203,75 @@ def global_to_global(x, placement_, sbp, grad_sbp=None):
     def backward(g):
         if grad_sbp is not None:
             g = global_to_global(g, placement_, as_sbp_tuple(grad_sbp, placement_.ndim))
-        return global_to_global(g, meta.placement, meta.sbp)
+        target = meta.sbp
+        if g._global.placement == meta.placement:
+            # the gradient of a partial value is the same for every shard: a broadcast gradient
+            # already says that, and keeping it B saves the all-reduce its consumer (e.g. a
+            # row-parallel linear, whose partial output wants a B gradient) would need
+            target = tuple(gs if (s.is_partial and gs.is_broadcast) else s for s, gs in zip(meta.sbp, g._global.sbp))
+        return global_to_global(g, meta.placement, target)
 
     return _record(out, [x], backward, "ToGlobal")
 
 
-def local_to_global(x, placement_, sbp):
-    """Read each rank's local tensor as its shard of (placement, sbp)."""
+def _logical_from_locals(shapes, placement_, sbp, what):
+    """The logical shape whose balanced split `sbp` gives each rank (mesh order) its local
+    shape in `shapes`, or a ValueError that names the ranks whose shards do not fit."""
+    ranks = placement_.mesh.reshape(-1).tolist()
+    coords = [placement_.coords(r) for r in ranks]
+    ndims = {len(sh) for sh in shapes}
+    if len(ndims) != 1:
+        raise ValueError(f"{what}: the local tensors have different numbers of dims: " +
+                         ", ".join(f"rank {r}: {list(sh)}" for r, sh in zip(ranks, shapes)))
+    ndim = ndims.pop()
+    for s in sbp:
+        if s.is_split and not -ndim <= s.axis < max(ndim, 0):
+            raise ValueError(f"{what}: sbp {s} splits axis {s.axis}, out of range for local shape {list(shapes[0])}")
+    sbp = _normalize_sbp(sbp, [0] * ndim)
+    logical = []
+    for a in range(ndim):
+        axes = [k for k, s in enumerate(sbp) if s.is_split and s.axis == a]
+        # ranks at coordinate 0 on every other mesh axis tile dim a exactly once
+        logical.append(sum(sh[a] for sh, c in zip(shapes, coords)
+                           if all(c[k] == 0 for k in range(placement_.ndim) if k not in axes)))
+    wrong = []
+    for r, sh, c in zip(ranks, shapes, coords):
+        want = local_shape(logical, placement_, sbp, c)
+        if tuple(sh) != tuple(want):
+            wrong.append(f"rank {r} has {list(sh)}, the split needs {list(want)}")
+    if wrong:
+        raise ValueError(f"{what}: the local shards are not the balanced split {tuple(sbp)} of a logical tensor "
+                         f"of shape {logical} on {placement_!r} (the first `extent % ranks` shards one larger): "
+                         + "; ".join(wrong))
+    return tuple(logical), sbp
+
+
+def local_to_global(x, placement_, sbp, check_meta=True, shape=None):
+    """Read each rank's local tensor as its shard of (placement, sbp). With a split, or with
+    `check_meta`, the ranks of the placement exchange their local shapes (one small
+    Allgather): the logical shape is derived from them and checked to be the balanced split,
+    and all ranks must pass the same placement, sbp and dtype. A known logical `shape` (the
+    backward of to_local) skips all of that."""
     me = comm.get_rank()
-    shape = list(x.shape)
-    if placement_.has_rank(me):
-        coords = placement_.coords(me)
-        for k in reversed(range(placement_.ndim)):  # inner axes first: sizes add up level by level
-            s = sbp[k]
-            if s.is_split:
-                a = s.axis % len(shape) if shape else 0
-                if not shape or not -len(shape) <= s.axis < len(shape):
-                    raise ValueError(f"to_global: sbp {s} splits axis {s.axis}, out of range for local shape {list(x.shape)}")
-                group = comm.mesh_axis_groups(placement_.mesh, k)
-                sizes = comm.all_gather(np.array([shape[a]], dtype=np.int64), group=group).tolist()
-                total = sum(sizes)
-                if sizes != balanced_sizes(total, len(sizes)):
-                    raise ValueError(
-                        f"to_global: rank {me}'s local shards along axis {a} have extents {sizes} over mesh axis {k}; "
-                        f"sbp {s} needs the balanced split {balanced_sizes(total, len(sizes))} (first ones larger)")
-                shape[a] = total
-        sbp = _normalize_sbp(sbp, shape)
-    meta = GlobalMeta(placement_, sbp, shape if placement_.has_rank(me) else None)
+    what = "to_global"
+    if shape is not None:
+        shape = tuple(shape)
+    elif placement_.has_rank(me):
+        local = tuple(x.shape)
+        if len(local) > _MAX_DIMS:
+            raise ValueError(f"{what}: at most {_MAX_DIMS} dims are supported, got {list(local)}")
+        if any(s.is_split for s in sbp) or check_meta:
+            group = _placement_group(placement_)
+            if check_meta:
+                _agree(group, what, {"placement": placement_, "sbp": tuple(sbp), "dtype": str(x.dtype)})
+            row = [len(local)] + list(local) + [0] * (_MAX_DIMS - len(local))
+            rows = _allgather_rows(group, row)
+            shapes = [tuple(int(v) for v in r[1:1 + int(r[0])]) for r in rows]
+            shape, sbp = _logical_from_locals(shapes, placement_, sbp, what)
+        else:
+            shape = local
+        check_sbp_for_shape(shape, placement_, sbp, what)
+    meta = GlobalMeta(placement_, sbp, shape)
     out = make_global(x._data if placement_.has_rank(me) else empty_shard(meta, x._data.dtype), meta,
                       device_of_placement(placement_))
 
@@ -183,25 +281,52 @@ def local_to_global(x, placement_, sbp):
     return _record(out, [x], backward, "LocalToGlobal")
 
 
+def _check_global_call(x, placement_, sbp, grad_sbp):
+    """All ranks taking part in a global -> global conversion must ask for the same one."""
+    meta = x._global
+    fields = {"placement": placement_, "sbp": tuple(sbp), "grad_sbp": grad_sbp,
+              "source placement": meta.placement}
+    if placement_ == meta.placement:
+        if not meta.here:
+            return
+        group = _placement_group(placement_)
+        fields.update({"source sbp": meta.sbp, "shape": meta.shape, "dtype": str(x.dtype)})
+    else:
+        union = sorted(set(meta.placement.mesh.reshape(-1).tolist()) | set(placement_.mesh.reshape(-1).tolist()))
+        if comm.get_rank() not in union:
+            return
+        group = comm.new_group(union)
+    _agree(group, "to_global", fields)
+
+
 @tensor_method()
-def to_global(self, placement=None, sbp=None, grad_sbp=None, check_meta=False):
+def to_global(self, placement=None, sbp=None, grad_sbp=None, check_meta=True):
     """This tensor as a global tensor on `placement` with `sbp` (one per mesh axis).
 
     A local tensor is read as this rank's shard; a global one is boxed (converted with
     collectives) to the new layout. `grad_sbp` sets the SBP the gradient is converted to in
-    backward before it reaches this tensor's own layout.
+    backward before it reaches this tensor's own layout. Collective: every rank of the
+    placement(s) must call it. With `check_meta` (default) the ranks first compare their
+    arguments (one Allgather of a few int64) and all raise the same error on a mismatch
+    instead of hanging in a collective.
     """
     placement_, sbp = _resolve(self, placement, sbp)
     if self._global is None:
-        if placement_.type != ("cpu" if self._device.type == "cpu" else "cuda"):
-            raise ValueError(f"to_global: a {self._device} tensor cannot be placed on a {placement_.type} placement")
-        out = local_to_global(self, placement_, sbp)
         if grad_sbp is not None:
             raise ValueError("to_global: grad_sbp applies to global -> global conversions")
-        return out
+        if placement_.type != ("cpu" if self._device.type == "cpu" else "cuda"):
+            raise ValueError(f"to_global: a {self._device} tensor cannot be placed on a {placement_.type} placement")
+        return local_to_global(self, placement_, sbp, check_meta)
+    if grad_sbp is not None:
+        grad_sbp = as_sbp_tuple(grad_sbp, placement_.ndim)
     if self._global.shape is not None:
         check_sbp_for_shape(self._global.shape, placement_, sbp, "to_global")
         sbp = _normalize_sbp(sbp, self._global.shape)
+        if grad_sbp is not None:
+            check_sbp_for_shape(self._global.shape, placement_, grad_sbp, "to_global (grad_sbp)")
+            grad_sbp = _normalize_sbp(grad_sbp, self._global.shape)
+    if check_meta:
+        _check_global_call(self, placement_, sbp, grad_sbp)
     return global_to_global(self, placement_, sbp, grad_sbp)
 
 
@@ -210,11 +335,13 @@ def to_local(x):
     the dual SBP (S -> S, B -> P, P -> B)."""
     meta = x._global
     if meta is None:
-        return x
+        raise RuntimeError("to_local: this tensor is already local (it has no placement); to_local applies to "
+                           "global tensors, made with .to_global(placement, sbp) or a factory with placement=")
     out = Tensor._make(x._data, x._device)
 
     def backward(g):
-        return local_to_global(g, meta.placement, tuple(dual(s) for s in meta.sbp))
+        return local_to_global(g, meta.placement, tuple(dual(s) for s in meta.sbp), check_meta=False,
+                               shape=meta.shape)
 
     return _record(out, [x], backward, "ToLocal")
 
@@ -305,7 +432,8 @@ def global_from_logical(make_logical, shape, dtype, placement_, sbp, device=None
 
 
 def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
-    """zeros/ones/full: each rank allocates only its shard (partial: rank 0 of the axis holds it)."""
+    """zeros/ones/full: each rank allocates only its shard (partial sum: rank 0 of the axis holds
+    the value, the others zeros; partial max: every rank holds it)."""
     sbp = as_sbp_tuple(sbp, placement_.ndim)
     check_sbp_for_shape(shape, placement_, sbp, "creation")
     sbp = _normalize_sbp(sbp, shape)
@@ -318,7 +446,7 @@ def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
     if placement_.has_rank(me):
         coords = placement_.coords(me)
         ls = local_shape(shape, placement_, sbp, coords)
-        keep = all(c == 0 for c, s in zip(coords, sbp) if s.is_partial)
+        keep = all(c == 0 for c, s in zip(coords, sbp) if s.is_partial and s.op == "sum")
         local = xp.full(ls, fill if keep else 0, dtype=dtype.np)
     else:
         local = xp.empty((0,), dtype=dtype.np)

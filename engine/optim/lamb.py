@@ -66,7 +66,10 @@ class LAMB(Optimizer):
         if wd != 0 and group["adam_w_mode"]:
             xp.add(r, xp.multiply(w, wd), out=r)
 
-        trust = _trust_ratio(xp, _norm(xp, w), _norm(xp, r))
+        if p._global is None:
+            trust = _trust_ratio(xp, _norm(xp, w), _norm(xp, r))
+        else:  # a sharded parameter: the norms are over the whole logical tensor
+            trust = _trust_ratio(xp, *_global_norms(xp, p._global, w, r))
         xp.multiply(r, -lr * trust, out=r)
         xp.add(w, r, out=w)
 
@@ -77,6 +80,14 @@ def _norm(xp, a):
         a = a.astype(dtypes.float32.np)
     flat = a.reshape(-1)
     return xp.sqrt(xp.dot(flat, flat))
+
+
+def _global_norms(xp, meta, w, r):
+    from ..distributed.parallel_kernels import reduce_over_splits
+
+    sq = xp.stack([_norm(xp, w), _norm(xp, r)]) ** 2
+    reduce_over_splits(sq, meta)
+    return xp.sqrt(sq[0]), xp.sqrt(sq[1])
 
 
 def _trust_ratio(xp, w_norm, r_norm):

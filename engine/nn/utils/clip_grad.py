@@ -45,6 +45,22 @@ def _array_norm(xp, a, p, acc):
     return xp.sum(xp.abs(a) ** p, dtype=acc) ** (1.0 / p)
 
 
+def _grad_norm(g, p, acc):
+    """The p-norm of one gradient; for a sharded global gradient, of the whole logical tensor."""
+    xp = xp_of(g._data)
+    n = _array_norm(xp, g._data, p, acc)
+    meta = g._global
+    if meta is None or not any(s.is_split or s.is_partial for s in meta.sbp):
+        return n
+    from ...distributed.parallel_kernels import reduce_over_splits
+
+    if p in (math.inf, -math.inf):
+        return reduce_over_splits(xp.asarray(n).reshape(1), meta, "max" if p > 0 else "min")[0]
+    if p == 0.0:
+        return reduce_over_splits(xp.asarray(n).reshape(1), meta)[0]
+    return reduce_over_splits(xp.asarray(n ** p).reshape(1), meta)[0] ** (1.0 / p)
+
+
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
     """Scale all gradients so that their joint `norm_type`-norm is at most `max_norm`.
 
@@ -61,7 +77,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in grads) else dtypes.float32.np
     dev = grads[0]._device
     xp = xp_of(grads[0]._data)
-    norms = [to_device(_array_norm(xp_of(g._data), g._data, norm_type, acc), dev) for g in grads]
+    norms = [to_device(_grad_norm(g, norm_type, acc), dev) for g in grads]
     total = _array_norm(xp, xp.stack(norms), norm_type, acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(

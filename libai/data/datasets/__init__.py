@@ -1,0 +1,3 @@
+from .blobs import BlobsDataset
+
+__all__ = ["BlobsDataset"]

@@ -1,0 +1,371 @@
+"""DefaultTrainer, default_setup and default_argument_parser (LiBai's libai/engine/default.py)."""
+import logging
+import math
+import os
+import random
+from collections import OrderedDict
+
+import numpy as np
+
+import engine as flow
+from libai.config import LazyConfig, instantiate, resolve_batch_sizes, try_get_key
+from libai.config import default_argument_parser as _config_argument_parser
+from libai.evaluation import inference_on_dataset, print_csv_format
+from libai.evaluation.utils import flatten_results_dict
+from libai.utils import distributed as dist
+from libai.utils.checkpoint import Checkpointer
+from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
+from libai.utils.logger import setup_logger
+
+from . import hooks
+from .trainer import EagerTrainer, TrainerBase
+
+__all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results"]
+
+FAST_DEV_RUN_ITERS = 20
+
+
+def default_argument_parser(epilog=None):
+    """libai.config's parser (--config-file, --resume, --eval-only, --fast-dev-run, opts) plus
+    --stop-iter N: end this run after N iterations in total, as if it were interrupted (a
+    checkpoint is written; `--resume` continues the same schedule)."""
+    parser = _config_argument_parser(epilog)
+    parser.add_argument("--stop-iter", type=int, default=None, metavar="N",
+                        help="stop after iteration N-1 (as if interrupted), keeping train.train_iter's schedule")
+    return parser
+
+
+def _set(cfg, dotted, value):
+    *parents, last = dotted.split(".")
+    node = cfg
+    for p in parents:
+        node = node[p]
+    node[last] = value
+
+
+def _apply_fast_dev_run(cfg, logger):
+    """A few iterations of training and evaluation; no checkpoints are written."""
+    train_iter = min(int(try_get_key(cfg, "train.train_iter", default=FAST_DEV_RUN_ITERS) or FAST_DEV_RUN_ITERS),
+                     FAST_DEV_RUN_ITERS)
+    changes = {
+        "train.train_epoch": 0,
+        "train.train_iter": train_iter,
+        "train.log_period": 1,
+        "train.checkpointer.period": 0,
+        "train.evaluation.eval_period": max(1, train_iter // 2),
+        "train.evaluation.eval_iter": min(int(try_get_key(cfg, "train.evaluation.eval_iter", default=5) or 5), 5),
+    }
+    for k, v in changes.items():
+        if try_get_key(cfg, k.rsplit(".", 1)[0]) is not None:
+            _set(cfg, k, v)
+    logger.info("--fast-dev-run: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+
+
+def default_setup(cfg, args):
+    """The common start of a job:
+
+    1. create train.output_dir; set up the `libai` logger (console on rank 0 + output_dir/log.txt)
+    2. log rank/world size, the command line and the config file
+    3. apply --resume / --fast-dev-run to the config
+    4. build the distributed topology from cfg.train.dist (checked against the world size)
+    5. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size)
+    6. save the full config to output_dir/config.yaml (rank 0)
+    7. seed the RNGs: numpy and python `random` with train.seed + rank (LiBai's per-rank
+       offset, for data-side randomness); engine's generator with train.seed on every rank,
+       because the engine's global tensors draw random values in lockstep on all ranks (a
+       per-rank engine seed would make replicated parameters differ between ranks)
+    """
+    output_dir = try_get_key(cfg, "train.output_dir")
+    rank = dist.get_rank()
+    if rank == 0 and output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+    dist.synchronize()
+    logger = setup_logger(output_dir, distributed_rank=rank)
+    logger.info(f"Rank of current process: {rank}. World size: {dist.get_world_size()}")
+    logger.info("Command line arguments: " + str(args))
+    config_file = getattr(args, "config_file", "")
+    if config_file:
+        with open(config_file, "r") as f:
+            logger.info(f"Contents of args.config_file={config_file}:\n{f.read()}")
+
+    if hasattr(args, "resume"):
+        cfg.train.resume = bool(args.resume)
+    if getattr(args, "fast_dev_run", False):
+        _apply_fast_dev_run(cfg, logger)
+
+    dist.setup_dist_util(try_get_key(cfg, "train.dist"))
+    sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
+    logger.info(f"Batch sizes: {dict(sizes._asdict())} (data_parallel_size={dist.get_data_parallel_size()})")
+
+    if rank == 0 and output_dir:
+        path = os.path.join(output_dir, "config.yaml")
+        LazyConfig.save(cfg, path)
+        logger.info(f"Full config saved to {path}")
+
+    seed = try_get_key(cfg, "train.seed", default=None)
+    if seed is not None and seed >= 0:
+        seed_for_rank = int(seed) + rank
+        flow.manual_seed(int(seed))
+        np.random.seed(seed_for_rank % 2**32)
+        random.seed(seed_for_rank)
+        logger.info(f"Seeded engine with {seed} (train.seed), numpy and random with {seed_for_rank} "
+                    "(train.seed + rank)")
+
+
+def _unpack_loaders(result):
+    if isinstance(result, (list, tuple)):
+        result = list(result) + [None] * (3 - len(result))
+        return result[0], result[1], result[2]
+    return result, None, None
+
+
+class DefaultTrainer(TrainerBase):
+    """The standard training workflow, built from a LazyConfig:
+
+    1. train / test loaders from cfg.dataloader.train / cfg.dataloader.test (a list)
+    2. model = instantiate(cfg.model), optimizer = build_optimizer(cfg.optim, model), scheduler
+       from cfg.train.scheduler (max_iter = train.train_iter, warmup_iter =
+       int(train.warmup_ratio * train.train_iter))
+    3. resume (train.resume: every state from output_dir/last_checkpoint) or load
+       train.load_weight (model weights only)
+    4. hooks: IterationTimer, LRScheduler, PeriodicCheckpointer, EvalHook + BestCheckpointer (when
+       evaluation is enabled), PeriodicWriter (CommonMetricPrinter, JSONWriter, TensorboardXWriter)
+
+    One iteration is one optimizer step over train.num_accumulation_steps micro-batches, i.e.
+    train.global_batch_size samples over all data-parallel ranks.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        logger = logging.getLogger("libai")
+        if not logger.isEnabledFor(logging.INFO) or not logger.handlers:
+            setup_logger(distributed_rank=dist.get_rank())
+        self._logger = logging.getLogger(__name__)
+
+        resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
+        self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg)
+        self.test_loader = [ld for ld in (valid_loader, test_loader) if ld is not None]
+        self.test_loader.extend(self.build_test_loader(cfg))
+
+        self.auto_scale_hyperparams(cfg, self.train_loader)
+
+        self.model = self.build_model(cfg)
+        self.optimizer = self.build_optimizer(cfg, self.model)
+        self.lr_scheduler = self.build_lr_scheduler(cfg, self.optimizer, warmup_iter=self.warmup_iter)
+
+        device = self.input_device(cfg)
+        self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
+                                     cfg.train.num_accumulation_steps,
+                                     get_batch=lambda data: self.get_batch(data, device))
+
+        checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
+        if hasattr(self.train_loader, "state_dict") and hasattr(self.train_loader, "load_state_dict"):
+            checkpointables["train_loader"] = self.train_loader
+        else:
+            self._logger.warning("the train loader has no state_dict(): a resumed run restarts its data order")
+        self.checkpointer = Checkpointer(self.model, cfg.train.output_dir, **checkpointables)
+        self.no_checkpoints = int(try_get_key(cfg, "train.checkpointer.period", default=0) or 0) <= 0
+
+        self.start_iter = 0
+        self.resume_or_load(bool(try_get_key(cfg, "train.resume", default=False)))
+        cfg.train.start_iter = self.start_iter
+
+        self.global_batch_size = cfg.train.global_batch_size
+        self.max_iter = cfg.train.train_iter
+        self._last_eval_results = None
+        self.register_hooks(self.build_hooks())
+
+    # ------------------------------------------------------------------ resume / load
+    def resume_or_load(self, resume=True):
+        """With `resume` and a checkpoint in train.output_dir (`last_checkpoint`), restore model,
+        optimizer, scheduler, data position and RNG states and continue after its iteration;
+        otherwise load train.load_weight (model weights only; missing/unexpected keys are
+        logged, mismatched shapes are errors) and start from iteration 0."""
+        weight_path = try_get_key(self.cfg, "train.load_weight", default="") or ""
+        if resume and self.checkpointer.has_checkpoint():
+            extra = self.checkpointer.load(self.checkpointer.get_checkpoint_file())
+            self.start_iter = int(extra.get("iteration", -1)) + 1
+            self._logger.info(f"Resumed from {self.checkpointer.get_checkpoint_file()}: "
+                              f"continuing at iteration {self.start_iter}")
+            return
+        if resume:
+            self._logger.warning(f"--resume: no checkpoint in {self.cfg.train.output_dir}; starting from scratch")
+        if weight_path:
+            self.checkpointer.load(weight_path, checkpointables=[])
+        self.start_iter = 0
+
+    # ------------------------------------------------------------------ hooks and writers
+    def build_hooks(self):
+        cfg = self.cfg
+        ret = [
+            hooks.IterationTimer(),
+            hooks.LRScheduler(),
+            hooks.PeriodicCheckpointer(self.checkpointer, try_get_key(cfg, "train.checkpointer.period", default=0) or 0,
+                                       max_to_keep=try_get_key(cfg, "train.checkpointer.max_to_keep", default=None)),
+        ]
+        if try_get_key(cfg, "train.evaluation.enabled", default=False) and self.test_loader:
+            eval_iter = try_get_key(cfg, "train.evaluation.eval_iter", default=None)
+            if eval_iter is not None and eval_iter <= 0:
+                raise ValueError("train.evaluation.eval_iter must be a positive number")
+
+            def test_and_save_results():
+                self._last_eval_results = self.test(self.cfg, self.test_loader, self.model)
+                return self._last_eval_results
+
+            period = try_get_key(cfg, "train.evaluation.eval_period", default=0) or 0
+            ret.append(hooks.EvalHook(period, test_and_save_results))
+            ret.append(hooks.BestCheckpointer(
+                period, self.checkpointer,
+                val_metric=try_get_key(cfg, "train.evaluation.eval_metric", default="Acc@1"),
+                mode=try_get_key(cfg, "train.evaluation.eval_mode", default="max")))
+        if dist.is_main_process():
+            # writers run last, so that evaluation results of an iteration are written with it
+            ret.append(hooks.PeriodicWriter(self.build_writers(), try_get_key(cfg, "train.log_period", default=20)))
+        return ret
+
+    def build_writers(self):
+        out = self.cfg.train.output_dir
+        return [
+            CommonMetricPrinter(self.global_batch_size, self.max_iter),
+            JSONWriter(os.path.join(out, "metrics.json")),
+            TensorboardXWriter(out),
+        ]
+
+    # ------------------------------------------------------------------ training
+    def train(self, stop_iter=None):
+        """Train from start_iter to train.train_iter (or stop after `stop_iter` iterations in
+        total). Returns the last evaluation results (or None)."""
+        if self.start_iter >= self.max_iter:
+            self._logger.info(f"Training already finished (start_iter {self.start_iter} >= train_iter {self.max_iter})")
+            return self._last_eval_results
+        super().train(self.start_iter, self.max_iter, stop_iter)
+        return self._last_eval_results
+
+    def run_step(self):
+        self._trainer.iter = self.iter
+        self._trainer.run_step()
+
+    # ------------------------------------------------------------------ builders
+    @staticmethod
+    def input_device(cfg):
+        device = try_get_key(cfg, "train.input_placement_device", default="cpu") or "cpu"
+        return "cuda" if device == "cuda" and flow.cuda.is_available() else "cpu"
+
+    @classmethod
+    def get_batch(cls, data, input_placement_device="cpu"):
+        """Turn a loader batch into the model's keyword arguments (tensors moved to the input
+        device). Override for e.g. mixup or global tensors."""
+        if input_placement_device == "cuda":
+            return {k: (v.to("cuda") if isinstance(v, flow.Tensor) else v) for k, v in data.items()}
+        return dict(data)
+
+    @classmethod
+    def build_model(cls, cfg):
+        if try_get_key(cfg, "model") is None:
+            raise KeyError("cfg must contain a `model` namespace")
+        model = instantiate(cfg.model)
+        logging.getLogger(__name__).info(f"Model:\n{model}")
+        if cls.input_device(cfg) == "cuda":
+            model = model.to("cuda")
+        return model
+
+    @classmethod
+    def build_optimizer(cls, cfg, model):
+        from libai.optim import build_optimizer
+
+        if try_get_key(cfg, "optim") is None:
+            raise KeyError("cfg must contain an `optim` namespace")
+        return build_optimizer(cfg.optim, model)
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer, warmup_iter=None):
+        from libai.scheduler import build_lr_scheduler
+
+        if try_get_key(cfg, "train.scheduler") is None:
+            raise KeyError("cfg.train must contain a `scheduler` namespace")
+        if warmup_iter is None:
+            warmup_iter = int(float(try_get_key(cfg, "train.warmup_ratio", default=0) or 0) * cfg.train.train_iter)
+        return build_lr_scheduler(cfg.train.scheduler, optimizer, max_iter=int(cfg.train.train_iter),
+                                  warmup_iter=int(warmup_iter))
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        """instantiate(cfg.dataloader.train) with train_batch_size = train.train_micro_batch_size,
+        test_batch_size = train.test_micro_batch_size and seed = train.seed. Returns
+        (train, valid, test) loaders (valid/test may be None)."""
+        if try_get_key(cfg, "dataloader.train") is None:
+            raise KeyError("cfg must contain a `dataloader.train` namespace")
+        result = instantiate(cfg.dataloader.train, train_batch_size=cfg.train.train_micro_batch_size,
+                             test_batch_size=try_get_key(cfg, "train.test_micro_batch_size", default=None),
+                             seed=cfg.train.seed)
+        return _unpack_loaders(result)
+
+    @classmethod
+    def build_test_loader(cls, cfg):
+        """One loader per entry of the cfg.dataloader.test list (test_batch_size =
+        train.test_micro_batch_size, seed = train.seed); [] when there is none."""
+        tests = try_get_key(cfg, "dataloader.test", default=None)
+        if not tests:
+            return []
+        return [instantiate(t, test_batch_size=cfg.train.test_micro_batch_size, seed=cfg.train.seed) for t in tests]
+
+    @classmethod
+    def build_evaluator(cls, cfg):
+        return instantiate(cfg.train.evaluation.evaluator)
+
+    def auto_scale_hyperparams(self, cfg, data_loader):
+        """train_iter = max(train_iter, ceil(len(dataset) * train_epoch / global_batch_size));
+        warmup_iter = int(warmup_ratio * train_iter)."""
+        train_iter = int(try_get_key(cfg, "train.train_iter", default=0) or 0)
+        train_epoch = int(try_get_key(cfg, "train.train_epoch", default=0) or 0)
+        warmup_ratio = float(try_get_key(cfg, "train.warmup_ratio", default=0) or 0)
+        if not 0 <= warmup_ratio < 1:
+            raise ValueError("train.warmup_ratio must be in [0, 1): the fraction of iterations used for warmup")
+        dataset = getattr(data_loader, "dataset", None)
+        if train_epoch and dataset is not None:
+            train_iter = max(math.ceil(len(dataset) * train_epoch / cfg.train.global_batch_size), train_iter)
+        cfg.train.train_iter = train_iter
+        self.warmup_iter = int(warmup_ratio * train_iter)
+        self._logger.info(f"train.train_iter={train_iter}, warmup_iter={self.warmup_iter}")
+
+    @classmethod
+    def test(cls, cfg, test_loaders=None, model=None, evaluator=None):
+        """Evaluate `model` on each test loader (at most train.evaluation.eval_iter batches each)
+        with `evaluator` (default: instantiate(train.evaluation.evaluator)). Returns the results
+        dict (for several loaders, {dataset name: results}). `test(cfg, model)` builds the test
+        loaders from the config."""
+        if isinstance(test_loaders, flow.nn.Module):
+            test_loaders, model, evaluator = None, test_loaders, model
+        if test_loaders is None:
+            test_loaders = cls.build_test_loader(cfg)
+        logger = logging.getLogger(__name__)
+        device = cls.input_device(cfg)
+        results = OrderedDict()
+        for idx, loader in enumerate(test_loaders):
+            ev = evaluator if evaluator is not None else cls.build_evaluator(cfg)
+            name = type(getattr(loader, "dataset", loader)).__name__
+            if name in results:
+                name = f"{name}_{idx}"
+            res = inference_on_dataset(model, loader, ev, try_get_key(cfg, "train.evaluation.eval_iter", default=None),
+                                       get_batch=lambda data: cls.get_batch(data, device))
+            results[name] = res
+            if dist.is_main_process():
+                logger.info(f"Evaluation results for {name} in csv format:")
+                print_csv_format(res)
+        if len(results) == 1:
+            results = list(results.values())[0]
+        return results
+
+
+def write_eval_results(cfg, results, iteration=0):
+    """Append evaluation results (flattened) as one record to output_dir/metrics.json and to the
+    TensorBoard event file (used by --eval-only)."""
+    out = try_get_key(cfg, "train.output_dir")
+    if not out or not dist.is_main_process() or not results:
+        return
+    with EventStorage(iteration) as storage:
+        storage.put_scalars(**flatten_results_dict(results), smoothing_hint=False)
+        for w in (JSONWriter(os.path.join(out, "metrics.json")), TensorboardXWriter(out)):
+            w.write()
+            w.close()

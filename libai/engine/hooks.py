@@ -1,0 +1,273 @@
+"""Default hooks (detectron2/LiBai). DefaultTrainer registers, in this order:
+
+    IterationTimer, LRScheduler, PeriodicCheckpointer, EvalHook, BestCheckpointer, PeriodicWriter
+
+so each iteration's after_step: records the step time, records the lr and steps the scheduler,
+checkpoints (including the already-stepped scheduler), evaluates, keeps the best model, and
+finally writes the logs (which therefore include that iteration's evaluation results).
+"""
+import datetime
+import logging
+import math
+import os
+import time
+
+from libai.evaluation.utils import flatten_results_dict
+from libai.utils import distributed as dist
+from libai.utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointer
+from libai.utils.events import EventWriter
+
+from .trainer import HookBase
+
+__all__ = ["CallbackHook", "IterationTimer", "LRScheduler", "PeriodicCheckpointer", "EvalHook", "BestCheckpointer",
+           "PeriodicWriter"]
+
+
+class CallbackHook(HookBase):
+    """A hook from callables `f(trainer)`."""
+
+    def __init__(self, *, before_train=None, after_train=None, before_step=None, after_step=None):
+        self._before_train, self._after_train = before_train, after_train
+        self._before_step, self._after_step = before_step, after_step
+
+    def before_train(self):
+        if self._before_train:
+            self._before_train(self.trainer)
+
+    def after_train(self):
+        if self._after_train:
+            self._after_train(self.trainer)
+
+    def before_step(self):
+        if self._before_step:
+            self._before_step(self.trainer)
+
+    def after_step(self):
+        if self._after_step:
+            self._after_step(self.trainer)
+
+
+class IterationTimer(HookBase):
+    """Puts `time` (seconds of the iteration: the other hooks' before_step + run_step) into the
+    storage every iteration from `warmup_iter` on, and logs the total training time at the end.
+    Register it first."""
+
+    def __init__(self, warmup_iter=0):
+        self._warmup_iter = warmup_iter
+        self._step_start = None
+        self._start_time = None
+        self._step_time_sum = 0.0
+
+    def before_train(self):
+        self._start_time = time.perf_counter()
+
+    def after_train(self):
+        logger = logging.getLogger(__name__)
+        total_time = time.perf_counter() - self._start_time
+        num_iter = self.trainer.iter - self.trainer.start_iter
+        if num_iter > 0:
+            logger.info(
+                "Overall training speed: {} iterations in {} ({:.4f} s / it)".format(
+                    num_iter, str(datetime.timedelta(seconds=int(self._step_time_sum))),
+                    self._step_time_sum / num_iter))
+        logger.info("Total training time: {} ({} on hooks)".format(
+            str(datetime.timedelta(seconds=int(total_time))),
+            str(datetime.timedelta(seconds=int(max(total_time - self._step_time_sum, 0))))))
+
+    def before_step(self):
+        self._step_start = time.perf_counter()
+
+    def after_step(self):
+        sec = time.perf_counter() - self._step_start
+        self._step_time_sum += sec
+        iter_done = self.trainer.storage.iter - self.trainer.start_iter + 1
+        if iter_done > self._warmup_iter:
+            self.trainer.storage.put_scalars(time=sec)
+
+
+class LRScheduler(HookBase):
+    """Records the lr of this iteration (`lr`, of the param group with the most parameters)
+    and steps the scheduler once per iteration."""
+
+    def __init__(self, optimizer=None, scheduler=None):
+        self._optimizer = optimizer
+        self._scheduler = scheduler
+
+    def before_train(self):
+        self._optimizer = self._optimizer or self.trainer.optimizer
+        self._scheduler = self._scheduler or self.trainer.lr_scheduler
+        largest = max(len(g["params"]) for g in self._optimizer.param_groups)
+        self._best_param_group_id = next(
+            i for i, g in enumerate(self._optimizer.param_groups) if len(g["params"]) == largest)
+
+    def after_step(self):
+        lr = self._optimizer.param_groups[self._best_param_group_id]["lr"]
+        self.trainer.storage.put_scalar("lr", lr, smoothing_hint=False)
+        self._scheduler.step()
+
+    @property
+    def scheduler(self):
+        return self._scheduler or self.trainer.lr_scheduler
+
+    def state_dict(self):
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.scheduler.load_state_dict(state_dict)
+
+
+class PeriodicCheckpointer(HookBase):
+    """Saves `model_{iter:07d}` every `period` iterations (keeping at most `max_to_keep`) and
+    `model_final` after the last iteration. `period <= 0` saves nothing. When a run stops
+    early (`stop_iter`) a checkpoint of the last finished iteration is written so that
+    `--resume` continues from there."""
+
+    def __init__(self, checkpointer, period, max_to_keep=None, file_prefix="model"):
+        self.checkpointer = checkpointer
+        self.period = int(period)
+        self.max_to_keep = max_to_keep
+        self.file_prefix = file_prefix
+        self._core = None
+
+    def before_train(self):
+        self._core = _PeriodicCheckpointer(self.checkpointer, self.period, max_iter=self.trainer.max_iter,
+                                           max_to_keep=self.max_to_keep, file_prefix=self.file_prefix)
+
+    def after_step(self):
+        self._core.step(self.trainer.iter)
+
+    def after_train(self):
+        last_done = self.trainer.iter - 1
+        finished_early = self.trainer.iter < self.trainer.max_iter
+        if (self.period > 0 and finished_early and last_done >= self.trainer.start_iter
+                and self._core.last_saved_iter != last_done and not getattr(self.trainer, "_failed", False)):
+            name = f"{self.file_prefix}_{last_done:07d}"
+            self._core.save(name, last_done)
+            if name not in self._core.recent_checkpoints:
+                self._core.recent_checkpoints.append(name)
+            self._core._prune()
+
+
+class EvalHook(HookBase):
+    """Runs `eval_function()` every `eval_period` iterations and after the last iteration; its
+    (nested) dict of results is flattened ("a/b") and put into the storage (so the writers send
+    it to metrics.json and TensorBoard)."""
+
+    def __init__(self, eval_period, eval_function):
+        self._period = int(eval_period)
+        self._func = eval_function
+        self.last_results = None
+
+    def _do_eval(self):
+        results = self._func()
+        self.last_results = results
+        if results:
+            if not isinstance(results, dict):
+                raise TypeError(f"Eval function must return a dict. Got {results} instead.")
+            flattened = flatten_results_dict(results)
+            for k, v in flattened.items():
+                try:
+                    v = float(v)
+                except Exception as e:
+                    raise ValueError(
+                        f"[EvalHook] eval_function should return a nested dict of float. Got '{k}: {v}' "
+                        "instead.") from e
+            self.trainer.storage.put_scalars(**flattened, smoothing_hint=False)
+        dist.synchronize()
+
+    def after_step(self):
+        next_iter = self.trainer.iter + 1
+        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+            self._do_eval()
+
+    def after_train(self):
+        # only after a finished training (not after an exception or an early stop)
+        if self.trainer.iter >= self.trainer.max_iter and self.trainer.iter > self.trainer.start_iter:
+            self._do_eval()
+
+
+class BestCheckpointer(HookBase):
+    """After each evaluation, saves `model_best` when `val_metric` improved (mode "max" or
+    "min"); the best value is stored in the checkpoint and picked up again on resume.
+    Register it after the EvalHook."""
+
+    def __init__(self, eval_period, checkpointer, val_metric, mode="max", file_prefix="model_best"):
+        if mode not in ("max", "min"):
+            raise ValueError(f"BestCheckpointer mode must be 'max' or 'min', got {mode!r}")
+        self._period = int(eval_period)
+        self._val_metric = val_metric
+        self._mode = mode
+        self._checkpointer = checkpointer
+        self._file_prefix = file_prefix
+        self.best_metric = None
+        self.best_iter = None
+        self._logger = logging.getLogger(__name__)
+
+    def before_train(self):
+        from libai.utils.checkpoint import STATE_FILE
+
+        path = os.path.join(self._checkpointer.save_dir or "", self._file_prefix, STATE_FILE)
+        if self._checkpointer.save_dir and os.path.isfile(path):
+            import engine as flow
+
+            try:
+                state = flow.load(path)
+                self.best_metric = state.get("best_metric")
+                self.best_iter = state.get("iteration")
+            except Exception as e:  # a damaged best checkpoint must not stop training
+                self._logger.warning(f"could not read {path}: {e}")
+
+    def _better(self, value):
+        if self.best_metric is None or math.isnan(self.best_metric):
+            return True
+        return value > self.best_metric if self._mode == "max" else value < self.best_metric
+
+    def _best_checking(self):
+        metric = self.trainer.storage.latest().get(self._val_metric)
+        if metric is None:
+            self._logger.warning(
+                f"Given val metric {self._val_metric} does not seem to be computed/stored. "
+                "Will not be checkpointing based on it.")
+            return
+        value, metric_iter = metric
+        if self._better(value):
+            previous = self.best_metric
+            self.best_metric, self.best_iter = value, metric_iter
+            if self._checkpointer.save_dir and self._period >= 0 and not getattr(self.trainer, "no_checkpoints", False):
+                self._checkpointer.save(self._file_prefix, tag_last=False, iteration=metric_iter,
+                                        best_metric=value, best_metric_name=self._val_metric)
+            self._logger.info(
+                f"Saved best model as latest eval score for {self._val_metric} is {value:0.5f}"
+                + (f", better than last best score {previous:0.5f}" if previous is not None else "")
+                + f" @ iteration {metric_iter}.")
+
+    def after_step(self):
+        next_iter = self.trainer.iter + 1
+        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+            self._best_checking()
+
+    def after_train(self):
+        if self.trainer.iter >= self.trainer.max_iter and self.trainer.iter > self.trainer.start_iter:
+            self._best_checking()
+
+
+class PeriodicWriter(HookBase):
+    """Calls every writer's write() every `period` iterations, after the last iteration, and
+    at the end of training (then closes them). Register it last."""
+
+    def __init__(self, writers, period=20):
+        self._writers = list(writers)
+        for w in self._writers:
+            if not isinstance(w, EventWriter):
+                raise TypeError(f"writers must be EventWriter instances, got {type(w).__name__}")
+        self._period = max(int(period), 1)
+
+    def after_step(self):
+        if (self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1:
+            for writer in self._writers:
+                writer.write()
+
+    def after_train(self):
+        for writer in self._writers:
+            writer.write()
+            writer.close()

@@ -1,0 +1,214 @@
+"""The training loop with hooks (detectron2's train_loop, LiBai's trainer).
+
+    hook.before_train()                  # every hook, in registration order
+    for iter in range(start_iter, max_iter):
+        storage.iter = iter
+        hook.before_step()               # every hook, in order
+        trainer.run_step()
+        hook.after_step()                # every hook, in order
+    iter += 1
+    storage.iter = iter
+    hook.after_train()                   # every hook, in order (also after an exception)
+"""
+import logging
+import time
+import weakref
+
+import engine as flow
+import engine.distributed as _edist
+from libai.utils import distributed as dist
+from libai.utils.events import EventStorage, get_event_storage
+
+__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer"]
+
+
+class HookBase:
+    """A hook implements any of before_train / before_step / after_step / after_train.
+
+    `self.trainer` (a weak proxy) is set when the hook is registered. Hooks run in the order
+    they were registered; work that takes time belongs in after_step (so the iteration timer,
+    the first hook, measures the step itself)."""
+
+    trainer = None
+
+    def before_train(self):
+        """Called before the first iteration."""
+
+    def after_train(self):
+        """Called after the last iteration (also when training stops on an exception)."""
+
+    def before_step(self):
+        """Called before each iteration."""
+
+    def after_step(self):
+        """Called after each iteration."""
+
+
+class TrainerBase:
+    """An iterative trainer with hooks. Attributes: iter (current iteration), start_iter,
+    max_iter, storage (the EventStorage open during train())."""
+
+    def __init__(self):
+        self._hooks = []
+        self.iter = 0
+        self.start_iter = 0
+        self.max_iter = 0
+        self.storage = None
+
+    def register_hooks(self, hooks):
+        hooks = [h for h in hooks if h is not None]
+        for h in hooks:
+            if not isinstance(h, HookBase):
+                raise TypeError(f"hooks must be HookBase instances, got {type(h).__name__}")
+            # a weak reference: hooks and trainer must not own each other
+            h.trainer = weakref.proxy(self)
+        self._hooks.extend(hooks)
+
+    def train(self, start_iter, max_iter, stop_iter=None):
+        """Run iterations start_iter .. max_iter-1. `stop_iter` (< max_iter) ends this run early
+        after iteration stop_iter-1, as if the job were interrupted there (the schedule and
+        `max_iter` are unchanged, so a resumed run continues the same training)."""
+        logger = logging.getLogger(__name__)
+        logger.info(f"Starting training from iteration {start_iter}")
+        self.iter = self.start_iter = start_iter
+        self.max_iter = max_iter
+        self._failed = False
+        end = max_iter if stop_iter is None else min(max_iter, stop_iter)
+        with EventStorage(start_iter) as self.storage:
+            try:
+                self.before_train()
+                for self.iter in range(start_iter, end):
+                    self.before_step()
+                    self.run_step()
+                    self.after_step()
+                # iter == max_iter tells after_train that training finished (not an exception)
+                self.iter += 1
+            except Exception:
+                self._failed = True
+                logger.exception("Exception during training:")
+                raise
+            finally:
+                self.after_train()
+
+    def before_train(self):
+        for h in self._hooks:
+            h.before_train()
+
+    def after_train(self):
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.after_train()
+
+    def before_step(self):
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.before_step()
+
+    def after_step(self):
+        for h in self._hooks:
+            h.after_step()
+
+    def run_step(self):
+        raise NotImplementedError
+
+    @staticmethod
+    def write_metrics(loss_dict, data_time, prefix=""):
+        """Put `data_time`, each loss and their sum `total_loss` into the event storage."""
+        metrics = {k: (v.item() if hasattr(v, "item") else float(v)) for k, v in loss_dict.items()}
+        if not dist.is_main_process():
+            return
+        storage = get_event_storage()
+        storage.put_scalar("data_time", data_time)
+        total = sum(metrics.values())
+        if not all(map(_finite, metrics.values())):
+            raise FloatingPointError(f"Loss became infinite or NaN at iteration={storage.iter}!\nloss_dict = {metrics}")
+        storage.put_scalar(f"{prefix}total_loss", total)
+        if len(metrics) > 1 or next(iter(metrics)) != "total_loss":
+            storage.put_scalars(**{f"{prefix}{k}": v for k, v in metrics.items()})
+
+
+def _finite(x):
+    return x == x and abs(x) != float("inf")
+
+
+class EagerTrainer(TrainerBase):
+    """One optimizer step per iteration over `grad_acc_steps` micro-batches:
+
+        for each of the m micro-batches:
+            batch = get_batch(next(loader))          # data_time measured
+            losses = sum(model(**batch).values())    # model returns a dict of losses
+            (losses / m).backward()                  # gradients accumulate
+        clip each param group with its clip_grad_max_norm / clip_grad_norm_type
+        optimizer.step(); optimizer.zero_grad()
+
+    The logged losses are the means over the m micro-batches, so micro-batch b x m steps
+    matches micro-batch (b*m) x 1 step."""
+
+    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None):
+        super().__init__()
+        model.train()
+        self.model = model
+        self.data_loader = data_loader
+        self._data_loader_iter_obj = None
+        self.optimizer = optimizer
+        self.grad_acc_steps = int(grad_acc_steps or 1)
+        self.get_batch = get_batch
+
+    @property
+    def _data_loader_iter(self):
+        # created lazily: the loader's position can be restored (resume) before the first step
+        if self._data_loader_iter_obj is None:
+            self._data_loader_iter_obj = iter(self.data_loader)
+        return self._data_loader_iter_obj
+
+    def sync_grads(self):
+        """Finish data-parallel gradient reduction: global parameters get their deferred
+        all-reduce (engine.distributed.sync_grads); local parameters of a pure data-parallel
+        job (several ranks, tp = pp = 1) are averaged over the ranks."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        _edist.sync_grads(params)
+        topo = dist.get_dist_util()
+        if topo.world_size > 1 and topo.data_parallel_size == topo.world_size:
+            for p in params:
+                if p.grad is not None and not p.grad.is_global:
+                    _edist.all_reduce(p.grad, op="sum")
+                    with flow.no_grad():
+                        p.grad.div_(topo.data_parallel_size)
+
+    def clip_grads(self):
+        for group in self.optimizer.param_groups:
+            max_norm = group.get("clip_grad_max_norm")
+            if max_norm is not None and max_norm > 0:
+                flow.nn.utils.clip_grad_norm_(group["params"], max_norm, group.get("clip_grad_norm_type", 2.0))
+
+    def run_step(self):
+        assert self.model.training, "[EagerTrainer] model was changed to eval mode!"
+        m = self.grad_acc_steps
+        data_time = 0.0
+        loss_sums = {}
+        self.optimizer.zero_grad()
+        for i in range(m):
+            start = time.perf_counter()
+            data = next(self._data_loader_iter)
+            if self.get_batch is not None:
+                data = self.get_batch(data)
+            data_time += time.perf_counter() - start
+            loss_dict = self.model(**data)
+            if not isinstance(loss_dict, dict):
+                loss_dict = {"total_loss": loss_dict}
+            losses = sum(loss_dict.values())
+            if i < m - 1:
+                with _edist.no_grad_sync():  # one gradient all-reduce per step, not per micro-batch
+                    (losses / m).backward()
+            else:
+                (losses / m if m > 1 else losses).backward()
+            for k, v in loss_dict.items():
+                loss_sums[k] = loss_sums.get(k, 0.0) + v.detach().item()
+        self.sync_grads()
+        self.clip_grads()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        self.write_metrics({k: v / m for k, v in loss_sums.items()}, data_time)
+
+
+SimpleTrainer = EagerTrainer

@@ -1,0 +1,52 @@
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from libai.utils import distributed as dist
+
+from .evaluator import DatasetEvaluator
+
+__all__ = ["PPLEvaluator"]
+
+
+class PPLEvaluator(DatasetEvaluator):
+    """Perplexity exp(mean loss) from the model's loss output(s).
+
+    `process` reads the scalar loss `outputs[key]` for each key in `loss_keys` (default: every
+    key containing "loss"); per-batch losses are weighted by the batch size (the leading
+    dimension of inputs[weight_key] when present). Results: {"PPL": ...} for a single loss key,
+    {"<key>_PPL": ...} for several. The exponent is capped at 20 (as LiBai) to stay finite."""
+
+    def __init__(self, loss_keys=None, weight_key=None):
+        self.loss_keys = list(loss_keys) if loss_keys else None
+        self.weight_key = weight_key
+        self.reset()
+
+    def reset(self):
+        self._sums = {}
+        self._weight = 0.0
+
+    def process(self, inputs, outputs):
+        keys = self.loss_keys or [k for k in outputs if "loss" in k]
+        if not keys:
+            raise KeyError(f"PPLEvaluator: no loss in the model's outputs (keys {sorted(outputs)})")
+        weight = 1.0
+        if self.weight_key is not None and self.weight_key in inputs:
+            weight = float(inputs[self.weight_key].shape[0])
+        for k in keys:
+            v = outputs[k]
+            v = float(v.item() if hasattr(v, "item") else v)
+            self._sums[k] = self._sums.get(k, 0.0) + v * weight
+        self._weight += weight
+
+    def evaluate(self):
+        keys = sorted(self._sums)
+        vec = dist.all_reduce_sum_numpy(np.asarray([self._sums[k] for k in keys] + [self._weight], dtype=np.float64))
+        weight = vec[-1]
+        results = OrderedDict()
+        for k, s in zip(keys, vec[:-1]):
+            mean = s / weight if weight else float("nan")
+            name = "PPL" if len(keys) == 1 else f"{k}_PPL"
+            results[name] = math.exp(min(20.0, mean))
+        return results

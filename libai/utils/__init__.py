@@ -1,0 +1,1 @@
+"""Utilities for training: logging, event storage and writers, checkpoints, distributed topology."""

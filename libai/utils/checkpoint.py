@@ -1,0 +1,337 @@
+"""Checkpoints: a directory per checkpoint, written completely before it is pointed to.
+
+Layout (`save_dir/model_0000009/` for the checkpoint taken after iteration 9):
+
+    model.safetensors            the model's state_dict
+    optimizer.safetensors        one file per checkpointable (optimizer, lr_scheduler,
+    lr_scheduler.safetensors     train_loader = the data sampler's position, ...)
+    train_loader.safetensors
+    trainer_state.safetensors    {"iteration": 9, ...extra state}
+    rng_state_rank{r}.safetensors engine / numpy / python RNG states of rank r
+    save_dir/last_checkpoint     text file: the name of the latest complete checkpoint
+
+Every file is written with `engine.save` (temp file + fsync + os.replace). The checkpoint is
+assembled in a hidden temp directory `.model_0000009.tmp` and renamed into place only when
+complete; only then is `last_checkpoint` replaced (atomically). A crash at any moment leaves
+either the previous state or the new one, never a pointer to a partial checkpoint.
+
+Loading reads and verifies *everything* first (every file's checksum via engine.load, model
+keys and shapes), then assigns; if assignment fails the previous states are restored, so a
+truncated or corrupted checkpoint raises an error naming the file and changes nothing.
+"""
+import logging
+import os
+import random
+import re
+import shutil
+
+import numpy as np
+
+import engine as flow
+from engine.serialization import CheckpointError
+
+from . import distributed as dist
+
+__all__ = ["Checkpointer", "PeriodicCheckpointer", "CheckpointError", "get_rng_states", "set_rng_states"]
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "trainer_state.safetensors"
+LAST_CHECKPOINT = "last_checkpoint"
+_PERIODIC_RE = re.compile(r"^(?P<prefix>.+)_(?P<iter>\d{7})$")
+
+
+def get_rng_states():
+    """Engine, numpy-global and python `random` states of this process (plain values + arrays)."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    return {
+        "engine": flow.get_rng_state(),
+        "numpy": [np_state[0], np.asarray(np_state[1]), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "python": [py_state[0], [int(x) for x in py_state[1]], py_state[2]],
+    }
+
+
+def set_rng_states(states):
+    flow.set_rng_state(states["engine"])
+    n = states["numpy"]
+    np.random.set_state((str(n[0]), np.asarray(n[1], dtype=np.uint32), int(n[2]), int(n[3]), float(n[4])))
+    p = states["python"]
+    random.setstate((int(p[0]), tuple(int(x) for x in p[1]), p[2]))
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_text_atomic(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _clone_state(sd):
+    return {k: (v.detach().clone() if isinstance(v, flow.Tensor) else v) for k, v in sd.items()}
+
+
+class Checkpointer:
+    """Saves and loads a model with any number of checkpointable objects.
+
+    Args:
+        model: an engine nn.Module.
+        save_dir: where checkpoints go.
+        save_to_disk: whether this process writes the shared files (default: rank 0).
+        **checkpointables: objects with state_dict()/load_state_dict() (optimizer=...,
+            lr_scheduler=..., train_loader=...).
+    """
+
+    def __init__(self, model, save_dir="", *, save_to_disk=None, **checkpointables):
+        self.model = model
+        self.save_dir = save_dir
+        self.save_to_disk = dist.is_main_process() if save_to_disk is None else save_to_disk
+        self.checkpointables = {}
+        for k, v in checkpointables.items():
+            self.add_checkpointable(k, v)
+        self.logger = logging.getLogger(__name__)
+
+    def add_checkpointable(self, key, obj):
+        if key in self.checkpointables or key in ("model", "trainer_state") or key.startswith("rng_state"):
+            raise KeyError(f"Checkpointer: key {key!r} is already used")
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise TypeError(f"Checkpointer: {key!r} has no state_dict()/load_state_dict()")
+        self.checkpointables[key] = obj
+
+    # ------------------------------------------------------------------ saving
+    def save(self, name, tag_last=True, **kwargs):
+        """Write checkpoint `save_dir/name/` (extra `kwargs`, e.g. iteration=..., go to
+        trainer_state). With `tag_last`, `last_checkpoint` then points to it."""
+        if not self.save_dir:
+            return
+        final = os.path.join(self.save_dir, name)
+        tmp = os.path.join(self.save_dir, f".{name}.tmp")
+        if self.save_to_disk:
+            os.makedirs(self.save_dir, exist_ok=True)
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)
+            os.makedirs(tmp)
+        dist.synchronize()
+        if self.save_to_disk:
+            flow.save(self.model.state_dict(), os.path.join(tmp, MODEL_FILE))
+            for key, obj in self.checkpointables.items():
+                flow.save(obj.state_dict(), os.path.join(tmp, f"{key}.safetensors"))
+            state = dict(kwargs)
+            state["checkpointables"] = sorted(self.checkpointables)
+            state["world_size"] = dist.get_world_size()
+            flow.save(state, os.path.join(tmp, STATE_FILE))
+        flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
+        dist.synchronize()
+        if self.save_to_disk:
+            _fsync_dir(tmp)
+            old = None
+            if os.path.exists(final):
+                old = os.path.join(self.save_dir, f".{name}.old")
+                if os.path.exists(old):
+                    shutil.rmtree(old)
+                os.replace(final, old)
+            os.replace(tmp, final)
+            _fsync_dir(self.save_dir)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+            if tag_last:
+                self.tag_last_checkpoint(name)
+            self.logger.info(f"Saved checkpoint to {final}")
+        dist.synchronize()
+
+    def tag_last_checkpoint(self, name):
+        _write_text_atomic(os.path.join(self.save_dir, LAST_CHECKPOINT), name)
+
+    # ------------------------------------------------------------------ finding
+    def has_checkpoint(self):
+        path = self.get_checkpoint_file()
+        return path is not None and os.path.isdir(path)
+
+    def get_checkpoint_file(self):
+        """The directory named by `last_checkpoint`, or None."""
+        try:
+            with open(os.path.join(self.save_dir, LAST_CHECKPOINT)) as f:
+                name = f.read().strip()
+        except OSError:
+            return None
+        return os.path.join(self.save_dir, name) if name else None
+
+    def get_all_checkpoint_files(self):
+        if not os.path.isdir(self.save_dir):
+            return []
+        return sorted(
+            os.path.join(self.save_dir, d) for d in os.listdir(self.save_dir)
+            if not d.startswith(".") and os.path.isfile(os.path.join(self.save_dir, d, MODEL_FILE)))
+
+    # ------------------------------------------------------------------ loading
+    def resume_or_load(self, path, *, resume=True):
+        """With `resume` and a `last_checkpoint`, load everything from it (exact resume);
+        otherwise load model weights from `path` (if given). Returns the extra state
+        ({"iteration": ...} after a resume, {} otherwise)."""
+        if resume and self.has_checkpoint():
+            return self.load(self.get_checkpoint_file())
+        if path:
+            return self.load(path, checkpointables=[])
+        return {}
+
+    def _model_file(self, path):
+        if os.path.isdir(path):
+            f = os.path.join(path, MODEL_FILE)
+            if not os.path.isfile(f):
+                raise FileNotFoundError(f"Checkpointer: {path} has no {MODEL_FILE}")
+            return f
+        if os.path.isfile(path):
+            return path
+        raise FileNotFoundError(f"Checkpointer: checkpoint {path} not found")
+
+    def load(self, path, checkpointables=None):
+        """Load checkpoint `path` (a checkpoint directory, or a model .safetensors file).
+
+        checkpointables: the names to restore besides the model (None: all registered ones, and
+        the RNG states; []: model weights only, reporting missing/unexpected keys). Everything
+        is read and verified before anything is assigned. Returns the extra state."""
+        weights_only = checkpointables is not None and len(checkpointables) == 0
+        names = list(self.checkpointables) if checkpointables is None else list(checkpointables)
+        model_file = self._model_file(path)
+        is_dir = os.path.isdir(path)
+        self.logger.info(f"Loading {'model weights' if weights_only else 'checkpoint'} from {path}")
+
+        # ---- 1. read every file (engine.load verifies each checksum and names a bad file)
+        model_sd = flow.load(model_file)
+        if not isinstance(model_sd, dict):
+            raise CheckpointError(f"Checkpointer: {model_file} does not hold a state_dict")
+        loaded = {}
+        for key in names:
+            if key not in self.checkpointables:
+                raise KeyError(f"Checkpointer: unknown checkpointable {key!r}")
+            f = os.path.join(path, f"{key}.safetensors") if is_dir else None
+            if f is None or not os.path.isfile(f):
+                raise CheckpointError(f"Checkpointer: checkpoint {path} has no {key}.safetensors "
+                                      f"(needed to resume {key})")
+            loaded[key] = flow.load(f)
+        extra = {}
+        rng = None
+        if is_dir and os.path.isfile(os.path.join(path, STATE_FILE)):
+            extra = dict(flow.load(os.path.join(path, STATE_FILE)))
+        if not weights_only and is_dir:
+            rng_file = os.path.join(path, f"rng_state_rank{dist.get_rank()}.safetensors")
+            if os.path.isfile(rng_file):
+                rng = flow.load(rng_file)
+            else:
+                self.logger.warning(f"{rng_file} not found: RNG states are not restored "
+                                    "(the resumed run will not repeat the original bit for bit)")
+
+        # ---- 2. verify the model's keys and shapes
+        expected = self.model.state_dict()
+        missing = [k for k in expected if k not in model_sd]
+        unexpected = [k for k in model_sd if k not in expected]
+        mismatched = [
+            f"{k}: checkpoint {tuple(model_sd[k].shape)} vs model {tuple(v.shape)}"
+            for k, v in expected.items()
+            if k in model_sd and tuple(getattr(model_sd[k], "shape", ())) != tuple(v.shape)
+        ]
+        if mismatched:
+            raise CheckpointError(f"Checkpointer: shape mismatch loading {model_file}:\n  " + "\n  ".join(mismatched))
+        if missing:
+            msg = f"Some model parameters or buffers are not found in {model_file}:\n  " + "\n  ".join(missing)
+            if not weights_only:
+                raise CheckpointError("Checkpointer: cannot resume. " + msg)
+            self.logger.warning(msg)
+        if unexpected:
+            msg = f"{model_file} contains keys not used by the model:\n  " + "\n  ".join(unexpected)
+            if not weights_only:
+                raise CheckpointError("Checkpointer: cannot resume. " + msg)
+            self.logger.warning(msg)
+
+        # ---- 3. assign, restoring the previous states if anything fails
+        backup_model = _clone_state(expected)
+        backups = {k: self.checkpointables[k].state_dict() for k in loaded}
+        backup_rng = get_rng_states()
+        done = []
+        try:
+            self.model.load_state_dict({k: v for k, v in model_sd.items() if k in expected}, strict=False)
+            for key, sd in loaded.items():
+                self.checkpointables[key].load_state_dict(sd)
+                done.append(key)
+            if rng is not None:
+                set_rng_states(rng)
+        except Exception as e:
+            self.model.load_state_dict(backup_model, strict=False)
+            for key in done:
+                self.checkpointables[key].load_state_dict(backups[key])
+            set_rng_states(backup_rng)
+            raise CheckpointError(f"Checkpointer: failed to load {path} (nothing was changed): {e}") from e
+        extra.pop("checkpointables", None)
+        extra.pop("world_size", None)
+        return extra
+
+
+class PeriodicCheckpointer:
+    """Saves `{prefix}_{iteration:07d}` every `period` iterations (and `{prefix}_final` at the
+    last iteration), keeping at most `max_to_keep` of the periodic ones (oldest removed first;
+    checkpoints already in save_dir count too, so the bound holds across resumes)."""
+
+    def __init__(self, checkpointer, period, max_iter=None, max_to_keep=None, file_prefix="model"):
+        self.checkpointer = checkpointer
+        self.period = int(period)
+        self.max_iter = max_iter
+        if max_to_keep is not None and max_to_keep <= 0:
+            max_to_keep = None
+        self.max_to_keep = max_to_keep
+        self.file_prefix = file_prefix
+        self.recent_checkpoints = self._existing()
+        self.last_saved_iter = None
+
+    def _existing(self):
+        found = []
+        save_dir = self.checkpointer.save_dir
+        if save_dir and os.path.isdir(save_dir):
+            for d in os.listdir(save_dir):
+                m = _PERIODIC_RE.match(d)
+                if m and m.group("prefix") == self.file_prefix and os.path.isdir(os.path.join(save_dir, d)):
+                    found.append(d)
+        return sorted(found)
+
+    def save(self, name, iteration, **kwargs):
+        self.checkpointer.save(name, iteration=int(iteration), **kwargs)
+        self.last_saved_iter = int(iteration)
+
+    def step(self, iteration, **kwargs):
+        iteration = int(iteration)
+        if self.period <= 0:
+            return
+        if (iteration + 1) % self.period == 0:
+            name = f"{self.file_prefix}_{iteration:07d}"
+            self.save(name, iteration, **kwargs)
+            if name in self.recent_checkpoints:
+                self.recent_checkpoints.remove(name)
+            self.recent_checkpoints.append(name)
+            self._prune()
+        if self.max_iter is not None and iteration >= self.max_iter - 1:
+            self.save(f"{self.file_prefix}_final", iteration, **kwargs)
+
+    def _prune(self):
+        if self.max_to_keep is None or not self.checkpointer.save_to_disk:
+            return
+        last = self.checkpointer.get_checkpoint_file()
+        while len(self.recent_checkpoints) > self.max_to_keep:
+            name = self.recent_checkpoints.pop(0)
+            path = os.path.join(self.checkpointer.save_dir, name)
+            if last is not None and os.path.abspath(path) == os.path.abspath(last):
+                continue
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,290 @@
+"""The distributed topology of a job: data, tensor and pipeline parallel sizes over the world.
+
+As LiBai's `libai.utils.distributed`: the ranks are laid out stage-major,
+
+    rank = stage * (dp * tp) + dp_rank * tp + tp_rank
+
+so a pipeline stage owns a contiguous block of `dp * tp` ranks, arranged as a (dp, tp) mesh (a
+2-D placement when both dp and tp are > 1, else 1-D), tensor-parallel peers are adjacent ranks,
+and data-parallel peers are `tp` apart. Layers are mapped to stages by
+`train.dist.custom_pipeline_stage_id` or, by default, evenly with the remainder on stage 0.
+
+`setup_dist_util(cfg.train.dist)` builds the topology (validated against the world size) and
+`get_dist_util()` returns it (a single-process default if none was set up).
+"""
+import logging
+
+import numpy as np
+
+import engine as flow
+import engine.distributed as _edist
+
+__all__ = [
+    "DistributedTopology", "setup_dist_util", "get_dist_util", "get_rank", "get_world_size",
+    "get_local_rank", "is_main_process", "synchronize", "get_data_parallel_rank",
+    "get_data_parallel_size", "get_tensor_parallel_rank", "get_tensor_parallel_size",
+    "get_pipeline_parallel_size", "get_pipeline_stage", "get_layer_placement",
+    "get_layer_ranks", "get_layer_stage_id", "get_nd_sbp", "get_hidden_sbp",
+    "is_data_parallel", "is_tensor_model_parallel", "is_pipeline_model_parallel",
+    "is_data_model_parallel", "all_reduce_sum_numpy",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def get_rank():
+    return _edist.get_rank()
+
+
+def get_world_size():
+    return _edist.get_world_size()
+
+
+def get_local_rank():
+    return _edist.get_local_rank()
+
+
+def is_main_process():
+    return get_rank() == 0
+
+
+def synchronize():
+    """A barrier over all ranks (nothing in a single process)."""
+    if get_world_size() > 1:
+        _edist.barrier()
+
+
+def _cfg_get(cfg, key, default=None):
+    if cfg is None:
+        return default
+    try:
+        value = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+    except Exception:
+        value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+class DistributedTopology:
+    """dp x tp x pp over `world_size` ranks, stage-major (see the module docstring).
+
+    Args:
+        data_parallel_size, tensor_parallel_size, pipeline_parallel_size: the sizes; a
+            data_parallel_size of None (or <= 0) is inferred as world // (tp * pp).
+        pipeline_num_layers: number of layers mapped to stages (defaults to pp).
+        custom_pipeline_stage_id: explicit stage of each layer (length pipeline_num_layers).
+        world_size, rank: default to engine.distributed's.
+    """
+
+    def __init__(self, data_parallel_size=None, tensor_parallel_size=1, pipeline_parallel_size=1,
+                 pipeline_num_layers=None, custom_pipeline_stage_id=None, world_size=None, rank=None):
+        world = get_world_size() if world_size is None else int(world_size)
+        self.rank = get_rank() if rank is None else int(rank)
+        tp = int(tensor_parallel_size or 1)
+        pp = int(pipeline_parallel_size or 1)
+        if tp < 1 or pp < 1:
+            raise ValueError(f"tensor_parallel_size ({tp}) and pipeline_parallel_size ({pp}) must be >= 1")
+        if data_parallel_size is None or int(data_parallel_size) <= 0:
+            if world % (tp * pp) != 0:
+                raise ValueError(
+                    f"world size {world} is not divisible by tensor_parallel_size * "
+                    f"pipeline_parallel_size = {tp} * {pp}")
+            dp = world // (tp * pp)
+        else:
+            dp = int(data_parallel_size)
+        if dp * tp * pp != world:
+            raise ValueError(
+                f"train.dist: data_parallel_size * tensor_parallel_size * pipeline_parallel_size = "
+                f"{dp} * {tp} * {pp} = {dp * tp * pp} does not match the world size {world}")
+        if not 0 <= self.rank < world:
+            raise ValueError(f"rank {self.rank} is outside the world of size {world}")
+        self.world_size = world
+        self.data_parallel_size = dp
+        self.tensor_parallel_size = tp
+        self.pipeline_parallel_size = pp
+        # ranks[stage, dp_rank, tp_rank]
+        self.ranks = np.arange(world, dtype=np.int64).reshape(pp, dp, tp)
+        stage, dpr, tpr = (int(i) for i in np.argwhere(self.ranks == self.rank)[0])
+        self.pipeline_stage, self.data_parallel_rank, self.tensor_parallel_rank = stage, dpr, tpr
+
+        n_layers = int(pipeline_num_layers) if pipeline_num_layers else pp
+        if custom_pipeline_stage_id is not None:
+            ids = [int(s) for s in custom_pipeline_stage_id]
+            if len(ids) != n_layers:
+                raise ValueError(
+                    f"custom_pipeline_stage_id has {len(ids)} entries but pipeline_num_layers is {n_layers}")
+            if any(s < 0 or s >= pp for s in ids):
+                raise ValueError(f"custom_pipeline_stage_id entries must be in [0, {pp}), got {ids}")
+            if ids != sorted(ids):
+                raise ValueError(f"custom_pipeline_stage_id must be non-decreasing, got {ids}")
+        else:
+            if n_layers < pp:
+                raise ValueError(
+                    f"pipeline_num_layers ({n_layers}) must be >= pipeline_parallel_size ({pp})")
+            per, rem = divmod(n_layers, pp)
+            ids = [0] * rem + [s for s in range(pp) for _ in range(per)]
+        self.pipeline_num_layers = n_layers
+        self.layer_stage_ids = ids
+
+    @classmethod
+    def from_config(cls, dist_cfg, world_size=None, rank=None):
+        return cls(
+            data_parallel_size=_cfg_get(dist_cfg, "data_parallel_size"),
+            tensor_parallel_size=_cfg_get(dist_cfg, "tensor_parallel_size", 1),
+            pipeline_parallel_size=_cfg_get(dist_cfg, "pipeline_parallel_size", 1),
+            pipeline_num_layers=_cfg_get(dist_cfg, "pipeline_num_layers"),
+            custom_pipeline_stage_id=_cfg_get(dist_cfg, "custom_pipeline_stage_id"),
+            world_size=world_size, rank=rank,
+        )
+
+    # ------------------------------------------------------------------ predicates
+    def is_data_parallel(self):
+        return self.data_parallel_size > 1
+
+    def is_tensor_model_parallel(self):
+        return self.tensor_parallel_size > 1
+
+    def is_pipeline_model_parallel(self):
+        return self.pipeline_parallel_size > 1
+
+    def is_data_model_parallel(self):
+        return self.is_data_parallel() and self.is_tensor_model_parallel()
+
+    # ------------------------------------------------------------------ layers and placements
+    def get_layer_stage_id(self, layer_idx):
+        return self.layer_stage_ids[layer_idx]
+
+    def get_stage_ranks(self, stage):
+        """The stage's ranks as a mesh: [[dp x tp]] when both > 1, else a flat list."""
+        block = self.ranks[stage]
+        if self.is_data_model_parallel():
+            return block.tolist()
+        return block.reshape(-1).tolist()
+
+    def get_layer_ranks(self, layer_idx):
+        return self.get_stage_ranks(self.get_layer_stage_id(layer_idx))
+
+    def get_layer_placement(self, layer_idx, device_type=None):
+        device_type = device_type or ("cuda" if flow.is_cuda_available() else "cpu")
+        return flow.placement(device_type, self.get_layer_ranks(layer_idx))
+
+    def get_nd_sbp(self, sbp_list):
+        """Pick the SBPs matching the stage mesh from `[dp_sbp, tp_sbp]` (as LiBai)."""
+        if len(sbp_list) != 2:
+            raise ValueError(f"get_nd_sbp expects [data_parallel_sbp, tensor_parallel_sbp], got {sbp_list}")
+        if self.is_data_model_parallel():
+            return list(sbp_list)
+        if self.is_data_parallel():
+            return list(sbp_list[:1])
+        if self.is_tensor_model_parallel():
+            return list(sbp_list[1:])
+        return [flow.sbp.broadcast]
+
+    def get_hidden_sbp(self):
+        """SBP of activations between layers: split on the batch over dp, broadcast over tp."""
+        return self.get_nd_sbp([flow.sbp.split(0), flow.sbp.broadcast])
+
+    def is_first_stage(self):
+        return self.pipeline_stage == 0
+
+    def is_last_stage(self):
+        return self.pipeline_stage == self.pipeline_parallel_size - 1
+
+    def __repr__(self):
+        return (f"DistributedTopology(world={self.world_size}, dp={self.data_parallel_size}, "
+                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}, rank={self.rank} "
+                f"-> stage {self.pipeline_stage}, dp_rank {self.data_parallel_rank}, "
+                f"tp_rank {self.tensor_parallel_rank})")
+
+
+_DIST_UTIL = None
+
+
+def setup_dist_util(dist_cfg):
+    """Build the job's topology from `cfg.train.dist` (validated against the world size)."""
+    global _DIST_UTIL
+    _DIST_UTIL = DistributedTopology.from_config(dist_cfg)
+    logger.info(repr(_DIST_UTIL))
+    return _DIST_UTIL
+
+
+def get_dist_util():
+    """The topology set up by `setup_dist_util`, or a pure data-parallel one over the world."""
+    global _DIST_UTIL
+    if _DIST_UTIL is None:
+        _DIST_UTIL = DistributedTopology()
+    return _DIST_UTIL
+
+
+def _reset_dist_util():  # tests
+    global _DIST_UTIL
+    _DIST_UTIL = None
+
+
+def get_data_parallel_rank():
+    return get_dist_util().data_parallel_rank
+
+
+def get_data_parallel_size():
+    return get_dist_util().data_parallel_size
+
+
+def get_tensor_parallel_rank():
+    return get_dist_util().tensor_parallel_rank
+
+
+def get_tensor_parallel_size():
+    return get_dist_util().tensor_parallel_size
+
+
+def get_pipeline_parallel_size():
+    return get_dist_util().pipeline_parallel_size
+
+
+def get_pipeline_stage():
+    return get_dist_util().pipeline_stage
+
+
+def is_data_parallel():
+    return get_dist_util().is_data_parallel()
+
+
+def is_tensor_model_parallel():
+    return get_dist_util().is_tensor_model_parallel()
+
+
+def is_pipeline_model_parallel():
+    return get_dist_util().is_pipeline_model_parallel()
+
+
+def is_data_model_parallel():
+    return get_dist_util().is_data_model_parallel()
+
+
+def get_layer_stage_id(layer_idx):
+    return get_dist_util().get_layer_stage_id(layer_idx)
+
+
+def get_layer_ranks(layer_idx):
+    return get_dist_util().get_layer_ranks(layer_idx)
+
+
+def get_layer_placement(layer_idx, device_type=None):
+    return get_dist_util().get_layer_placement(layer_idx, device_type)
+
+
+def get_nd_sbp(sbp_list):
+    return get_dist_util().get_nd_sbp(sbp_list)
+
+
+def get_hidden_sbp():
+    return get_dist_util().get_hidden_sbp()
+
+
+def all_reduce_sum_numpy(array):
+    """Sum a float64/int64 numpy array over all ranks (a copy; identity in one process)."""
+    array = np.array(array, copy=True)
+    if get_world_size() == 1:
+        return array
+    t = flow.tensor(array)
+    _edist.all_reduce(t, op="sum")
+    return t.numpy()

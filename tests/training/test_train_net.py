@@ -1,0 +1,129 @@
+"""End to end through `tools/train_net.py` (subprocesses): training, logs, TensorBoard,
+checkpoints, exact resume, --eval-only, --fast-dev-run."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "tests", "training", "configs", "mlp_cls.py")
+COMMON = ["train.train_iter=20", "train.log_period=1", "train.checkpointer.period=5",
+          "train.checkpointer.max_to_keep=2", "train.evaluation.eval_period=10"]
+
+
+def train_net(*args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", CONFIG, *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"train_net.py {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.json")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def losses_by_iter(out):
+    return {r["iteration"]: r["total_loss"] for r in records(out) if "total_loss" in r}
+
+
+def test_train_then_resume_and_eval_only(tmp_path):
+    """One reference run (shared by the checks below; a single test so that parallel test
+    workers do not each train it)."""
+    out = str(tmp_path / "full")
+    proc = train_net(f"train.output_dir={out}", *COMMON)
+    full_run = (out, proc)
+    check_trains_end_to_end_with_logs_metrics_and_checkpoints(full_run)
+    check_tensorboard_events_readable(full_run)
+    check_resume_is_bitwise_identical(full_run, tmp_path)
+    check_eval_only_reproduces_the_trained_metric(full_run, tmp_path)
+
+
+def check_trains_end_to_end_with_logs_metrics_and_checkpoints(full_run):
+    out, proc = full_run
+    # console line per log period with the documented fields
+    line = next(ln for ln in proc.stdout.splitlines() if "iteration: 19/20" in ln)
+    for field in ("total_loss:", "loss:", "lr:", "time:", "data_time:", "throughput:", "samples/s"):
+        assert field in line, line
+    assert os.path.isfile(os.path.join(out, "log.txt")) and os.path.isfile(os.path.join(out, "config.yaml"))
+
+    recs = records(out)
+    train_recs = [r for r in recs if "total_loss" in r]
+    assert [r["iteration"] for r in train_recs] == list(range(20))
+    for r in train_recs:
+        for key in ("iteration", "total_loss", "loss", "lr", "time", "data_time"):
+            assert key in r, (key, r)
+    assert train_recs[-1]["total_loss"] < train_recs[0]["total_loss"]
+    # evaluation at iteration 9 (eval_period 10) and after training (iteration 20)
+    evals = {r["iteration"]: r for r in recs if "Acc@1" in r}
+    assert sorted(evals) == [9, 20]
+    assert 0 <= evals[20]["Acc@1"] <= 100 and evals[20]["Acc@2"] >= evals[20]["Acc@1"]
+
+    # checkpoints: periodic ones bounded by max_to_keep=2, final, best, pointer
+    names = sorted(d for d in os.listdir(out) if d.startswith("model_"))
+    assert names == ["model_0000014", "model_0000019", "model_best", "model_final"]
+    assert open(os.path.join(out, "last_checkpoint")).read().strip() == "model_final"
+    assert not [d for d in os.listdir(out) if d.startswith(".")]  # no temp directories left
+    files = sorted(os.listdir(os.path.join(out, "model_0000019")))
+    assert files == ["lr_scheduler.safetensors", "model.safetensors", "optimizer.safetensors",
+                     "rng_state_rank0.safetensors", "train_loader.safetensors", "trainer_state.safetensors"]
+
+
+def check_tensorboard_events_readable(full_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, _ = full_run
+    acc = EventAccumulator(out)
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"total_loss", "loss", "lr", "time", "Acc@1"} <= tags, tags
+    loss = acc.Scalars("total_loss")
+    assert [e.step for e in loss] == list(range(20))
+    by_iter = losses_by_iter(out)
+    assert all(abs(e.value - by_iter[e.step]) < 1e-6 for e in loss)  # float32 in the event file
+    assert [e.step for e in acc.Scalars("Acc@1")] == [9, 20]
+
+
+def check_resume_is_bitwise_identical(full_run, tmp_path):
+    ref_out, _ = full_run
+    out = str(tmp_path / "resumed")
+    train_net("--stop-iter", "12", f"train.output_dir={out}", *COMMON)
+    first = losses_by_iter(out)
+    assert sorted(first) == list(range(12))
+    assert open(os.path.join(out, "last_checkpoint")).read().strip() == "model_0000011"
+    train_net("--resume", f"train.output_dir={out}", *COMMON)
+    ref = losses_by_iter(ref_out)
+    resumed = [r for r in records(out) if "total_loss" in r]
+    assert [r["iteration"] for r in resumed] == list(range(20))  # 0-11, then 12-19 after the resume
+    for r in resumed:
+        assert r["total_loss"] == ref[r["iteration"]], r["iteration"]  # bitwise (same float)
+    ref_lr = {r["iteration"]: r["lr"] for r in records(ref_out) if "lr" in r}
+    assert all(r["lr"] == ref_lr[r["iteration"]] for r in resumed)
+    ref_final = [r for r in records(ref_out) if r["iteration"] == 20][-1]
+    final = [r for r in records(out) if r["iteration"] == 20][-1]
+    assert final["Acc@1"] == ref_final["Acc@1"]
+
+
+def check_eval_only_reproduces_the_trained_metric(full_run, tmp_path):
+    out, _ = full_run
+    trained = [r for r in records(out) if r["iteration"] == 20 and "Acc@1" in r][-1]
+    ev_out = str(tmp_path / "eval")
+    proc = train_net("--eval-only", f"train.output_dir={ev_out}", f"train.load_weight={out}/model_final")
+    rec = records(ev_out)[-1]
+    assert rec["Acc@1"] == trained["Acc@1"] and rec["Acc@2"] == trained["Acc@2"]
+    assert rec["iteration"] == 19  # the checkpoint's iteration
+    assert "copypaste: Acc@1,Acc@2" in proc.stdout
+
+
+def test_fast_dev_run(tmp_path):
+    out = str(tmp_path / "fast")
+    proc = train_net("--fast-dev-run", f"train.output_dir={out}", "train.train_iter=1000")
+    recs = records(out)
+    assert max(r["iteration"] for r in recs if "total_loss" in r) == 19  # 20 iterations, log every one
+    assert len([r for r in recs if "total_loss" in r]) == 20
+    assert any("Acc@1" in r for r in recs)
+    assert not [d for d in os.listdir(out) if d.startswith("model_")]  # no checkpoints kept
+    assert "--fast-dev-run" in proc.stdout

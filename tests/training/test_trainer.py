@@ -1,0 +1,273 @@
+"""In-process tests of the trainer loop, hooks, gradient accumulation, checkpoints, samplers,
+topology and evaluators."""
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import engine as flow
+from libai.config import LazyConfig
+from libai.engine import DefaultTrainer, HookBase, TrainerBase, hooks
+from libai.evaluation import ClsEvaluator, PPLEvaluator, inference_on_dataset
+from libai.utils import distributed as dist
+from libai.utils.checkpoint import CheckpointError, Checkpointer, PeriodicCheckpointer
+from libai.utils.events import EventStorage, JSONWriter
+from libai.data import CyclicSampler, SingleRoundSampler, build_test_loader
+from libai.data.datasets import BlobsDataset
+from libai.models.mlp_classifier import MLPClassifier
+
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "mlp_cls.py")
+
+
+def load_cfg(out, *overrides):
+    cfg = LazyConfig.load(CONFIG)
+    LazyConfig.apply_overrides(cfg, [f"train.output_dir={out}", *overrides])
+    return cfg
+
+
+# ---------------------------------------------------------------------- loop and hooks
+class Recorder(HookBase):
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def before_train(self):
+        self.log.append((self.name, "before_train", self.trainer.iter))
+
+    def before_step(self):
+        self.log.append((self.name, "before_step", self.trainer.iter))
+
+    def after_step(self):
+        self.log.append((self.name, "after_step", self.trainer.iter))
+
+    def after_train(self):
+        self.log.append((self.name, "after_train", self.trainer.iter))
+
+
+class CountingTrainer(TrainerBase):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def run_step(self):
+        assert self.storage.iter == self.iter
+        self.log.append(("trainer", "run_step", self.iter))
+
+
+def test_hooks_run_in_documented_order():
+    log = []
+    t = CountingTrainer(log)
+    t.register_hooks([Recorder("a", log), None, Recorder("b", log)])
+    t.train(3, 5)
+    want = [("a", "before_train", 3), ("b", "before_train", 3)]
+    for i in (3, 4):
+        want += [("a", "before_step", i), ("b", "before_step", i), ("trainer", "run_step", i),
+                 ("a", "after_step", i), ("b", "after_step", i)]
+    want += [("a", "after_train", 5), ("b", "after_train", 5)]
+    assert log == want
+    assert t.storage.iter == 5
+
+
+def test_after_train_runs_after_an_exception_and_stop_iter():
+    log = []
+
+    class Boom(CountingTrainer):
+        def run_step(self):
+            if self.iter == 1:
+                raise RuntimeError("boom")
+
+    t = Boom(log)
+    t.register_hooks([Recorder("a", log)])
+    with pytest.raises(RuntimeError, match="boom"):
+        t.train(0, 4)
+    assert log[-1] == ("a", "after_train", 1)
+
+    log.clear()
+    t = CountingTrainer(log)
+    t.register_hooks([Recorder("a", log)])
+    t.train(0, 10, stop_iter=2)
+    assert [e for e in log if e[0] == "trainer"] == [("trainer", "run_step", 0), ("trainer", "run_step", 1)]
+    assert t.max_iter == 10 and log[-1] == ("a", "after_train", 2)
+
+
+def test_default_trainer_hook_order(tmp_path):
+    cfg = load_cfg(str(tmp_path), "train.train_iter=2")
+    trainer = DefaultTrainer(cfg)
+    kinds = [type(h) for h in trainer._hooks]
+    assert kinds == [hooks.IterationTimer, hooks.LRScheduler, hooks.PeriodicCheckpointer, hooks.EvalHook,
+                     hooks.BestCheckpointer, hooks.PeriodicWriter]
+
+
+# ---------------------------------------------------------------------- gradient accumulation
+def _losses(out, micro, acc, iters=8):
+    cfg = load_cfg(out, f"train.train_iter={iters}", f"train.train_micro_batch_size={micro}",
+                   f"train.num_accumulation_steps={acc}", "train.evaluation.enabled=false",
+                   "train.checkpointer.period=0", "train.log_period=1")
+    flow.manual_seed(3)
+    trainer = DefaultTrainer(cfg)
+    trainer.train()
+    assert trainer.global_batch_size == micro * acc
+    return [v for v, _ in trainer.storage.history("total_loss").values()]
+
+
+def test_gradient_accumulation_matches_a_big_batch(tmp_path):
+    a = _losses(str(tmp_path / "a"), micro=4, acc=2)
+    b = _losses(str(tmp_path / "b"), micro=8, acc=1)
+    assert len(a) == len(b) == 8
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert a[0] != a[-1]
+
+
+# ---------------------------------------------------------------------- checkpoints
+def _model_params(model):
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _make_checkpoint(tmp_path):
+    flow.manual_seed(0)
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    opt = flow.optim.AdamW(model.parameters(), lr=0.1)
+    model(flow.randn(5, 4), flow.randint(0, 3, (5,)))["loss"].backward()
+    opt.step()
+    ck = Checkpointer(model, str(tmp_path), optimizer=opt)
+    ck.save("model_0000000", iteration=0)
+    return ck
+
+
+@pytest.mark.parametrize("victim,how", [("model.safetensors", "truncate"), ("optimizer.safetensors", "flip"),
+                                        ("rng_state_rank0.safetensors", "truncate"),
+                                        ("trainer_state.safetensors", "flip")])
+def test_corrupted_checkpoint_names_the_file_and_changes_nothing(tmp_path, victim, how):
+    _make_checkpoint(tmp_path)
+    path = os.path.join(str(tmp_path), "model_0000000", victim)
+    data = bytearray(open(path, "rb").read())
+    if how == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[-3] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+    flow.manual_seed(1)
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    opt = flow.optim.AdamW(model.parameters(), lr=0.1)
+    before, opt_before = _model_params(model), opt.state_dict()
+    rng_before = flow.get_rng_state()
+    ck = Checkpointer(model, str(tmp_path), optimizer=opt)
+    with pytest.raises(CheckpointError, match=victim):
+        ck.resume_or_load("", resume=True)
+    after = _model_params(model)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert opt.state_dict()["state"] == opt_before["state"] == {}
+    assert str(flow.get_rng_state()) == str(rng_before)
+
+
+def test_load_weight_reports_keys_and_rejects_shape_mismatch(tmp_path, caplog):
+    ck = _make_checkpoint(tmp_path)
+    ckpt = os.path.join(str(tmp_path), "model_0000000")
+    # a model with an extra layer: missing keys are reported, matching ones loaded
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3, num_layers=3)
+    lg = logging.getLogger("libai")
+    lg.addHandler(caplog.handler)
+    try:
+        Checkpointer(model, "").load(ckpt, checkpointables=[])
+    finally:
+        lg.removeHandler(caplog.handler)
+    assert "not found" in caplog.text and "body.2.weight" in caplog.text
+    np.testing.assert_array_equal(model.head.weight.detach().numpy(), ck.model.head.weight.detach().numpy())
+    # a mis-shaped model: error naming the key, nothing loaded
+    other = MLPClassifier(in_features=4, hidden_size=8, num_classes=5)
+    before = _model_params(other)
+    with pytest.raises(CheckpointError, match="head.weight"):
+        Checkpointer(other, "").load(ckpt, checkpointables=[])
+    assert all(np.array_equal(before[k], v) for k, v in _model_params(other).items())
+
+
+def test_periodic_checkpointer_max_to_keep_and_atomic_pointer(tmp_path):
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    ck = Checkpointer(model, str(tmp_path))
+    pc = PeriodicCheckpointer(ck, period=2, max_iter=10, max_to_keep=2)
+    for it in range(10):
+        pc.step(it)
+    names = sorted(os.listdir(str(tmp_path)))
+    assert names == ["last_checkpoint", "model_0000007", "model_0000009", "model_final"]
+    # a later run (resume) sees the existing checkpoints and keeps the bound
+    pc2 = PeriodicCheckpointer(ck, period=2, max_iter=20, max_to_keep=2)
+    pc2.step(11)
+    assert sorted(d for d in os.listdir(str(tmp_path)) if d.startswith("model_0")) == ["model_0000009", "model_0000011"]
+    assert open(os.path.join(str(tmp_path), "last_checkpoint")).read() == "model_0000011"
+
+
+# ---------------------------------------------------------------------- data
+def test_cyclic_sampler_is_deterministic_dp_aware_and_resumable():
+    s = CyclicSampler(10, 2, seed=5, data_parallel_rank=0, data_parallel_size=2)
+    t = CyclicSampler(10, 2, seed=5, data_parallel_rank=1, data_parallel_size=2)
+    it_s, it_t = iter(s), iter(t)
+    epoch0 = [next(it_s) + next(it_t) for _ in range(2)]  # 2 global batches of 4 (10 -> 8 used)
+    assert sorted(sum(epoch0, [])) == sorted(np.random.RandomState(5).permutation(10)[:8].tolist())
+    state = s.state_dict()
+    assert state["consumed_samples"] == 8
+    nxt = next(it_s)
+    s2 = CyclicSampler(10, 2, seed=5, data_parallel_rank=0, data_parallel_size=2)
+    s2.load_state_dict(state)
+    assert next(iter(s2)) == nxt == np.random.RandomState(6).permutation(10)[:2].tolist()
+
+
+def test_single_round_sampler_covers_everything_once():
+    shards = [list(SingleRoundSampler(11, 3, data_parallel_rank=r, data_parallel_size=3)) for r in range(3)]
+    flat = sorted(i for shard in shards for b in shard for i in b)
+    assert flat == list(range(11))
+
+
+# ---------------------------------------------------------------------- topology
+def test_distributed_topology_layout():
+    topo = dist.DistributedTopology(2, 2, 2, pipeline_num_layers=5, world_size=8, rank=6)
+    assert (topo.pipeline_stage, topo.data_parallel_rank, topo.tensor_parallel_rank) == (1, 1, 0)
+    assert topo.layer_stage_ids == [0, 0, 0, 1, 1]
+    assert topo.get_layer_ranks(0) == [[0, 1], [2, 3]] and topo.get_layer_ranks(-1) == [[4, 5], [6, 7]]
+    p = topo.get_layer_placement(4, "cpu")
+    assert p.hierarchy == (2, 2) and p.ranks == [[4, 5], [6, 7]]
+    assert topo.get_nd_sbp([flow.sbp.split(0), flow.sbp.broadcast]) == [flow.sbp.split(0), flow.sbp.broadcast]
+    dp_only = dist.DistributedTopology(None, 1, 1, world_size=4, rank=3)
+    assert dp_only.data_parallel_size == 4 and dp_only.get_layer_ranks(0) == [0, 1, 2, 3]
+    assert dp_only.get_nd_sbp([flow.sbp.split(0), flow.sbp.broadcast]) == [flow.sbp.split(0)]
+    custom = dist.DistributedTopology(1, 1, 2, pipeline_num_layers=3, custom_pipeline_stage_id=[0, 1, 1],
+                                      world_size=2, rank=0)
+    assert custom.layer_stage_ids == [0, 1, 1]
+    with pytest.raises(ValueError, match="does not match the world size"):
+        dist.DistributedTopology(2, 2, 1, world_size=8, rank=0)
+
+
+# ---------------------------------------------------------------------- evaluation and events
+def test_cls_and_ppl_evaluators():
+    model = MLPClassifier(in_features=16, hidden_size=8, num_classes=4)
+    loader = build_test_loader(BlobsDataset(num_samples=50), test_batch_size=16)
+    res = inference_on_dataset(model, loader, ClsEvaluator(topk=(1, 4)), eval_iter=2)
+    assert set(res) == {"Acc@1", "Acc@4"} and res["Acc@4"] == 100.0
+    assert model.training  # restored
+
+    ev = ClsEvaluator(topk=(1, 2))
+    ev.process({"labels": flow.tensor([0, 1, 2])},
+               {"prediction_scores": flow.tensor([[0.9, 0.1, 0.0], [0.6, 0.4, 0.0], [0.5, 0.4, 0.0]])})
+    assert ev.evaluate() == {"Acc@1": pytest.approx(100 / 3), "Acc@2": pytest.approx(200 / 3)}
+
+    ppl = PPLEvaluator()
+    ppl.process({}, {"lm_loss": flow.tensor(1.0)})
+    ppl.process({}, {"lm_loss": flow.tensor(3.0)})
+    assert ppl.evaluate()["PPL"] == pytest.approx(np.exp(2.0))
+
+
+def test_event_storage_and_json_writer(tmp_path):
+    path = str(tmp_path / "m.json")
+    with EventStorage(0) as s:
+        w = JSONWriter(path)
+        for i in range(3):
+            s.iter = i
+            s.put_scalar("loss", float(i))
+            s.put_scalar("lr", 0.1, smoothing_hint=False)
+        assert s.latest_with_smoothing_hint(20)["loss"] == (1.0, 2)  # median of 0, 1, 2
+        w.write()
+        w.close()
+    import json
+
+    lines = [json.loads(x) for x in open(path)]
+    assert lines == [{"iteration": 2, "loss": 2.0, "lr": 0.1}]

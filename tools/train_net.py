@@ -1,0 +1,40 @@
+#!/usr/bin/env python
+"""Train or evaluate a model described by a LazyConfig file.
+
+    python tools/train_net.py --config-file CONFIG [--resume] [--eval-only] [--fast-dev-run]
+                              [--stop-iter N] [key=value ...]
+"""
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from libai.config import LazyConfig, try_get_key  # noqa: E402
+from libai.engine import DefaultTrainer, default_argument_parser, default_setup, write_eval_results  # noqa: E402
+from libai.utils.checkpoint import Checkpointer  # noqa: E402
+
+logger = logging.getLogger("libai.tools.train_net")
+
+
+def main(args):
+    cfg = LazyConfig.load(args.config_file)
+    cfg = LazyConfig.apply_overrides(cfg, args.opts)
+    default_setup(cfg, args)
+
+    if args.eval_only:
+        model = DefaultTrainer.build_model(cfg)
+        extra = Checkpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
+            try_get_key(cfg, "train.load_weight", default=""), resume=args.resume)
+        if not extra and not try_get_key(cfg, "train.load_weight", default="") and not args.resume:
+            logger.warning("--eval-only without train.load_weight (or --resume): evaluating the initial weights")
+        results = DefaultTrainer.test(cfg, DefaultTrainer.build_test_loader(cfg), model)
+        write_eval_results(cfg, results, iteration=int(extra.get("iteration", 0)) if extra else 0)
+        return results
+
+    trainer = DefaultTrainer(cfg)
+    return trainer.train(stop_iter=args.stop_iter)
+
+
+if __name__ == "__main__":
+    main(default_argument_parser().parse_args())
