@@ -18,7 +18,7 @@ from ..tensor import Size, Tensor, set_leaf_grad_hook, tensor_method
 from . import comm
 from .boxing import box_across, box_local, local_shape
 from .placement import placement as Placement
-from .sbp import _Sbp, as_sbp_tuple, balanced_sizes, broadcast, partial_sum, split
+from .sbp import _Sbp, as_sbp_tuple, broadcast, partial_sum, split
 
 
 class GlobalMeta:
@@ -188,10 +188,10 @@ def global_to_global(x, placement_, sbp, grad_sbp=None):
     """Box `x` to (placement, sbp); backward boxes the gradient back (through grad_sbp)."""
     meta = x._global
     if placement_ == meta.placement:
-        if meta.sbp == sbp:
+        if meta.sbp == sbp and grad_sbp is None:
             return x
         arr = x._data
-        if meta.here:
+        if meta.here and meta.sbp != sbp:
             arr = box_local(arr, meta.shape, placement_, meta.sbp, sbp, meta.coords())
         out = make_global(arr, GlobalMeta(placement_, sbp, meta.shape), x._device)
     else:

@@ -1,0 +1,89 @@
+"""Boxing matrix on every rank count it runs on (2 or 4): every (from, to) pair of nd-SBP over
+{S(0), S(1), B, P} on even (8, 12) and uneven (5, 7) shapes keeps the logical value, and the
+gradient through the two conversions is the gradient of the identity. On 4 ranks also the 2-D
+mesh [[0, 1], [2, 3]] and conversions between placements (ranks outside a placement run the
+very same code: to_global is collective over the union of the ranks)."""
+import itertools
+
+import numpy as np
+
+import engine as flow
+from engine.distributed import sbp as S
+
+r = flow.env.get_rank()
+n = flow.env.get_world_size()
+BASE = [S.split(0), S.split(1), S.broadcast, S.partial_sum]
+SHAPES = [(8, 12), (5, 7)]
+
+
+def bcast(p):
+    return (S.broadcast,) * p.ndim
+
+
+def matrix(p, check_meta):
+    count = 0
+    rng = np.random.default_rng(1)
+    sbps = list(itertools.product(BASE, repeat=p.ndim))
+    for shape in SHAPES:
+        A = rng.standard_normal(shape).astype(np.float32)
+        G = rng.standard_normal(shape).astype(np.float32)
+        g = flow.tensor(G, placement=p, sbp=bcast(p))
+        for src in sbps:
+            for dst in sbps:
+                leaf = flow.tensor(A, placement=p, sbp=bcast(p), requires_grad=True)
+                y = leaf.to_global(sbp=src, check_meta=check_meta).to_global(sbp=dst, check_meta=check_meta)
+                assert y.sbp == dst and tuple(y.shape) == shape and y.placement == p, (src, dst, y.sbp, y.shape)
+                v = y.detach().numpy()
+                assert np.allclose(v, A, atol=1e-5), (p, shape, src, dst, "value", np.abs(v - A).max())
+                (y * g).sum().backward()
+                assert leaf.grad.sbp == bcast(p), (src, dst, leaf.grad.sbp)
+                assert np.allclose(leaf.grad.numpy(), G, atol=1e-5), (p, shape, src, dst, "grad")
+                count += 1
+    return count
+
+
+def across(ps, pd, sbps_src, sbps_dst):
+    count = 0
+    rng = np.random.default_rng(2)
+    for shape in SHAPES:
+        A = rng.standard_normal(shape).astype(np.float32)
+        G = rng.standard_normal(shape).astype(np.float32)
+        g = flow.tensor(G, placement=pd, sbp=bcast(pd))
+        for src in sbps_src:
+            for dst in sbps_dst:
+                leaf = flow.tensor(A, placement=ps, sbp=bcast(ps), requires_grad=True)
+                y = leaf.to_global(sbp=src).to_global(placement=pd, sbp=dst)
+                assert y.placement == pd and y.sbp == dst, (y.placement, y.sbp)
+                assert tuple(y.shape) == shape, (ps, pd, y.shape)  # known outside pd too
+                if pd.has_rank(r):
+                    assert np.allclose(y.detach().numpy(), A, atol=1e-5), (ps, pd, shape, src, dst, "value")
+                else:
+                    assert y.to_local().numel() == 0
+                # y.backward(g) rather than (y * g).sum(): ops on ranks outside a placement record
+                # no graph (dispatch), but the conversion's own backward is collective over both
+                y.backward(g)
+                if ps.has_rank(r):
+                    assert np.allclose(leaf.grad.numpy(), G, atol=1e-5), (ps, pd, shape, src, dst, "grad")
+                count += 1
+    return count
+
+
+def main():
+    total = matrix(flow.placement("cpu", list(range(n))), check_meta=True)
+    if n == 4:
+        total += matrix(flow.placement("cpu", [[0, 1], [2, 3]]), check_meta=False)
+        P = lambda ranks: flow.placement("cpu", ranks)  # noqa: E731
+        one = [(s,) for s in BASE]
+        two = [(S.split(0), S.split(1)), (S.partial_sum, S.split(0)), (S.broadcast, S.partial_sum),
+               (S.split(1), S.split(1)), (S.broadcast, S.broadcast)]
+        total += across(P([0, 1]), P([2, 3]), one, one)
+        total += across(P([0, 1, 2, 3]), P([1, 2]), one, one)
+        total += across(P([[0, 1], [2, 3]]), P([0, 3]), two, one)
+        total += across(P([0, 3]), P([[0, 1], [2, 3]]), one, two)
+        total += across(P([0, 1]), P([1, 0]), one, one)
+    if r == 0:
+        print(f"global boxing OK on {n} ranks: {total} conversions")
+
+
+if __name__ == "__main__":
+    main()
