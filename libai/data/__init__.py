@@ -1,7 +1,25 @@
-"""Minimal data pipeline for the trainer: samplers, loaders, collate, a generated dataset."""
-from .build import CommonDataLoader, ConcatDataset, build_test_loader, build_train_loader, default_collate
+"""Data pipeline: samplers, loaders, collate, generated datasets, and the GPT-2 text pipeline
+(mmap indexed datasets, GPT2Dataset, Instance / DistTensorData, the default corpus)."""
+from .build import (CommonDataLoader, ConcatDataset, build_nlp_test_loader, build_nlp_train_loader,
+                    build_nlp_train_val_test_loader, build_test_loader, build_train_loader, default_collate,
+                    get_train_valid_test_split_, train_val_test_num_samples, trivial_batch_collator)
+from .datasets.gpt_dataset import GPT2Dataset
+from .indexed_dataset import MMapIndexedDataset, MMapIndexedDatasetBuilder, best_fitting_dtype, get_indexed_dataset
 from .samplers import CyclicSampler, SingleRoundSampler
+from .structures import DistTensorData, Instance
 from .utils import progress
 
 __all__ = ["CommonDataLoader", "ConcatDataset", "build_train_loader", "build_test_loader", "default_collate",
-           "CyclicSampler", "SingleRoundSampler", "progress"]
+           "CyclicSampler", "SingleRoundSampler", "progress",
+           "build_nlp_train_loader", "build_nlp_test_loader", "build_nlp_train_val_test_loader",
+           "trivial_batch_collator", "get_train_valid_test_split_", "train_val_test_num_samples",
+           "GPT2Dataset", "MMapIndexedDataset", "MMapIndexedDatasetBuilder", "best_fitting_dtype",
+           "get_indexed_dataset", "DistTensorData", "Instance", "default_gpt2_corpus"]
+
+
+def __getattr__(name):  # the corpus module is imported on first use
+    if name == "default_gpt2_corpus":
+        from .corpus import default_gpt2_corpus
+
+        return default_gpt2_corpus
+    raise AttributeError(f"module 'libai.data' has no attribute {name!r}")

@@ -7,16 +7,22 @@ import numpy as np
 import engine as flow
 
 from .samplers import CyclicSampler, SingleRoundSampler
+from .structures import Instance
 
-__all__ = ["CommonDataLoader", "default_collate", "build_train_loader", "build_test_loader"]
+__all__ = ["CommonDataLoader", "default_collate", "build_train_loader", "build_test_loader",
+           "trivial_batch_collator", "build_nlp_train_loader", "build_nlp_test_loader",
+           "build_nlp_train_val_test_loader", "get_train_valid_test_split_", "train_val_test_num_samples"]
 
 
 def default_collate(samples):
     """Stack a list of dict samples into a dict of flow tensors (ints -> int64, floats -> float32,
-    arrays/tensors stacked along a new first axis)."""
+    arrays/tensors stacked along a new first axis). `Instance` samples are stacked with
+    `Instance.stack` (a batched Instance of DistTensorData)."""
     if not samples:
         raise ValueError("default_collate: empty batch")
     first = samples[0]
+    if isinstance(first, Instance):
+        return Instance.stack(samples)
     if not isinstance(first, dict):
         raise TypeError(f"default_collate expects dict samples, got {type(first).__name__}")
     out = {}
@@ -122,3 +128,185 @@ class ConcatDataset:
             i += len(self)
         d = int(np.searchsorted(self.offsets, i, side="right")) - 1
         return self.datasets[d][i - int(self.offsets[d])]
+
+
+# ---------------------------------------------------------------------- NLP loaders (LiBai)
+def trivial_batch_collator(batch):
+    """LiBai's collate for Instance samples: `Instance.stack`."""
+    if not isinstance(batch[0], Instance):
+        raise TypeError("trivial_batch_collator expects Instance samples")
+    return Instance.stack(batch)
+
+
+def _make_sampler(sampler, default_cls, dataset_size, batch_size, seed, **extra):
+    """A sampler for `dataset_size` samples: None -> default_cls; a LazyCall gets dataset_size,
+    micro_batch_size, seed (and extra) filled in; an instance is used as is."""
+    from libai.config.instantiate import is_lazy_node
+
+    if sampler is None:
+        return default_cls(dataset_size, batch_size, seed=seed, **extra)
+    if is_lazy_node(sampler):
+        from libai.config import instantiate
+
+        sampler.dataset_size = dataset_size
+        sampler.micro_batch_size = batch_size
+        sampler.seed = seed
+        for k, v in extra.items():
+            sampler[k] = v
+        return instantiate(sampler)
+    return sampler
+
+
+def _as_list(x):
+    try:
+        from omegaconf import ListConfig
+
+        if isinstance(x, ListConfig):
+            return list(x)
+    except ImportError:  # pragma: no cover
+        pass
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def build_nlp_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=None, num_workers=0,
+                           consumed_samples=0, seed=0, collate_fn=None, dataset_mixer=None, shuffle=True,
+                           **kwargs):
+    """A training loader of Instance samples (LiBai): `dataset` (or a list, mixed with
+    `dataset_mixer`, default ConcatDataset), a data-parallel aware, resumable CyclicSampler of
+    micro-batches of `train_batch_size` and `trivial_batch_collator`. Returns (loader, None, None)."""
+    if kwargs:
+        logging.getLogger(__name__).warning(f"build_nlp_train_loader: ignoring arguments {sorted(kwargs)}")
+    datasets = [_maybe_instantiate(d) for d in _as_list(_maybe_instantiate(dataset))]
+    dataset = datasets[0] if len(datasets) == 1 else (dataset_mixer or ConcatDataset)(datasets)
+    sampler = _make_sampler(sampler, CyclicSampler, len(dataset), train_batch_size, seed,
+                            consumed_samples=consumed_samples, **({} if sampler is not None else {"shuffle": shuffle}))
+    return CommonDataLoader(dataset, sampler, collate_fn or trivial_batch_collator), None, None
+
+
+def build_nlp_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None, **kwargs):
+    """An evaluation loader of Instance samples: one pass (SingleRoundSampler, no shuffle)."""
+    if kwargs:
+        logging.getLogger(__name__).warning(f"build_nlp_test_loader: ignoring arguments {sorted(kwargs)}")
+    dataset = _maybe_instantiate(dataset)
+    sampler = _make_sampler(sampler, SingleRoundSampler, len(dataset), test_batch_size, seed)
+    return CommonDataLoader(dataset, sampler, collate_fn or trivial_batch_collator)
+
+
+def get_train_valid_test_split_(size, splits):
+    """Megatron's document split: `splits` (e.g. [949, 50, 1] or "949,50,1") normalized to
+    ratios; returns the 4 boundaries [0, a, b, size] (rounded; the rounding error is taken
+    from the first split)."""
+    if isinstance(splits, str):
+        splits = [float(s) for s in splits.replace("/", ",").split(",") if s.strip()]
+    splits = [float(s) for s in splits]
+    while len(splits) < 3:
+        splits.append(0.0)
+    splits = splits[:3]
+    total = sum(splits)
+    if total <= 0 or any(s < 0 for s in splits):
+        raise ValueError(f"splits must be non-negative with a positive sum, got {splits}")
+    splits = [s / total for s in splits]
+    index = [0]
+    for s in splits:
+        index.append(index[-1] + int(round(s * float(size))))
+    diff = index[-1] - size
+    for k in range(1, len(index)):
+        index[k] -= diff
+    assert index[-1] == size
+    return index
+
+
+def train_val_test_num_samples(train_iter, global_batch_size, eval_iter=0, test_global_batch_size=None,
+                               eval_period=None):
+    """Samples each split must provide (Megatron): train_iter * global_batch_size for training;
+    eval_iter * test_global_batch_size per evaluation (times the number of evaluations when
+    `eval_period` is given) for validation and test."""
+    test_global_batch_size = test_global_batch_size or global_batch_size
+    evals = (int(train_iter) // int(eval_period) + 1) if eval_period else 1
+    n_eval = int(eval_iter or 0) * int(test_global_batch_size) * evals
+    return [int(train_iter) * int(global_batch_size), n_eval, n_eval]
+
+
+def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, test_batch_size,
+                                    train_val_test_num_samples=None, train_sampler=None, test_sampler=None,
+                                    num_workers=0, consumed_samples=0, seed=0, collate_fn=None,
+                                    dataset_mixer=None, shuffle=True, **kwargs):
+    """Train/valid/test loaders from datasets that lack valid/test splits (LiBai's builder).
+
+    dataset: a LazyCall of a dataset taking `documents`, `num_samples` and `name` (GPT2Dataset),
+        or a list of them; each needs `data_prefix` or `indexed_dataset` to count its documents.
+    splits: one ratio per dataset, e.g. [[949., 50., 1.]]: the documents are split in order
+        into train/valid/test ranges (get_train_valid_test_split_).
+    weights: one per dataset; the splits of several datasets are concatenated (`dataset_mixer`,
+        default ConcatDataset) -- weights are accepted as in LiBai but not used for blending.
+    train_val_test_num_samples: samples for each split (see `train_val_test_num_samples()`);
+        None or a 0 entry: one epoch of that split.
+    train_sampler / test_sampler: LazyCalls (or None: CyclicSampler(shuffle) / SingleRoundSampler).
+    Returns (train_loader, valid_loader, test_loader); a split without documents gives None.
+
+    In a config, give the LazyCall `_recursive_=False` (as LiBai instantiates this builder) so the
+    datasets reach it unbuilt; recursively built GPT2Datasets also work (re-split with `subset`,
+    after building one epoch of the whole data).
+    """
+    from libai.config import instantiate
+    from libai.config.instantiate import is_lazy_node
+
+    if kwargs:
+        logging.getLogger(__name__).warning(f"build_nlp_train_val_test_loader: ignoring arguments {sorted(kwargs)}")
+    datasets = _as_list(dataset)
+    splits = _as_list(splits)
+    if splits and not isinstance(splits[0], (list, tuple, str)) and not hasattr(splits[0], "__len__"):
+        splits = [splits]  # a single ratio list
+    weights = _as_list(weights) if weights is not None else [1.0] * len(datasets)
+    if len(splits) != len(datasets) or len(weights) != len(datasets):
+        raise ValueError(f"{len(datasets)} datasets need as many splits ({len(splits)}) and weights ({len(weights)})")
+    nums = list(train_val_test_num_samples) if train_val_test_num_samples is not None else [None, None, None]
+    names = ("train", "valid", "test")
+    per_split = [[], [], []]
+    for k, (dst, split) in enumerate(zip(datasets, splits)):
+        if not is_lazy_node(dst):
+            # already built (the config was instantiated recursively): re-split its documents
+            if not hasattr(dst, "subset"):
+                raise TypeError(f"build_nlp_train_val_test_loader: dataset {type(dst).__name__} is neither a "
+                                f"LazyCall nor has subset(documents, num_samples, name)")
+            bounds = get_train_valid_test_split_(len(dst.indexed_dataset.sizes), split)
+            base = getattr(dst, "name", "gpt-2") + (str(k) if len(datasets) > 1 else "")
+            for s in range(3):
+                if bounds[s + 1] > bounds[s]:
+                    per_split[s].append(dst.subset(np.arange(bounds[s], bounds[s + 1], dtype=np.int64),
+                                                   nums[s] or None, f"{base}_{names[s]}"))
+            continue
+        indexed = dst.get("indexed_dataset", None) if hasattr(dst, "get") else None
+        indexed = _maybe_instantiate(indexed) if indexed is not None else None
+        if indexed is None:
+            from .indexed_dataset import MMapIndexedDataset
+
+            prefix = dst.get("data_prefix", None) if hasattr(dst, "get") else None
+            if prefix is None:
+                raise ValueError("each dataset of build_nlp_train_val_test_loader needs data_prefix or indexed_dataset")
+            indexed = MMapIndexedDataset(prefix)
+        n_docs = len(indexed.sizes)
+        bounds = get_train_valid_test_split_(n_docs, split)
+        base = dst.get("name", None) or "gpt-2"
+        if len(datasets) > 1:
+            base = f"{base}{k}"
+        for s in range(3):
+            if bounds[s + 1] <= bounds[s]:
+                continue
+            ns = nums[s] if nums[s] else None
+            per_split[s].append(instantiate(dst, indexed_dataset=indexed,
+                                            documents=np.arange(bounds[s], bounds[s + 1], dtype=np.int64),
+                                            num_samples=ns, name=f"{base}_{names[s]}"))
+    mixer = dataset_mixer or ConcatDataset
+    merged = [None if not d else (d[0] if len(d) == 1 else mixer(d)) for d in per_split]
+    if merged[0] is None:
+        raise ValueError("the train split has no documents")
+    train_loader, _, _ = build_nlp_train_loader(merged[0], train_batch_size, sampler=train_sampler,
+                                                consumed_samples=consumed_samples, seed=seed,
+                                                collate_fn=collate_fn, shuffle=shuffle)
+    test_batch_size = test_batch_size or train_batch_size
+    valid_loader = (build_nlp_test_loader(merged[1], test_batch_size, sampler=test_sampler, seed=seed,
+                                          collate_fn=collate_fn) if merged[1] is not None else None)
+    test_loader = (build_nlp_test_loader(merged[2], test_batch_size, sampler=test_sampler, seed=seed,
+                                         collate_fn=collate_fn) if merged[2] is not None else None)
+    return train_loader, valid_loader, test_loader

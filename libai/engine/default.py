@@ -255,7 +255,13 @@ class DefaultTrainer(TrainerBase):
     @classmethod
     def get_batch(cls, data, input_placement_device="cpu"):
         """Turn a loader batch into the model's keyword arguments (tensors moved to the input
-        device). Override for e.g. mixup or global tensors."""
+        device). Override for e.g. mixup or global tensors.
+
+        A batch with a `to_model_inputs(device_type)` method (a `libai.data.structures.Instance`
+        of DistTensorData, as the GPT-2 loaders yield) is converted by it: each field becomes a
+        global tensor on its layer's placement with sbp [S(0), B] over the (dp, tp) mesh."""
+        if hasattr(data, "to_model_inputs"):
+            return data.to_model_inputs(input_placement_device)
         if input_placement_device == "cuda":
             return {k: (v.to("cuda") if isinstance(v, flow.Tensor) else v) for k, v in data.items()}
         return dict(data)

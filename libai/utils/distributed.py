@@ -26,7 +26,8 @@ __all__ = [
     "get_pipeline_parallel_size", "get_pipeline_stage", "get_layer_placement",
     "get_layer_ranks", "get_layer_stage_id", "get_nd_sbp", "get_hidden_sbp",
     "is_data_parallel", "is_tensor_model_parallel", "is_pipeline_model_parallel",
-    "is_data_model_parallel", "all_reduce_sum_numpy",
+    "is_data_model_parallel", "all_reduce_sum_numpy", "check_tensor_parallel_divisible",
+    "get_world_placement",
 ]
 
 logger = logging.getLogger(__name__)
@@ -151,7 +152,17 @@ class DistributedTopology:
 
     # ------------------------------------------------------------------ layers and placements
     def get_layer_stage_id(self, layer_idx):
-        return self.layer_stage_ids[layer_idx]
+        """Stage of layer `layer_idx`: negative indices count from the end (-1 is the last
+        stage's last layer, as LiBai uses for the final norm and the LM head); with one stage
+        every index maps to stage 0."""
+        if self.pipeline_parallel_size == 1:
+            return 0
+        n = len(self.layer_stage_ids)
+        if not -n <= int(layer_idx) < n:
+            raise IndexError(
+                f"layer_idx {layer_idx} is outside the {n} layers mapped to pipeline stages "
+                f"(train.dist.pipeline_num_layers={self.pipeline_num_layers})")
+        return self.layer_stage_ids[int(layer_idx)]
 
     def get_stage_ranks(self, stage):
         """The stage's ranks as a mesh: [[dp x tp]] when both > 1, else a flat list."""
@@ -178,6 +189,12 @@ class DistributedTopology:
         if self.is_tensor_model_parallel():
             return list(sbp_list[1:])
         return [flow.sbp.broadcast]
+
+    def check_tensor_parallel_divisible(self, value, what):
+        """Raise a ValueError naming `what` and both sizes unless tp divides `value`."""
+        tp = self.tensor_parallel_size
+        if int(value) % tp != 0:
+            raise ValueError(f"{what} ({value}) must be divisible by tensor_parallel_size ({tp})")
 
     def get_hidden_sbp(self):
         """SBP of activations between layers: split on the batch over dp, broadcast over tp."""
@@ -278,6 +295,17 @@ def get_nd_sbp(sbp_list):
 
 def get_hidden_sbp():
     return get_dist_util().get_hidden_sbp()
+
+
+def check_tensor_parallel_divisible(value, what):
+    """ValueError naming `what`, its value and the tensor-parallel size unless tp divides it."""
+    get_dist_util().check_tensor_parallel_divisible(value, what)
+
+
+def get_world_placement(device_type=None):
+    """All ranks of the job, flat (e.g. for a tensor every rank must hold)."""
+    device_type = device_type or ("cuda" if flow.is_cuda_available() else "cpu")
+    return flow.placement(device_type, list(range(get_world_size())))
 
 
 def all_reduce_sum_numpy(array):

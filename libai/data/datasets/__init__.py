@@ -1,3 +1,4 @@
 from .blobs import BlobsDataset
+from .gpt_dataset import GPT2Dataset
 
-__all__ = ["BlobsDataset"]
+__all__ = ["BlobsDataset", "GPT2Dataset"]

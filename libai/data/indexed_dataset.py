@@ -1,0 +1,278 @@
+"""Megatron's memory-mapped indexed dataset (`--dataset-impl mmap`): token sequences in a flat
+`.bin` file and their lengths/offsets in an `.idx` file.
+
+`PREFIX.idx` (little-endian):
+
+    9 bytes   magic b"MMIDIDX\\x00\\x00"
+    uint64    version (1)
+    uint8     dtype code (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32, 8 uint16)
+    uint64    number of sequences N
+    uint64    number of document boundaries D (= documents + 1)
+    int32[N]  sizes: length of each sequence in tokens
+    int64[N]  pointers: byte offset of each sequence in PREFIX.bin
+    int64[D]  doc_idx: index of the first sequence of each document, then N
+
+`PREFIX.bin` holds the sequences back to back in that dtype. With one sequence per document
+(no sentence splitting, as for GPT) sequence i is document i and doc_idx = [0, 1, ..., N].
+"""
+import os
+import shutil
+import struct
+
+import numpy as np
+
+__all__ = ["MMapIndexedDataset", "MMapIndexedDatasetBuilder", "best_fitting_dtype", "index_file_path",
+           "data_file_path", "make_builder", "make_dataset", "get_indexed_dataset"]
+
+_HDR_MAGIC = b"MMIDIDX\x00\x00"
+_VERSION = 1
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
+          8: np.uint16}
+
+
+def code(dtype):
+    dtype = np.dtype(dtype)
+    for k, v in DTYPES.items():
+        if np.dtype(v) == dtype:
+            return k
+    raise ValueError(f"dtype {dtype} has no MMapIndexedDataset code")
+
+
+def best_fitting_dtype(vocab_size=None):
+    """uint16 for vocabularies below 65500 tokens, else int32 (Megatron's rule)."""
+    if vocab_size is not None and vocab_size < 65500:
+        return np.uint16
+    return np.int32
+
+
+def index_file_path(prefix_path):
+    return prefix_path + ".idx"
+
+
+def data_file_path(prefix_path):
+    return prefix_path + ".bin"
+
+
+class _Index:
+    """The parsed `.idx` file; sizes, pointers and doc_idx are read-only views of a memmap."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            magic = f.read(9)
+            if magic != _HDR_MAGIC:
+                raise ValueError(f"{path} is not an MMapIndexedDataset index (bad magic {magic!r}); "
+                                 f"was it written with --dataset-impl mmap?")
+            (version,) = struct.unpack("<Q", f.read(8))
+            if version != _VERSION:
+                raise ValueError(f"{path}: unsupported index version {version}")
+            (dtype_code,) = struct.unpack("<B", f.read(1))
+            if dtype_code not in DTYPES:
+                raise ValueError(f"{path}: unknown dtype code {dtype_code}")
+            self.dtype = np.dtype(DTYPES[dtype_code])
+            (self._len,) = struct.unpack("<Q", f.read(8))
+            (self._doc_count,) = struct.unpack("<Q", f.read(8))
+            offset = f.tell()
+        self._mmap = np.memmap(path, mode="r", order="C")
+        buf = memoryview(self._mmap)
+        self.sizes = np.frombuffer(buf, dtype=np.int32, count=self._len, offset=offset)
+        offset += self.sizes.nbytes
+        self.pointers = np.frombuffer(buf, dtype=np.int64, count=self._len, offset=offset)
+        offset += self.pointers.nbytes
+        self.doc_idx = np.frombuffer(buf, dtype=np.int64, count=self._doc_count, offset=offset)
+
+    def __len__(self):
+        return self._len
+
+    @staticmethod
+    def write(path, dtype, sizes, doc_idx):
+        dtype = np.dtype(dtype)
+        sizes = np.asarray(sizes, dtype=np.int32)
+        pointers = np.zeros(len(sizes), dtype=np.int64)
+        if len(sizes) > 1:
+            np.cumsum(sizes[:-1].astype(np.int64) * dtype.itemsize, out=pointers[1:])
+        doc_idx = np.asarray(doc_idx, dtype=np.int64)
+        with open(path, "wb") as f:
+            f.write(_HDR_MAGIC)
+            f.write(struct.pack("<Q", _VERSION))
+            f.write(struct.pack("<B", code(dtype)))
+            f.write(struct.pack("<Q", len(sizes)))
+            f.write(struct.pack("<Q", len(doc_idx)))
+            f.write(sizes.tobytes(order="C"))
+            f.write(pointers.tobytes(order="C"))
+            f.write(doc_idx.tobytes(order="C"))
+
+
+class MMapIndexedDataset:
+    """Read-only, memory-mapped sequences of `PREFIX.bin` / `PREFIX.idx`.
+
+    `ds[i]` is sequence i (a numpy array of the stored dtype, a view of the memmap), `ds[a:b]`
+    a list of them, `ds.get(i, offset, length)` a part of one; `sizes` (int32 lengths),
+    `pointers`, `doc_idx` (document boundaries in sequences) and `dtype` describe the data."""
+
+    def __init__(self, path, skip_warmup=True):
+        self._path = str(path)
+        if not self.exists(self._path):
+            raise FileNotFoundError(f"MMapIndexedDataset: {self._path}.idx / .bin not found")
+        self._index = _Index(index_file_path(self._path))
+        self._doc_idx_override = None
+        bin_path = data_file_path(self._path)
+        # numpy cannot map an empty file (a dataset of empty sequences)
+        self._bin = (np.memmap(bin_path, mode="r", order="C") if os.path.getsize(bin_path)
+                     else np.zeros(0, dtype=np.uint8))
+        if not skip_warmup:  # touch the pages once (Megatron's warmup)
+            _ = int(self._bin.sum(dtype=np.int64)) if self._bin.size else 0
+
+    @staticmethod
+    def exists(path):
+        path = str(path)
+        return os.path.isfile(index_file_path(path)) and os.path.isfile(data_file_path(path))
+
+    @property
+    def path_prefix(self):
+        return self._path
+
+    @property
+    def dtype(self):
+        return self._index.dtype
+
+    @property
+    def sizes(self):
+        return self._index.sizes
+
+    @property
+    def pointers(self):
+        return self._index.pointers
+
+    @property
+    def doc_idx(self):
+        return self._index.doc_idx if self._doc_idx_override is None else self._doc_idx_override
+
+    def get_doc_idx(self):
+        return self.doc_idx
+
+    def set_doc_idx(self, doc_idx):
+        """Override doc_idx (LiBai's split helper); None restores the file's."""
+        self._doc_idx_override = None if doc_idx is None else np.asarray(doc_idx, dtype=np.int64)
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+    def __len__(self):
+        return len(self._index)
+
+    def _read(self, i, offset=0, length=None):
+        size = int(self._index.sizes[i])
+        offset = int(offset)
+        if offset < 0 or offset > size:
+            raise IndexError(f"offset {offset} outside sequence {i} of length {size}")
+        if length is None:
+            length = size - offset
+        length = int(length)
+        if length < 0 or offset + length > size:
+            raise IndexError(f"offset {offset} + length {length} exceeds sequence {i} of length {size}")
+        ptr = int(self._index.pointers[i]) + offset * self.dtype.itemsize
+        return np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=ptr)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, (int, np.integer)):
+            n = len(self)
+            i = int(idx) + n if idx < 0 else int(idx)
+            if not 0 <= i < n:
+                raise IndexError(f"index {idx} out of range for {n} sequences")
+            return self._read(i)
+        if isinstance(idx, slice):
+            start, stop, step = idx.indices(len(self))
+            if step != 1:
+                raise ValueError("MMapIndexedDataset slices must be contiguous (step 1)")
+            if stop <= start:
+                return []
+            sizes = self._index.sizes[start:stop]
+            flat = np.frombuffer(self._bin, dtype=self.dtype, count=int(np.sum(sizes, dtype=np.int64)),
+                                 offset=int(self._index.pointers[start]))
+            return np.split(flat, np.cumsum(sizes[:-1], dtype=np.int64))
+        raise TypeError(f"MMapIndexedDataset indices must be int or slice, got {type(idx).__name__}")
+
+    def get(self, idx, offset=0, length=None):
+        """Tokens [offset, offset + length) of sequence `idx` (to its end when length is None)."""
+        i = int(idx)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {idx} out of range for {len(self)} sequences")
+        return self._read(i, offset, length)
+
+    def __repr__(self):
+        return (f"MMapIndexedDataset({self._path!r}, sequences={len(self)}, documents={len(self.doc_idx) - 1}, "
+                f"tokens={int(np.sum(self.sizes, dtype=np.int64))}, dtype={self.dtype})")
+
+
+class MMapIndexedDatasetBuilder:
+    """Writes `PREFIX.bin` while sequences are added, and `PREFIX.idx` in `finalize`.
+
+        builder = MMapIndexedDatasetBuilder(data_file_path(prefix), dtype=best_fitting_dtype(len(tok)))
+        for doc in docs:
+            builder.add_item(token_ids)     # one or more sequences per document
+            builder.end_document()
+        builder.finalize(index_file_path(prefix))
+    """
+
+    def __init__(self, out_file, dtype=np.int64):
+        self._out_file = str(out_file)
+        self._file = open(self._out_file, "wb")
+        self._dtype = np.dtype(dtype)
+        code(self._dtype)
+        self._sizes = []
+        self._doc_idx = [0]
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def add_item(self, tokens):
+        if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
+            tokens = tokens.numpy()
+        arr = np.asarray(tokens)
+        if arr.size and np.issubdtype(arr.dtype, np.integer):
+            info = np.iinfo(self._dtype) if np.issubdtype(self._dtype, np.integer) else None
+            if info is not None and (arr.min() < info.min or arr.max() > info.max):
+                raise ValueError(f"token ids outside the range of {self._dtype} "
+                                 f"({int(arr.min())}..{int(arr.max())})")
+        arr = arr.astype(self._dtype, copy=False).reshape(-1)
+        self._file.write(arr.tobytes(order="C"))
+        self._sizes.append(arr.size)
+
+    def end_document(self):
+        self._doc_idx.append(len(self._sizes))
+
+    def merge_file_(self, another_prefix):
+        """Append the sequences and documents of another mmap dataset of the same dtype."""
+        index = _Index(index_file_path(another_prefix))
+        if index.dtype != self._dtype:
+            raise ValueError(f"cannot merge {another_prefix} ({index.dtype}) into a {self._dtype} dataset")
+        offset = len(self._sizes)
+        self._sizes.extend(int(s) for s in index.sizes)
+        self._doc_idx.extend(offset + int(d) for d in index.doc_idx[1:])
+        with open(data_file_path(another_prefix), "rb") as f:
+            shutil.copyfileobj(f, self._file)
+
+    def finalize(self, index_file):
+        self._file.close()
+        _Index.write(str(index_file), self._dtype, self._sizes, self._doc_idx)
+
+
+def make_builder(out_file, impl="mmap", vocab_size=None):
+    if impl != "mmap":
+        raise ValueError(f"only the 'mmap' dataset implementation is supported, got {impl!r}")
+    return MMapIndexedDatasetBuilder(out_file, dtype=best_fitting_dtype(vocab_size))
+
+
+def make_dataset(path, impl="mmap", skip_warmup=True):
+    if impl not in ("mmap", "infer"):
+        raise ValueError(f"only the 'mmap' dataset implementation is supported, got {impl!r}")
+    return MMapIndexedDataset(path, skip_warmup=skip_warmup)
+
+
+def get_indexed_dataset(data_prefix, data_impl="mmap", skip_warmup=True):
+    """LiBai's helper: open `data_prefix` (PREFIX_text_document) as an indexed dataset."""
+    return make_dataset(data_prefix, data_impl, skip_warmup)

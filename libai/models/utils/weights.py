@@ -1,0 +1,63 @@
+"""Logical state dicts for models with sharded (global) parameters.
+
+`Module.load_state_dict` copies a tensor into each parameter's local storage, which does not
+fit a parameter split over tensor-parallel ranks. `load_logical_state_dict` takes *logical*
+arrays (the whole tensors, as a checkpoint or a Hugging Face file holds them) and lays each
+one out like the parameter it replaces (`flow.tensor(array, placement=p.placement,
+sbp=p.sbp)`: every rank keeps its shard), so loading is layout independent.
+"""
+import numpy as np
+
+import engine as flow
+from engine.autograd.grad_mode import no_grad
+
+__all__ = ["load_logical_state_dict", "logical_state_dict"]
+
+
+def _as_numpy(v):
+    if isinstance(v, flow.Tensor):
+        v = v.detach().numpy()
+    return np.asarray(v)
+
+
+def load_logical_state_dict(model, state_dict, strict=True):
+    """Assign logical arrays (numpy or local tensors) to `model`'s parameters and buffers.
+    Checks every key and shape first and raises one error listing all problems."""
+    own = dict(model.named_parameters())
+    own.update({k: v for k, v in model.named_buffers() if v is not None})
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    errors = []
+    for k, p in own.items():
+        if k in state_dict:
+            shape = tuple(np.shape(state_dict[k])) if not isinstance(state_dict[k], flow.Tensor) \
+                else tuple(state_dict[k].shape)
+            if shape != tuple(p.shape):
+                errors.append(f"{k}: checkpoint {list(shape)} vs model {list(p.shape)}")
+    if strict and (missing or unexpected):
+        errors[:0] = ([f"missing keys: {missing}"] if missing else []) + \
+                     ([f"unexpected keys: {unexpected}"] if unexpected else [])
+    if errors:
+        raise RuntimeError(f"load_logical_state_dict into {type(model).__name__}:\n  " + "\n  ".join(errors))
+    with no_grad():
+        for k, p in own.items():
+            if k not in state_dict:
+                continue
+            arr = _as_numpy(state_dict[k]).astype(np.dtype(p.dtype.np) if hasattr(p.dtype, "np") else np.float32,
+                                                copy=False)
+            if p._global is not None:
+                new = flow.tensor(arr, dtype=p.dtype, placement=p.placement, sbp=p.sbp)
+            else:
+                new = flow.tensor(arr, dtype=p.dtype)
+            p._data = new._data
+            p._bump_version()
+    return missing, unexpected
+
+
+def logical_state_dict(model):
+    """{name: numpy array} of the whole (gathered) parameters and buffers. Collective when the
+    parameters are global: every rank must call it."""
+    out = {}
+    for k, v in model.state_dict().items():
+        out[k] = _as_numpy(v)
+    return out

@@ -1,0 +1,48 @@
+"""Training a GPT-2 style byte-level BPE vocabulary (used by tools/train_tokenizer.py and the
+default corpus)."""
+import json
+import os
+
+__all__ = ["iter_texts", "train_bpe_tokenizer"]
+
+
+def iter_texts(files, json_key="text"):
+    """Yield the documents of `files`: a `.jsonl`/`.json` file gives the `json_key` field of each
+    line (lines without it are skipped); any other file is read whole as one text."""
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    for path in files:
+        path = str(path)
+        if path.endswith((".jsonl", ".json")):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    value = json.loads(line).get(json_key)
+                    if isinstance(value, str):
+                        yield value
+        else:
+            with open(path, encoding="utf-8") as f:
+                yield f.read()
+
+
+def train_bpe_tokenizer(texts, vocab_size, output_dir, min_frequency=2, special_tokens=("<|endoftext|>",),
+                        show_progress=False):
+    """Train a byte-level BPE (tokenizers' ByteLevelBPETokenizer: GPT-2's pre-tokenizer, the 256
+    byte symbols as initial alphabet) on the strings of `texts` and write `vocab.json`,
+    `merges.txt` and a GPT-2 `tokenizer.json` (the same model, loadable by GPT2Tokenizer) into
+    `output_dir`. Returns {"vocab_file", "merges_file", "tokenizer_file"}."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from .tokenization_gpt2 import GPT2Tokenizer
+
+    os.makedirs(output_dir, exist_ok=True)
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(texts, vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                            special_tokens=list(special_tokens), show_progress=show_progress)
+    vocab_file, merges_file = bpe.save_model(str(output_dir))
+    tok = GPT2Tokenizer(vocab_file=vocab_file, merges_file=merges_file)
+    tokenizer_file = os.path.join(str(output_dir), "tokenizer.json")
+    tok.backend_tokenizer.save(tokenizer_file)
+    return {"vocab_file": vocab_file, "merges_file": merges_file, "tokenizer_file": tokenizer_file}

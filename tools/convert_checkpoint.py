@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Convert GPT-2 weights between Hugging Face folders and libai checkpoints.
+
+    python tools/convert_checkpoint.py --from-hf HF_DIR --to CKPT_DIR
+        HF_DIR: config.json + model.safetensors (GPT2LMHeadModel / GPT2Model).
+        CKPT_DIR/model.safetensors   GPTForPreTraining state dict ("GPT_model.*" keys, logical
+                                     tensors; loadable by libai.utils.checkpoint.Checkpointer
+                                     and libai.models.utils.load_logical_state_dict)
+        CKPT_DIR/gpt_config.json     GPTModel keyword arguments
+        CKPT_DIR/hf_config.json      the original HF config (kept for the way back)
+
+    python tools/convert_checkpoint.py --from-libai CKPT_DIR [--config CFG] --to-hf HF_DIR
+        CKPT_DIR: a checkpoint directory (or its model.safetensors).
+        CFG: a LazyConfig .py/.yaml whose `model.cfg` (or `model`) has GPTModel's keys, or a
+             .json of GPTModel kwargs; default CKPT_DIR/gpt_config.json.
+        HF_DIR/config.json + HF_DIR/model.safetensors, readable by transformers'
+        GPT2LMHeadModel.from_pretrained.
+
+Only numpy work: no model is built, so any size converts in one process.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+GPT_CONFIG = "gpt_config.json"
+HF_CONFIG = "hf_config.json"
+MODEL_FILE = "model.safetensors"
+PREFIX = "GPT_model."
+
+
+def hf_to_libai(hf_dir, ckpt_dir):
+    import engine as flow
+    from libai.models.utils.hf_gpt2 import gpt_kwargs_from_hf_config, hf_to_libai_gpt2, read_hf_folder
+
+    hf_cfg, hf_sd = read_hf_folder(hf_dir)
+    kwargs = gpt_kwargs_from_hf_config(hf_cfg)
+    sd = hf_to_libai_gpt2(hf_sd, kwargs["hidden_layers"], kwargs["num_attention_heads"],
+                          path=os.path.join(hf_dir, MODEL_FILE))
+    os.makedirs(ckpt_dir, exist_ok=True)
+    flow.save({PREFIX + k: v for k, v in sd.items()}, os.path.join(ckpt_dir, MODEL_FILE))
+    with open(os.path.join(ckpt_dir, GPT_CONFIG), "w") as f:
+        json.dump(kwargs, f, indent=2)
+    with open(os.path.join(ckpt_dir, HF_CONFIG), "w") as f:
+        json.dump(hf_cfg, f, indent=2)
+    return ckpt_dir
+
+
+def _gpt_kwargs_from_config(path):
+    from libai.models.gpt_model import GPTModel
+
+    if path.endswith(".json"):
+        with open(path) as f:
+            return GPTModel.from_config(json.load(f))
+    from libai.config import LazyConfig, try_get_key
+
+    cfg = LazyConfig.load(path)
+    node = try_get_key(cfg, "model.cfg", "model", default=None)
+    if node is None:
+        raise KeyError(f"{path}: no `model.cfg` or `model` with GPTModel's keys")
+    return GPTModel.from_config(node)
+
+
+def libai_to_hf(ckpt, hf_dir, config=None):
+    import engine as flow
+    from libai.models.utils.hf_gpt2 import hf_config_from_gpt_kwargs, libai_to_hf_gpt2, write_safetensors
+
+    ckpt_dir = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
+    model_file = os.path.join(ckpt, MODEL_FILE) if os.path.isdir(ckpt) else ckpt
+    if not os.path.isfile(model_file):
+        raise FileNotFoundError(f"{model_file} not found")
+    if config is None:
+        config = os.path.join(ckpt_dir, GPT_CONFIG)
+        if not os.path.isfile(config):
+            raise FileNotFoundError(f"{config} not found: pass --config (the training config or a JSON of "
+                                    "GPTModel kwargs)")
+    kwargs = _gpt_kwargs_from_config(config)
+    base = None
+    if os.path.isfile(os.path.join(ckpt_dir, HF_CONFIG)):
+        with open(os.path.join(ckpt_dir, HF_CONFIG)) as f:
+            base = json.load(f)
+    sd = flow.load(model_file)
+    sd = {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in sd.items()}
+    hf_sd = libai_to_hf_gpt2(sd, kwargs["hidden_layers"], kwargs["num_attention_heads"])
+    os.makedirs(hf_dir, exist_ok=True)
+    write_safetensors(hf_sd, os.path.join(hf_dir, MODEL_FILE))
+    with open(os.path.join(hf_dir, "config.json"), "w") as f:
+        json.dump(hf_config_from_gpt_kwargs(kwargs, base), f, indent=2)
+    return hf_dir
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-hf", metavar="HF_DIR")
+    src.add_argument("--from-libai", metavar="CKPT_DIR")
+    p.add_argument("--to", metavar="CKPT_DIR", help="output checkpoint directory (with --from-hf)")
+    p.add_argument("--to-hf", metavar="HF_DIR", help="output Hugging Face folder (with --from-libai)")
+    p.add_argument("--config", help="config of the libai model (with --from-libai)")
+    args = p.parse_args(argv)
+    if args.from_hf:
+        if not args.to:
+            p.error("--from-hf needs --to CKPT_DIR")
+        out = hf_to_libai(args.from_hf, args.to)
+    else:
+        if not args.to_hf:
+            p.error("--from-libai needs --to-hf HF_DIR")
+        out = libai_to_hf(args.from_libai, args.to_hf, args.config)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+#!/usr/bin/env python
+"""Tokenize a JSONL corpus into Megatron mmap indexed datasets.
+
+    python tools/preprocess_data.py --input data.jsonl --json-keys text \\
+        --tokenizer-name GPT2Tokenizer --vocab-file vocab.json --merge-file merges.txt \\
+        --output-prefix out/my-gpt2 --append-eod --workers 4 --dataset-impl mmap
+
+writes out/my-gpt2_text_document.bin/.idx (one sequence per JSONL line; `--append-eod` appends
+<|endoftext|> to each). Give --data-prefix out/my-gpt2_text_document to the GPT2Dataset.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("input data")
+    g.add_argument("--input", nargs="+", required=True, help="JSONL file(s), one document per line")
+    g.add_argument("--json-keys", nargs="+", default=["text"], help="keys to extract from each JSON line")
+    g.add_argument("--split-sentences", action="store_true", help="not supported (GPT uses whole documents)")
+    g.add_argument("--keep-newlines", action="store_true", help="accepted for compatibility (newlines are kept)")
+    g = p.add_argument_group("tokenizer")
+    g.add_argument("--tokenizer-name", default="GPT2Tokenizer", choices=["GPT2Tokenizer", "GPT2BPETokenizer"])
+    g.add_argument("--vocab-file", default=None)
+    g.add_argument("--merge-file", default=None)
+    g.add_argument("--tokenizer-file", default=None, help="a tokenizer.json instead of vocab/merges")
+    g.add_argument("--do-lower-case", action="store_true")
+    g.add_argument("--append-eod", action="store_true", help="append <|endoftext|> to each document")
+    g = p.add_argument_group("output data")
+    g.add_argument("--output-prefix", required=True)
+    g.add_argument("--dataset-impl", default="mmap", choices=["mmap"])
+    g = p.add_argument_group("runtime")
+    g.add_argument("--workers", type=int, default=1)
+    g.add_argument("--chunk-size", type=int, default=25, help="lines per task sent to a worker")
+    g.add_argument("--log-interval", type=int, default=0, help="print throughput every N documents")
+    g.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    if args.split_sentences:
+        p.error("--split-sentences is not supported")
+    if args.tokenizer_file is None and (args.vocab_file is None or args.merge_file is None):
+        p.error("give --vocab-file and --merge-file (or --tokenizer-file)")
+    return args
+
+
+def main(argv=None):
+    args = get_args(argv)
+    from libai.data.preprocess import preprocess_jsonl
+
+    start = time.time()
+    prefixes = preprocess_jsonl(
+        args.input, args.output_prefix,
+        tokenizer_args=dict(tokenizer_name=args.tokenizer_name, vocab_file=args.vocab_file,
+                            merge_file=args.merge_file, tokenizer_file=args.tokenizer_file,
+                            do_lower_case=args.do_lower_case),
+        json_keys=args.json_keys, append_eod=args.append_eod, workers=args.workers,
+        chunk_size=args.chunk_size, dataset_impl=args.dataset_impl, show_progress=not args.no_progress,
+        log_interval=args.log_interval or None)
+    for key, prefix in prefixes.items():
+        print(f"{key}: {prefix}.bin / {prefix}.idx")
+    print(f"done in {time.time() - start:.2f}s")
+    return prefixes
+
+
+if __name__ == "__main__":
+    main()
