@@ -73,11 +73,38 @@ def _nbytes(meta, itemsize):
     return n * itemsize
 
 
-def choose(signatures, metas, itemsizes, placement, k):
-    """The signature for mesh axis k with the least boxing of the current inputs."""
+def _parts_after(sig, prior, n):
+    """Per input, {axis: number of parts} once mesh axis k applies `sig` after the signatures
+    `prior` chose for the earlier axes (a split applied over several mesh axes multiplies)."""
+    out = []
+    for i, s in enumerate(sig.ins):
+        parts = {}
+        for p, hn in prior:
+            t = p.ins[i]
+            if t is not None and t.is_split:
+                parts[t.axis] = parts.get(t.axis, 1) * hn
+        if s is not None and s.is_split:
+            parts[s.axis] = parts.get(s.axis, 1) * n
+        out.append(parts)
+    return out
+
+
+def choose(signatures, metas, itemsizes, placement, k, rule=None, shapes=None, attrs=None, prior=()):
+    """The signature for mesh axis k with the least boxing of the current inputs. A rule with an
+    `allows(sig, shapes, attrs, parts)` check (e.g. reshape: splits must stay block-aligned) can
+    refuse signatures given how many parts each input axis is cut into."""
     n = placement.hierarchy[k]
+    check = rule is not None and getattr(rule, "checks_parts", False)
     best, best_cost = None, None
     for sig in signatures:
+        if not sig.all_broadcast and any(s is not None and s.is_split for s in sig.ins):
+            parts = _parts_after(sig, prior, n)
+            # no signature may leave a rank an empty shard (an extent smaller than its parts):
+            # creation refuses such layouts too, and empty shards take other code paths per rank
+            if any(m is not None and any(m.shape[a] < p for a, p in pa.items()) for m, pa in zip(metas, parts)):
+                continue
+            if check and not rule.allows(sig, shapes, attrs, parts):
+                continue
         cost = 0.0
         for m, size, want in zip(metas, itemsizes, sig.ins):
             if m is None or want is None:
@@ -176,7 +203,10 @@ def global_apply(cls, inputs, attrs):
     shapes = [m.shape if m is not None else None for m in metas]
     itemsizes = [t._data.dtype.itemsize if t is not None else 0 for t in inputs]
     signatures = rule.signatures(shapes, attrs)
-    chosen = [choose(signatures, metas, itemsizes, placement, k) for k in range(placement.ndim)]
+    chosen = []
+    for k in range(placement.ndim):
+        chosen.append(choose(signatures, metas, itemsizes, placement, k, rule, shapes, attrs,
+                             [(c, placement.hierarchy[j]) for j, c in enumerate(chosen)]))
     in_nd = [None if m is None else tuple(sig.ins[i] for sig in chosen) for i, m in enumerate(metas)]
     boxed = [None if t is None else global_to_global(t, placement, in_nd[i]) for i, t in enumerate(inputs)]
     coords = placement.coords(me)
@@ -192,6 +222,9 @@ def global_apply(cls, inputs, attrs):
     single = not isinstance(out, tuple)
     outs = (out,) if single else out
     outs = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in outs)
+    # the default all-broadcast signature does not know how many outputs a kernel returns
+    chosen = [Signature(sig.ins, (broadcast,) * len(outs)) if len(sig.outs) != len(outs) and sig.all_broadcast
+              else sig for sig in chosen]
     out_nd = [tuple(sig.outs[j] for sig in chosen) for j in range(len(outs))]
     known = rule.out_shapes(shapes, attrs)
     uneven = _uneven(shapes, in_nd, placement)

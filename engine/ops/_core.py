@@ -252,3 +252,30 @@ def promote_operands(a, b):
 def float_dtype_for(t):
     """The floating dtype an int/bool input is computed in (PyTorch: the default dtype)."""
     return t.dtype if t.is_floating_point() else dtypes.get_default_dtype()
+
+
+# ------------------------------------------------------------------ global tensors in wrappers
+def replicated(t):
+    """`t` itself when local or already broadcast on every mesh axis; otherwise the global
+    tensor boxed to all-broadcast (a recorded conversion), so that its `_data` is the whole
+    logical value. For wrappers that compute from values (sort indices, argmax positions)."""
+    g = t._global
+    if g is None or all(s.is_broadcast for s in g.sbp):
+        return t
+    from ..distributed.sbp import broadcast
+
+    return t.to_global(sbp=(broadcast,) * len(g.sbp))
+
+
+def const_like(array, like, shape=None):
+    """A constant tensor on `like`'s device. Beside a global `like` it is a global tensor with
+    `like`'s placement and SBP and logical `shape` (default: the array's own, right when `like`
+    is all-broadcast); the array must be this rank's shard of it, e.g. computed from the
+    all-broadcast `like`, or elementwise from `like`'s shard."""
+    t = Tensor._make(array, like._device)
+    g = like._global
+    if g is not None:
+        from ..distributed.global_tensor import GlobalMeta
+
+        t._global = GlobalMeta(g.placement, g.sbp, array.shape if shape is None else shape)
+    return t

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..autograd.function import Op
 from ..backend import dtypes, xp_of
-from ._core import broadcast_to, reshape, shape_str
+from ._core import broadcast_to, const_like, reshape, shape_str
 from ._kernels import matmul as _matmul
 
 __all__ = ["conv1d", "conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "interpolate", "pad"]
@@ -589,7 +589,9 @@ def _max_indices(arg, width, kernel, stride, dilation, pads, out_hw):
     kh, kw = a // kernel[1], a % kernel[1]
     rows = xp.arange(out_hw[0]).reshape(-1, 1) * stride[0] - pads[0] + kh * dilation[0]
     cols = xp.arange(out_hw[1]) * stride[1] - pads[2] + kw * dilation[1]
-    return Tensor._make((rows * width + cols).astype(np.int64), arg._device)
+    # elementwise in arg (its window offsets) plus the output position along H/W, which no
+    # signature splits: a global arg's shard gives the shard of the indices
+    return const_like((rows * width + cols).astype(np.int64), arg, None if arg._global is None else arg.shape)
 
 
 # ------------------------------------------------------------------ separable resampling

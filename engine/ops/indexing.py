@@ -20,7 +20,7 @@ from ..backend import dtypes, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
-from ._core import along_index, broadcast_shapes, broadcast_to, cast, reshape, scalar_tensor, shape_str, sum_to
+from ._core import along_index, broadcast_shapes, const_like, broadcast_to, cast, reshape, scalar_tensor, shape_str, sum_to
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
            "masked_select", "take_along_dim", "one_hot", "embedding", "nonzero"]
@@ -30,7 +30,8 @@ __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "mas
 def _key_item(k, xp, dev):
     """One element of a user key as something numpy/cupy indexing accepts."""
     if isinstance(k, Tensor):
-        a = to_device(k._data, dev) if k._device != dev else k._data
+        a = k._data if k._global is None else k._host()  # a global key: its whole logical value
+        a = to_device(a, dev) if k._device != dev else a
         if a.dtype.kind not in "biu":
             raise IndexError(
                 f"tensors used as indices must be long, int, byte or bool tensors, got {k.dtype.name}")
@@ -152,7 +153,7 @@ def _is_row_key(key):
 
 def _getitem(self, key):
     items, basic = _normalize_key(key, self)
-    _check_bounds(items, self._data.shape)
+    _check_bounds(items, self.shape)
     return Index.apply(self, key=items, basic=basic)
 
 
@@ -223,7 +224,7 @@ def _as_value_tensor(value, like):
 def _setitem(self, key, value):
     inplace.check_inplace_allowed(self, "index_put_")
     items, basic = _normalize_key(key, self)
-    _check_bounds(items, self._data.shape)
+    _check_bounds(items, self.shape)
     v = _as_value_tensor(value, self)
     if inplace.records(self, v):
         inplace.rebind(self, IndexPut.apply(self, v, key=items, basic=basic), "index_put_")
@@ -249,6 +250,8 @@ def _check_index(index, op):
 
 
 def _check_gather_shapes(x_shape, index, dim, op, other=None):
+    """`index` is the index Tensor: its logical shape is checked, and the values this rank
+    holds (all of them for a local tensor, the shard for a global one) are bounds-checked."""
     if index.ndim != len(x_shape) and not (index.ndim <= 1 and len(x_shape) <= 1):
         raise RuntimeError(f"{op}(): Index tensor must have the same number of dimensions as input tensor "
                            f"(index {shape_str(index.shape)}, input {shape_str(x_shape)})")
@@ -259,8 +262,9 @@ def _check_gather_shapes(x_shape, index, dim, op, other=None):
         if other is not None and index.shape[d] > other[d]:
             raise RuntimeError(f"{op}(): Expected index {shape_str(index.shape)} to be smaller than src "
                                f"{shape_str(other)} apart from dimension {dim}")
-    if index.size:
-        hi, lo = int(index.max()), int(index.min())
+    vals = index._data
+    if vals.size:
+        hi, lo = int(vals.max()), int(vals.min())
         n = x_shape[dim] if x_shape else 1
         if hi >= n or lo < -n:
             raise RuntimeError(f"{op}(): index {hi if hi >= n else lo} is out of bounds for dimension "
@@ -317,7 +321,7 @@ class GatherBackward(Op):
 def gather(input, dim, index, *, sparse_grad=False):
     _check_index(index, "gather")
     dim = _check_dim(dim, max(input.ndim, 1))
-    _check_gather_shapes(tuple(input.shape), index._data, dim, "gather")
+    _check_gather_shapes(tuple(input.shape), index, dim, "gather")
     return Gather.apply(input, index, dim=dim)
 
 
@@ -393,13 +397,13 @@ def _scatter_args(input, dim, index, src, value, op):
     if src is None:
         if value is None:
             raise TypeError(f"{op}() needs `src` or `value`")
-        src = Tensor._make(xp_of(input._data).asarray(value, dtype=input._data.dtype), input._device)
+        src = scalar_tensor(value, input.dtype, input)
     elif not isinstance(src, Tensor):
-        src = Tensor._make(xp_of(input._data).asarray(src, dtype=input._data.dtype), input._device)
+        src = scalar_tensor(src, input.dtype, input)
     elif src.dtype != input.dtype:
         raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype "
                            f"({input.dtype.name} != {src.dtype.name})")
-    _check_gather_shapes(tuple(input.shape), index._data, dim, op, tuple(src.shape) if src.ndim else None)
+    _check_gather_shapes(tuple(input.shape), index, dim, op, tuple(src.shape) if src.ndim else None)
     return dim, src
 
 
@@ -620,7 +624,12 @@ def masked_select(input, mask):
     _check_mask(mask, "masked_select")
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
     x = broadcast_to(input, shape)
-    m = mask if tuple(mask.shape) == shape else Tensor._make(xp_of(mask._data).broadcast_to(mask._data, shape), mask._device)
+    if tuple(mask.shape) == shape:
+        m = mask
+    elif mask._global is None:
+        m = Tensor._make(xp_of(mask._data).broadcast_to(mask._data, shape), mask._device)
+    else:
+        m = broadcast_to(mask, shape)
     return x[m]
 
 
@@ -639,7 +648,7 @@ def nonzero(input, *, as_tuple=False):
     out = Nonzero.apply(input)
     if as_tuple:
         if input.ndim == 0:
-            return (Tensor._make(xp_of(input._data).zeros(out.shape[0], dtype=np.int64), input._device),)
+            return (const_like(xp_of(out._data).zeros(out.shape[0], dtype=np.int64), out),)
         return tuple(out[:, i] for i in range(input.ndim))
     return out
 
@@ -660,7 +669,7 @@ class OneHot(Op):
 def one_hot(tensor, num_classes=-1):
     if tensor.dtype is not dtypes.int64:
         raise RuntimeError(f"one_hot is only applicable to index tensor of type int64, got {tensor.dtype.name}")
-    ids = tensor._data
+    ids = tensor._data if tensor._global is None else tensor._host()  # validation needs every id
     if num_classes == -1:
         if ids.size == 0:
             raise RuntimeError("one_hot: can not infer total number of classes from empty tensor")

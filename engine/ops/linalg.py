@@ -94,20 +94,20 @@ class Matmul(Op):
 
 def matmul(input, other):
     _same_dtype(input, other, "matmul")
-    a, b = input._data, other._data
-    if a.ndim == 0 or b.ndim == 0:
+    a, b = input.shape, other.shape  # logical shapes (a global tensor's _data is only its shard)
+    if len(a) == 0 or len(b) == 0:
         raise RuntimeError(f"matmul: both arguments need at least 1 dimension, got shapes "
-                           f"{shape_str(a.shape)} and {shape_str(b.shape)}")
-    k1 = a.shape[-1]
-    k2 = b.shape[0] if b.ndim == 1 else b.shape[-2]
+                           f"{shape_str(a)} and {shape_str(b)}")
+    k1 = a[-1]
+    k2 = b[0] if len(b) == 1 else b[-2]
     if k1 != k2:
         raise _mismatch("matmul", input, other, k1, k2)
-    if a.ndim > 2 or b.ndim > 2:
+    if len(a) > 2 or len(b) > 2:
         try:
-            broadcast_shapes(a.shape[:-2] if a.ndim > 1 else (), b.shape[:-2] if b.ndim > 1 else ())
+            broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
         except RuntimeError:
-            raise RuntimeError(f"matmul: batch dimensions of shapes {shape_str(a.shape)} and "
-                               f"{shape_str(b.shape)} cannot be broadcast") from None
+            raise RuntimeError(f"matmul: batch dimensions of shapes {shape_str(a)} and "
+                               f"{shape_str(b)} cannot be broadcast") from None
     return Matmul.apply(input, other)
 
 

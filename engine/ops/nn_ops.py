@@ -23,7 +23,8 @@ from ..backend.random import default_generator
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace as _inplace
 from ._core import broadcast_shapes, cast, promote_operands, shape_str, sum_to_array
-from ._kernels import blocked, fill_where, rows_of, select_bits
+from ..backend.parallel import parallel_for, parallel_ufunc
+from ._kernels import BLOCK_ELEMENTS, blocked, fill_where, rows_of, select_bits
 
 __all__ = ["softmax", "log_softmax", "scale_mask_softmax", "layer_norm", "dropout",
            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
@@ -603,6 +604,47 @@ def _index_setup(x2, t, w, ignore_index):
     return xp.arange(m), safe_t, sw, valid
 
 
+def _blocked_ce_ok(x2):
+    return isinstance(x2, np.ndarray) and x2.dtype.kind == "f" and x2.flags.c_contiguous \
+        and x2.size >= (1 << 17)
+
+
+def _cross_entropy_index_blocked(ctx, x2, lead, target, w, ignore_index, reduction, dtype):
+    """CrossEntropy.forward for index targets without label smoothing on a large CPU array:
+    the same per-row arithmetic as the generic path (max, x - max, exp, row sum, log, scale),
+    run on blocks of ~64 Ki elements spread over the engine's threads, so `x - max` never
+    leaves the cache and the [M, C] softmax is written once (the generic path makes 3 passes
+    over two [M, C] arrays on one thread)."""
+    m, c = x2.shape
+    rows, safe_t, sw, valid = _index_setup(x2, target, w, ignore_index)
+    p = np.empty_like(x2)
+    lse = np.empty((m, 1), x2.dtype)
+    zt = np.empty(m, x2.dtype)
+    step = max(1, BLOCK_ELEMENTS // c)
+
+    def run(b0, b1):
+        for s0 in range(b0 * step, min(b1 * step, m), step):
+            s1 = min(s0 + step, m)
+            xb = x2[s0:s1]
+            z = np.subtract(xb, xb.max(axis=1, keepdims=True))
+            zt[s0:s1] = z[np.arange(s1 - s0), safe_t[s0:s1]]
+            e = np.exp(z, out=p[s0:s1])
+            sb = _row_sum(e, 1)
+            np.log(sb, out=lse[s0:s1])
+            e *= 1 / sb
+
+    parallel_for(run, -(-m // step), work=x2.size)
+    per = (lse[:, 0] - zt) * sw
+    if reduction == "mean":
+        denom = sw.sum(dtype=sw.dtype)
+        ctx.denom = denom
+        loss = per.sum(dtype=per.dtype) / denom
+    else:
+        ctx.denom = 1
+        loss = _reduce(per.reshape(lead), reduction)
+    return np.asarray(loss).astype(dtype, copy=False), p
+
+
 class CrossEntropy(Op):
     """Fused log_softmax + nll (index targets) or soft-target cross-entropy (probabilities).
 
@@ -627,6 +669,8 @@ class CrossEntropy(Op):
             if reduction == "mean":
                 loss = xp.asarray(xp.nan, dtype=x2.dtype)
             return loss.astype(dtype), x2.copy()
+        if not prob and not smoothing and _blocked_ce_ok(x2):
+            return _cross_entropy_index_blocked(ctx, x2, lead, target, w, ignore_index, reduction, dtype)
         z = xp.subtract(x2, x2.max(axis=1, keepdims=True))
         e = xp.exp(z)
         s = _row_sum(e, 1)
@@ -718,7 +762,10 @@ class CrossEntropyGrad(_NoDoubleBackward, Op):
         rows, safe_t, sw, valid = _index_setup(p, target, w, ignore_index)
         gsw = gs * sw[:, None]  # per-sample gradient scale
         # nll part: (1-eps) * sw * (p - onehot); smoothing part: eps/C * valid * (sum(w) p - w)
-        dx = p * gsw if not smoothing else p * (gsw * f(1 - smoothing))
+        if not smoothing and isinstance(p, np.ndarray):
+            dx = parallel_ufunc(np.multiply, p, gsw)  # [M, C]: split over the engine's threads
+        else:
+            dx = p * gsw if not smoothing else p * (gsw * f(1 - smoothing))
         dx[rows, safe_t] -= gsw[:, 0] * f(1 - smoothing)
         if smoothing:
             gv = gs * valid[:, None] * f(smoothing / c)
@@ -1040,7 +1087,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
                          f"different to the input size ({shape_str(input.shape)}) is deprecated. Please "
                          "ensure they have the same size.")
     if input.numel():
-        lo, hi = float(input._data.min()), float(input._data.max())
+        vals = input._data if input._global is None else input._host()
+        lo, hi = float(vals.min()), float(vals.max())
         if lo < 0 or hi > 1:
             raise RuntimeError(f"binary_cross_entropy: all elements of input should be between 0 and 1, "
                                f"got values in [{lo}, {hi}]")
@@ -1054,7 +1102,9 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     extra = {}
     if pos_weight is not None:
         broadcast_shapes(tuple(pos_weight.shape), tuple(input.shape))
-        extra["pos_weight"] = pos_weight.detach()
+        # an attribute of the kernel, which runs on all-broadcast inputs: the logical value
+        extra["pos_weight"] = pos_weight.detach() if pos_weight._global is None else \
+            Tensor._make(pos_weight._host(), input._device)
     return _run_pointwise("bce_logits", input, target, weight, reduction, extra,
                           "binary_cross_entropy_with_logits", same_shape=True)
 

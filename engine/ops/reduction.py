@@ -18,7 +18,7 @@ from ..autograd.function import Op
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
-from ._core import along_index, broadcast_to, cast, reshape, shape_str
+from ._core import along_index, broadcast_to, cast, const_like, replicated, reshape, shape_str
 
 __all__ = ["sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "max", "min", "amax",
            "amin", "argmax", "argmin", "logsumexp", "norm", "all", "any", "count_nonzero", "cumsum",
@@ -440,17 +440,18 @@ class ScatterAlong(Op):
 
 
 def _max_dim(input, dim, keepdim, is_min, op):
+    input = replicated(input)  # the positions are computed here from the values
     n = input._data.ndim
     d = _check_dim(dim, n)
     if n == 0:
-        return _ret[op](input, _const(xp_of(input._data).zeros((), dtype=np.int64), input))
+        return _ret[op](input, const_like(xp_of(input._data).zeros((), dtype=np.int64), input))
     if input._data.shape[d] == 0:
         raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size (input shape {shape_str(input.shape)})")
     xp = xp_of(input._data)
     f = xp.argmin if is_min else xp.argmax
     idx = f(input._data, axis=d, keepdims=True).astype(np.int64, copy=False)
     values = GatherAlong.apply(input, index=idx, dim=d, squeeze=not keepdim)
-    indices = _const(idx if keepdim else idx.reshape(values._data.shape), input)
+    indices = const_like(idx if keepdim else idx.reshape(values._data.shape), input)
     return _ret[op](values, indices)
 
 
@@ -738,36 +739,39 @@ def _sort_index(x, dim, descending, stable=True):
 
 
 def sort(input, dim=-1, descending=False, stable=False):
+    input = replicated(input)
     if input._data.ndim == 0:
         _check_dim(dim, 0)
-        return _ret["sort"](input, _const(xp_of(input._data).zeros((), dtype=np.int64), input))
+        return _ret["sort"](input, const_like(xp_of(input._data).zeros((), dtype=np.int64), input))
     d = _check_dim(dim, input._data.ndim)
     idx = _sort_index(input._data, d, descending)
     values = GatherAlong.apply(input, index=idx, dim=d, squeeze=False)
-    return _ret["sort"](values, _const(idx, input))
+    return _ret["sort"](values, const_like(idx, input))
 
 
 def argsort(input, dim=-1, descending=False, stable=False):
+    input = replicated(input)
     if input._data.ndim == 0:
         _check_dim(dim, 0)
-        return _const(xp_of(input._data).zeros((), dtype=np.int64), input)
-    return _const(_sort_index(input._data, _check_dim(dim, input._data.ndim), descending), input)
+        return const_like(xp_of(input._data).zeros((), dtype=np.int64), input)
+    return const_like(_sort_index(input._data, _check_dim(dim, input._data.ndim), descending), input)
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
+    input = replicated(input)
     n = input._data.ndim
     d = _check_dim(dim, n)
     size = input._data.shape[d] if n else 1
     if not 0 <= k <= size:
         raise RuntimeError(f"topk: k ({k}) is out of range for dimension {dim} of size {size}")
     if n == 0:
-        return _ret["topk"](input, _const(xp_of(input._data).zeros((), dtype=np.int64), input))
+        return _ret["topk"](input, const_like(xp_of(input._data).zeros((), dtype=np.int64), input))
     idx = _sort_index(input._data, d, largest)
     sl = [slice(None)] * n
     sl[d] = slice(0, k)
     idx = xp_of(idx).ascontiguousarray(idx[tuple(sl)])
     values = GatherAlong.apply(input, index=idx, dim=d, squeeze=False)
-    return _ret["topk"](values, _const(idx, input))
+    return _ret["topk"](values, const_like(idx, input))
 
 
 # ------------------------------------------------------------------ Tensor methods

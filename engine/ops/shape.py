@@ -458,32 +458,34 @@ def _promote_all(tensors, op):
 def cat(tensors, dim=0):
     tensors = _promote_all(tensors, "cat")
     # PyTorch's legacy rule: 1-D empty tensors are skipped, whatever the other shapes are
-    kept = [x for x in tensors if not (x._data.ndim == 1 and x._data.shape[0] == 0)]
+    shapes = [x.shape for x in tensors]  # logical shapes (a global tensor's _data is its shard)
+    empty = [len(s) == 1 and s[0] == 0 for s in shapes]
+    kept = [i for i in range(len(tensors)) if not empty[i]]
     if not kept:
         return tensors[0] if len(tensors) == 1 else Cat.apply(*tensors, dim=0, skip=(False,) * len(tensors))
-    ref = kept[0]
-    n = ref._data.ndim
+    ref = shapes[kept[0]]
+    n = len(ref)
     if n == 0:
         raise RuntimeError("cat: zero-dimensional tensor (at position 0) cannot be concatenated")
     d = _check_dim(dim, n)
-    for i, x in enumerate(tensors):
-        if x._data.ndim == 1 and x._data.shape[0] == 0:
+    for i, xs in enumerate(shapes):
+        if empty[i]:
             continue
-        if x._data.ndim != n:
+        if len(xs) != n:
             raise RuntimeError(
-                f"cat: Tensors must have same number of dimensions: got {n} and {x._data.ndim} "
-                f"(tensor 0 has shape {shape_str(ref.shape)}, tensor {i} has shape {shape_str(x.shape)})"
+                f"cat: Tensors must have same number of dimensions: got {n} and {len(xs)} "
+                f"(tensor 0 has shape {shape_str(ref)}, tensor {i} has shape {shape_str(xs)})"
             )
         for k in range(n):
-            if k != d and x._data.shape[k] != ref._data.shape[k]:
+            if k != d and xs[k] != ref[k]:
                 raise RuntimeError(
                     f"cat: Sizes of tensors must match except in dimension {d}. Expected size "
-                    f"{ref._data.shape[k]} but got size {x._data.shape[k]} for tensor number {i} in the "
-                    f"list (shapes: {', '.join(shape_str(t.shape) for t in tensors)})"
+                    f"{ref[k]} but got size {xs[k]} for tensor number {i} in the "
+                    f"list (shapes: {', '.join(shape_str(t) for t in shapes)})"
                 )
     if len(tensors) == 1:
         return tensors[0]
-    skip = tuple(x._data.ndim == 1 and x._data.shape[0] == 0 for x in tensors)
+    skip = tuple(empty)
     return Cat.apply(*tensors, dim=d, skip=skip)
 
 

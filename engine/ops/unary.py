@@ -599,8 +599,8 @@ def pow(input, exponent):
             raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
         return PowScalar.apply(cast(input, res), exponent=exponent)
     a, b = promote_operands(input, exponent)
-    if a._data.shape != b._data.shape:
-        broadcast_shapes(a._data.shape, b._data.shape)
+    if a._global is not None or a._data.shape != b._data.shape:
+        broadcast_shapes(a.shape, b.shape)
     return Pow.apply(a, b)
 
 
@@ -679,16 +679,19 @@ class Where(Op):
 def where(condition, input=None, other=None):
     if input is None and other is None:
         # where(cond): the indices of the nonzero entries, as nonzero(as_tuple=True)
+        if condition._global is not None:
+            from .indexing import nonzero
+
+            return nonzero(condition, as_tuple=True)
         return tuple(Tensor._make(i.astype(np.int64), condition._device)
                      for i in xp_of(condition._data).nonzero(condition._data))
     if condition.dtype is not dtypes.bool_:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype {condition.dtype.name}")
     if not isinstance(input, Tensor) and not isinstance(other, Tensor):
         res = dtypes.result_type([], scalars=[input, other])
-        x = Tensor._make(xp_of(condition._data).asarray(input, dtype=res.np), condition._device)
-        return where(condition, x, other)
+        return where(condition, scalar_tensor(input, res, condition), other)
     x, y = promote_operands(input, other)
-    broadcast_shapes(condition._data.shape, x._data.shape, y._data.shape)
+    broadcast_shapes(condition.shape, x.shape, y.shape)
     return Where.apply(condition, x, y)
 
 
@@ -728,8 +731,8 @@ class Minimum(Op):
 
 def _binary(op_cls, a, b):
     a, b = promote_operands(a, b)
-    if a._data.shape != b._data.shape:
-        broadcast_shapes(a._data.shape, b._data.shape)
+    if a._global is not None or a._data.shape != b._data.shape:
+        broadcast_shapes(a.shape, b.shape)
     return op_cls.apply(a, b)
 
 
@@ -1029,8 +1032,8 @@ def _compare_op(name, ufunc):
 
     def fn(input, other):
         a, b = promote_operands(input, other)
-        if a._data.shape != b._data.shape:
-            broadcast_shapes(a._data.shape, b._data.shape)
+        if a._global is not None or a._data.shape != b._data.shape:
+            broadcast_shapes(a.shape, b.shape)
         return op.apply(a, b)
 
     return fn
@@ -1076,8 +1079,8 @@ class IsClose(Op):
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     a, b = promote_operands(input, other)
-    if a._data.shape != b._data.shape:
-        broadcast_shapes(a._data.shape, b._data.shape)
+    if a._global is not None or a._data.shape != b._data.shape:
+        broadcast_shapes(a.shape, b.shape)
     return IsClose.apply(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
@@ -1101,8 +1104,8 @@ def _logical_op(name, ufunc):
 
     def fn(input, other):
         b = other._data if isinstance(other, Tensor) else other
-        if isinstance(other, Tensor) and input._data.shape != b.shape:
-            broadcast_shapes(input._data.shape, b.shape)
+        if isinstance(other, Tensor) and (input._global is not None or input._data.shape != b.shape):
+            broadcast_shapes(input.shape, other.shape)
         return op.apply(input, other) if isinstance(other, Tensor) else op.apply(input, _const(other, input))
 
     fn.__name__ = ufunc
@@ -1141,8 +1144,8 @@ def _bitwise_op(name, ufunc):
             raise RuntimeError(f"{ufunc}: only integer and bool operands are supported, got a float scalar")
         a, b = promote_operands(input, other)
         _check_integral(ufunc, a, b)
-        if a._data.shape != b._data.shape:
-            broadcast_shapes(a._data.shape, b._data.shape)
+        if a._global is not None or a._data.shape != b._data.shape:
+            broadcast_shapes(a.shape, b.shape)
         return op.apply(a, b)
 
     fn.__name__ = ufunc
