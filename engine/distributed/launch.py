@@ -91,10 +91,19 @@ def build_command(args):
     for var, val in (("OMP_NUM_THREADS", threads), ("OPENBLAS_NUM_THREADS", 1),
                      ("MKL_NUM_THREADS", threads), ("ENGINE_NUM_THREADS", threads)):
         cmd += ["-genv", var, str(val)]
+    # Keep freed large buffers in the heap for reuse instead of returning them to the OS (what
+    # PyTorch's caching allocator does): a fresh 16 MB all_gather result otherwise costs more in
+    # page faults than the transfer itself (measured +60-90% vs. +5% for 16-64 MB on 2 ranks).
+    for var, val in _MALLOC_REUSE.items():
+        if var not in os.environ:
+            cmd += ["-genv", var, val]
     if args.mpi_args:
         cmd += shlex.split(args.mpi_args)
     cmd += [sys.executable, "-m", "engine.distributed.run", args.script] + list(args.script_args)
     return cmd
+
+
+_MALLOC_REUSE = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
 
 
 def parser():
