@@ -85,6 +85,12 @@ def libai_to_hf(ckpt, hf_dir, config=None):
             base = json.load(f)
     sd = flow.load(model_file)
     sd = {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in sd.items()}
+    # the vocabulary is the checkpoint's (a recipe's model.cfg.vocab_size is a placeholder that the
+    # trainer replaces with the tokenizer's padded size)
+    for key in (PREFIX + "embeddings.token_embeddings.weight", "embeddings.token_embeddings.weight"):
+        if key in sd:
+            kwargs["vocab_size"] = int(sd[key].shape[0])
+            break
     hf_sd = libai_to_hf_gpt2(sd, kwargs["hidden_layers"], kwargs["num_attention_heads"])
     os.makedirs(hf_dir, exist_ok=True)
     write_safetensors(hf_sd, os.path.join(hf_dir, MODEL_FILE))

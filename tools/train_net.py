@@ -28,7 +28,11 @@ def main(args):
             try_get_key(cfg, "train.load_weight", default=""), resume=args.resume)
         if not extra and not try_get_key(cfg, "train.load_weight", default="") and not args.resume:
             logger.warning("--eval-only without train.load_weight (or --resume): evaluating the initial weights")
-        results = DefaultTrainer.test(cfg, DefaultTrainer.build_test_loader(cfg), model)
+        loaders = DefaultTrainer.build_test_loader(cfg)
+        if not loaders:  # NLP recipes: the valid/test splits built with the training data
+            _, valid, test = DefaultTrainer.build_train_loader(cfg)
+            loaders = [ld for ld in (valid, test) if ld is not None]
+        results = DefaultTrainer.test(cfg, loaders, model)
         write_eval_results(cfg, results, iteration=int(extra.get("iteration", 0)) if extra else 0)
         return results
 

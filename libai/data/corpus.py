@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["default_corpus_documents", "default_gpt2_corpus", "default_cache_dir", "DATA_NAME"]
+__all__ = ["default_corpus_documents", "default_gpt2_corpus", "default_cache_dir", "apply_default_corpus", "DATA_NAME"]
 
 DATA_NAME = "pydoc_topics"
 _FORMAT_VERSION = 1
@@ -115,4 +115,73 @@ def default_gpt2_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, append
                         raise
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    return paths
+
+
+def _node_get(node, key, default=None):
+    try:
+        return node.get(key, default) if hasattr(node, "get") else getattr(node, key, default)
+    except Exception:
+        return default
+
+
+def _dataset_nodes(cfg):
+    from libai.config import try_get_key
+
+    nodes = []
+    for path in ("dataloader.train",):
+        loader = try_get_key(cfg, path, default=None)
+        if loader is None:
+            continue
+        ds = _node_get(loader, "dataset")
+        if ds is None:
+            continue
+        nodes.extend(list(ds) if not hasattr(ds, "keys") else [ds])
+    for loader in (try_get_key(cfg, "dataloader.test", default=None) or []):
+        ds = _node_get(loader, "dataset")
+        if ds is not None:
+            nodes.extend(list(ds) if not hasattr(ds, "keys") else [ds])
+    return [n for n in nodes if hasattr(n, "keys")]
+
+
+def apply_default_corpus(cfg):
+    """Fill the GPT-2 data paths a config leaves at None with the default corpus.
+
+    `tokenization.tokenizer` with vocab_file, merges_file (and tokenizer_file) all None gets the
+    default corpus's vocab.json / merges.txt; a dataset of `dataloader.train` (or of a
+    `dataloader.test` entry) with `data_prefix` None and no `indexed_dataset` gets its data
+    prefix (an `indexed_dataset` node with data_prefix None gets it too). The corpus is built
+    once and cached (`default_gpt2_corpus(vocab_size=tokenization.default_corpus_vocab_size)`).
+    Returns the corpus paths when something was filled in, else None. Idempotent."""
+    from libai.config import try_get_key
+
+    tok = try_get_key(cfg, "tokenization.tokenizer", default=None)
+    fill_tok = (tok is not None and hasattr(tok, "keys") and "vocab_file" in tok
+                and _node_get(tok, "vocab_file") is None and _node_get(tok, "merges_file") is None
+                and _node_get(tok, "tokenizer_file") is None)
+    datasets = []
+    for ds in _dataset_nodes(cfg):
+        idx = _node_get(ds, "indexed_dataset")
+        if "data_prefix" in ds and _node_get(ds, "data_prefix") is None and idx is None:
+            datasets.append((ds, "data_prefix"))
+        elif (idx is not None and hasattr(idx, "keys") and "data_prefix" in idx
+              and _node_get(idx, "data_prefix") is None):
+            datasets.append((idx, "data_prefix"))
+            if "data_prefix" in ds and _node_get(ds, "data_prefix") is None:
+                datasets.append((ds, "data_prefix"))
+    if not fill_tok and not datasets:
+        return None
+    vocab = try_get_key(cfg, "tokenization.default_corpus_vocab_size", default=None) or 8192
+    paths = default_gpt2_corpus(vocab_size=int(vocab))
+    if fill_tok:
+        tok.vocab_file = paths["vocab_file"]
+        tok.merges_file = paths["merges_file"]
+    for node, key in datasets:
+        node[key] = paths["data_prefix"]
+    if datasets and not fill_tok and tok is not None:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "the default corpus is used for the data but the tokenizer has its own files: the token ids "
+            "of the data are the default corpus tokenizer's")
     return paths

@@ -68,7 +68,9 @@ def default_setup(cfg, args):
     2. log rank/world size, the command line and the config file
     3. apply --resume / --fast-dev-run to the config
     4. build the distributed topology from cfg.train.dist (checked against the world size)
-    5. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size)
+    5. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size);
+       with a `tokenization` section: fill unset GPT-2 data paths with the default corpus and
+       set model.cfg.vocab_size to the tokenizer's padded size (DefaultTrainer.build_tokenizer)
     6. save the full config to output_dir/config.yaml (rank 0)
     7. seed the RNGs: numpy and python `random` with train.seed + rank (LiBai's per-rank
        offset, for data-side randomness); engine's generator with train.seed on every rank,
@@ -96,6 +98,8 @@ def default_setup(cfg, args):
     dist.setup_dist_util(try_get_key(cfg, "train.dist"))
     sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
     logger.info(f"Batch sizes: {dict(sizes._asdict())} (data_parallel_size={dist.get_data_parallel_size()})")
+    # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size
+    DefaultTrainer.build_tokenizer(cfg)
 
     if rank == 0 and output_dir:
         path = os.path.join(output_dir, "config.yaml")
@@ -144,6 +148,7 @@ class DefaultTrainer(TrainerBase):
         self._logger = logging.getLogger(__name__)
 
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
+        self.tokenizer = self.build_tokenizer(cfg)
         self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg)
         self.test_loader = [ld for ld in (valid_loader, test_loader) if ld is not None]
         self.test_loader.extend(self.build_test_loader(cfg))
@@ -296,12 +301,56 @@ class DefaultTrainer(TrainerBase):
                                   warmup_iter=int(warmup_iter))
 
     @classmethod
+    def build_tokenizer(cls, cfg):
+        """The tokenizer of cfg.tokenization (None without that section), as LiBai: unset GPT-2
+        data paths are first filled with the default corpus (libai.data.corpus.apply_default_corpus),
+        then model.cfg.vocab_size (when the model has that key) becomes
+        `tokenizer.padded_vocab_size(tokenization.make_vocab_size_divisible_by,
+        train.dist.tensor_parallel_size)`, so the vocabulary splits evenly over tp ranks."""
+        if try_get_key(cfg, "tokenization.tokenizer") is None:
+            return None
+        from libai.data.corpus import apply_default_corpus
+
+        apply_default_corpus(cfg)
+        tokenizer = instantiate(cfg.tokenization.tokenizer)
+        divisible = int(try_get_key(cfg, "tokenization.make_vocab_size_divisible_by", default=1) or 1)
+        tp = int(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1) or 1)
+        padded = tokenizer.padded_vocab_size(divisible, tp)
+        tokenizer.padded_vocab = padded
+        if try_get_key(cfg, "model.cfg.vocab_size", default=None) is not None:
+            if cfg.model.cfg.vocab_size != padded:
+                logging.getLogger(__name__).info(
+                    f"model.cfg.vocab_size = {padded} (tokenizer: {len(tokenizer)} tokens padded to a multiple "
+                    f"of {divisible} * tensor_parallel_size {tp})")
+            cfg.model.cfg.vocab_size = padded
+        return tokenizer
+
+    @classmethod
     def build_train_loader(cls, cfg):
         """instantiate(cfg.dataloader.train) with train_batch_size = train.train_micro_batch_size,
         test_batch_size = train.test_micro_batch_size and seed = train.seed. Returns
-        (train, valid, test) loaders (valid/test may be None)."""
+        (train, valid, test) loaders (valid/test may be None).
+
+        A loader with a `train_val_test_num_samples` key left at None (the NLP builders) gets
+        [train_iter * global_batch_size, valid samples for every evaluation, test samples] (as
+        LiBai; libai.data.train_val_test_num_samples)."""
         if try_get_key(cfg, "dataloader.train") is None:
             raise KeyError("cfg must contain a `dataloader.train` namespace")
+        node = cfg.dataloader.train
+        if hasattr(node, "keys") and "train_val_test_num_samples" in node and node.train_val_test_num_samples is None:
+            from libai.data import train_val_test_num_samples
+
+            evaluation = bool(try_get_key(cfg, "train.evaluation.enabled", default=False))
+            eval_iter = int(try_get_key(cfg, "train.evaluation.eval_iter", default=1) or 1) if evaluation else 1
+            eval_period = int(try_get_key(cfg, "train.evaluation.eval_period", default=0) or 0)
+            test_batch = int(try_get_key(cfg, "train.test_micro_batch_size", default=None)
+                             or cfg.train.train_micro_batch_size)
+            nums = train_val_test_num_samples(
+                cfg.train.train_iter, cfg.train.global_batch_size, eval_iter,
+                test_batch * dist.get_data_parallel_size(),
+                eval_period if (evaluation and eval_period > 0) else None)
+            node.train_val_test_num_samples = nums
+            logging.getLogger(__name__).info(f"dataloader.train.train_val_test_num_samples = {nums}")
         result = instantiate(cfg.dataloader.train, train_batch_size=cfg.train.train_micro_batch_size,
                              test_batch_size=try_get_key(cfg, "train.test_micro_batch_size", default=None),
                              seed=cfg.train.seed)

@@ -10,6 +10,13 @@ Layout (`save_dir/model_0000009/` for the checkpoint taken after iteration 9):
     rng_state_rank{r}.safetensors engine / numpy / python RNG states of rank r
     save_dir/last_checkpoint     text file: the name of the latest complete checkpoint
 
+Global (tensor-/data-parallel) models and optimizers are saved in their *logical* form: every
+global tensor is gathered (a collective: every rank takes part in `save`) and only rank 0
+writes, so a checkpoint is the same whatever the dp/tp layout that wrote it. Loading lays each
+logical tensor out like the parameter (or the parameter's optimizer state) it replaces
+(`flow.tensor(array, placement=p.placement, sbp=p.sbp)`: every rank keeps its shard), so a
+checkpoint written under one layout loads under any other (or in one process).
+
 Every file is written with `engine.save` (temp file + fsync + os.replace). The checkpoint is
 assembled in a hidden temp directory `.model_0000009.tmp` and renamed into place only when
 complete; only then is `last_checkpoint` replaced (atomically). A crash at any moment leaves
@@ -32,7 +39,8 @@ from engine.serialization import CheckpointError
 
 from . import distributed as dist
 
-__all__ = ["Checkpointer", "PeriodicCheckpointer", "CheckpointError", "get_rng_states", "set_rng_states"]
+__all__ = ["Checkpointer", "PeriodicCheckpointer", "CheckpointError", "get_rng_states", "set_rng_states", "to_logical",
+           "model_state_like_params", "optimizer_state_like_params"]
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.safetensors"
@@ -86,6 +94,95 @@ def _clone_state(sd):
     return {k: (v.detach().clone() if isinstance(v, flow.Tensor) else v) for k, v in sd.items()}
 
 
+def _logical_array(t):
+    """The whole value of tensor `t` as a numpy array (a global tensor is gathered: collective)."""
+    return np.array(t.detach()._host(), copy=True)
+
+
+def to_logical(obj):
+    """`obj` (a state dict: nested dicts / lists / tuples of tensors and plain values) with every
+    tensor replaced by a local CPU tensor of its logical value. Global tensors are gathered, so
+    every rank of their placement must call this (in the same order)."""
+    if isinstance(obj, flow.Tensor):
+        if obj._global is None and obj.device.type == "cpu":
+            return obj.detach()
+        return flow.tensor(_logical_array(obj), dtype=obj.dtype)
+    if isinstance(obj, dict):
+        items = [(k, to_logical(v)) for k, v in obj.items()]
+        try:
+            return type(obj)(items)
+        except TypeError:
+            return dict(items)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_logical(v) for v in obj)
+    return obj
+
+
+def _like(value, target):
+    """Logical tensor/array `value` laid out like tensor `target` (its placement and SBP when
+    global, its device otherwise); floating values take target's dtype."""
+    if not isinstance(target, flow.Tensor):
+        return value
+    if isinstance(value, flow.Tensor):
+        if value._global is not None:
+            return value
+        arr = np.asarray(value.detach()._host())
+    else:
+        arr = np.asarray(value)
+    dtype = target.dtype if (np.issubdtype(arr.dtype, np.floating) and target.is_floating_point()) else None
+    if target._global is not None:
+        if tuple(arr.shape) != tuple(target.shape):
+            raise CheckpointError(f"shape {tuple(arr.shape)} in the checkpoint vs {tuple(target.shape)} in the model")
+        return flow.tensor(arr, dtype=dtype, placement=target.placement, sbp=target.sbp)
+    t = flow.tensor(arr, dtype=dtype)
+    return t.to(target.device) if target.device.type != "cpu" else t
+
+
+def _optimizer_params_by_saved_index(optimizer, state_dict):
+    """{saved parameter index: parameter} pairing the saved groups with the optimizer's (as
+    Optimizer.load_state_dict does)."""
+    out = {}
+    groups = getattr(optimizer, "param_groups", None) or []
+    saved = state_dict.get("param_groups", []) if isinstance(state_dict, dict) else []
+    for g, sg in zip(groups, saved):
+        for idx, p in zip(sg.get("params", []), g["params"]):
+            out[int(idx) if isinstance(idx, (int, np.integer)) or str(idx).lstrip("-").isdigit() else idx] = p
+    return out
+
+
+def optimizer_state_like_params(optimizer, state_dict):
+    """A logical optimizer state dict with each per-parameter tensor (exp_avg, ...) laid out like
+    its parameter (global placement/SBP), ready for `optimizer.load_state_dict`."""
+    if not (isinstance(state_dict, dict) and "state" in state_dict and hasattr(optimizer, "param_groups")):
+        return state_dict
+    params = _optimizer_params_by_saved_index(optimizer, state_dict)
+    if not any(p._global is not None or p.device.type != "cpu" for p in params.values()):
+        return state_dict
+    new_state = {}
+    for key, entry in state_dict["state"].items():
+        k = int(key) if str(key).lstrip("-").isdigit() else key
+        p = params.get(k)
+        if p is None or not isinstance(entry, dict):
+            new_state[key] = entry
+            continue
+        new_state[key] = {
+            name: (_like(v, p) if isinstance(v, flow.Tensor) and v.ndim > 0 and tuple(v.shape) == tuple(p.shape)
+                   else v)
+            for name, v in entry.items()}
+    out = dict(state_dict)
+    out["state"] = new_state
+    return out
+
+
+def model_state_like_params(model, state_dict):
+    """Logical model state (`{name: tensor}`) with each entry laid out like the model's own
+    tensor of that name (global placement/SBP or device); unknown names are kept as they are."""
+    own = model.state_dict()
+    return {k: (_like(v, own[k]) if k in own and (own[k]._global is not None or own[k].device.type != "cpu")
+                and tuple(getattr(v, "shape", ())) == tuple(own[k].shape) else v)
+            for k, v in state_dict.items()}
+
+
 class Checkpointer:
     """Saves and loads a model with any number of checkpointable objects.
 
@@ -127,10 +224,13 @@ class Checkpointer:
                 shutil.rmtree(tmp)
             os.makedirs(tmp)
         dist.synchronize()
+        # logical states: gathering global tensors is collective, so every rank takes part
+        model_sd = to_logical(self.model.state_dict())
+        others = {key: to_logical(obj.state_dict()) for key, obj in self.checkpointables.items()}
         if self.save_to_disk:
-            flow.save(self.model.state_dict(), os.path.join(tmp, MODEL_FILE))
-            for key, obj in self.checkpointables.items():
-                flow.save(obj.state_dict(), os.path.join(tmp, f"{key}.safetensors"))
+            flow.save(model_sd, os.path.join(tmp, MODEL_FILE))
+            for key, sd in others.items():
+                flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
             state = dict(kwargs)
             state["checkpointables"] = sorted(self.checkpointables)
             state["world_size"] = dist.get_world_size()
@@ -264,9 +364,11 @@ class Checkpointer:
         backup_rng = get_rng_states()
         done = []
         try:
-            self.model.load_state_dict({k: v for k, v in model_sd.items() if k in expected}, strict=False)
+            self.model.load_state_dict(model_state_like_params(
+                self.model, {k: v for k, v in model_sd.items() if k in expected}), strict=False)
             for key, sd in loaded.items():
-                self.checkpointables[key].load_state_dict(sd)
+                self.checkpointables[key].load_state_dict(
+                    optimizer_state_like_params(self.checkpointables[key], sd))
                 done.append(key)
             if rng is not None:
                 set_rng_states(rng)

@@ -1,0 +1,53 @@
+"""Shared by tests/gpt2: run tools/*.py (one process, or N ranks through
+`python -m engine.distributed.launch`) on configs/gpt2_pretrain.py with a tiny model."""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+
+from mpi_helper import mpi_env, run_command  # noqa: E402
+
+CONFIG = os.path.join(ROOT, "configs", "gpt2_pretrain.py")
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+GENERATE = os.path.join(ROOT, "tools", "generate.py")
+
+# the recipe shrunk for CI (dropout off so that layouts and resumes can be compared)
+TINY = ["model.cfg.hidden_layers=2", "model.cfg.hidden_size=64", "model.cfg.ffn_hidden_size=256",
+        "model.cfg.num_attention_heads=4", "model.cfg.max_seq_length=32",
+        "model.cfg.embedding_dropout_prob=0.0", "model.cfg.attention_dropout_prob=0.0",
+        "model.cfg.output_dropout_prob=0.0"]
+
+
+def env():
+    return mpi_env(PYTHONHASHSEED="0")
+
+
+def train_net(*args, nprocs=1, timeout=240):
+    """tools/train_net.py --config-file configs/gpt2_pretrain.py ARGS (through the launcher when nprocs > 1)."""
+    if nprocs == 1:
+        cmd = [sys.executable, TRAIN_NET, "--config-file", CONFIG, *args]
+    else:
+        cmd = [sys.executable, "-m", "engine.distributed.launch", "--nproc-per-node", str(nprocs), TRAIN_NET,
+               "--config-file", CONFIG, *args]
+    return run_command(cmd, timeout=timeout, env=env())
+
+
+def generate(*args, timeout=120):
+    return run_command([sys.executable, GENERATE, *args], timeout=timeout, env=env())
+
+
+def records(out):
+    with open(os.path.join(out, "metrics.json")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def losses(out):
+    """{iteration: total_loss} (the last record of an iteration wins, e.g. after a resume)."""
+    return {r["iteration"]: r["total_loss"] for r in records(out) if "total_loss" in r}
+
+
+def rel_err(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
