@@ -202,6 +202,12 @@ def save(obj, path):
         for c in chunks:
             path.write(c)
         return
+    atomic_write(path, chunks)
+
+
+def atomic_write(path, chunks):
+    """Write `chunks` (bytes) to `path` so that a crash leaves either the old file or the new one:
+    a temporary file in the same directory, fsync, rename over `path`, fsync the directory."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
@@ -218,10 +224,10 @@ def save(obj, path):
         except OSError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
-def _fsync_dir(directory):
+def fsync_dir(directory):
     """Make the rename itself durable (POSIX); harmless where directories can't be opened."""
     try:
         fd = os.open(directory, os.O_RDONLY)

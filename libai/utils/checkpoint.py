@@ -35,7 +35,7 @@ import shutil
 import numpy as np
 
 import engine as flow
-from engine.serialization import CheckpointError
+from engine.serialization import CheckpointError, atomic_write, fsync_dir
 
 from . import distributed as dist
 
@@ -67,27 +67,8 @@ def set_rng_states(states):
     random.setstate((int(p[0]), tuple(int(x) for x in p[1]), p[2]))
 
 
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_text_atomic(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    atomic_write(path, [text.encode("utf-8")])
 
 
 def _clone_state(sd):
@@ -238,7 +219,7 @@ class Checkpointer:
         flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
         dist.synchronize()
         if self.save_to_disk:
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             old = None
             if os.path.exists(final):
                 old = os.path.join(self.save_dir, f".{name}.old")
@@ -246,7 +227,7 @@ class Checkpointer:
                     shutil.rmtree(old)
                 os.replace(final, old)
             os.replace(tmp, final)
-            _fsync_dir(self.save_dir)
+            fsync_dir(self.save_dir)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
             if tag_last:
