@@ -10,6 +10,8 @@ raise ("view size is not compatible with input tensor's size and stride"). The e
 separate storage objects, so the only difference is that in-place writes to such a copied "view"
 are not seen by the original; call `.contiguous()` first when that matters.
 """
+import numpy as np
+
 from ..autograd.function import Op
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
@@ -435,7 +437,16 @@ class Cat(Op):
         ctx.dim, ctx.skip = dim, skip
         kept = [x for x, s in zip(xs, skip) if not s]
         ctx.sizes = tuple(x.shape[dim] for x in kept)
-        return xp_of(xs[0]).concatenate(kept, axis=dim)
+        xp = xp_of(xs[0])
+        if xp is np and len(kept) > 1:
+            # numpy's concatenate copies the stride order of its inputs: permuted views (e.g.
+            # the per-head gradients of attention) would give a permuted result that the next
+            # reshape copies again. A C-ordered output costs the same and reshapes for free.
+            shape = list(kept[0].shape)
+            shape[dim] = sum(ctx.sizes)
+            out = np.empty(shape, dtype=np.result_type(*kept))
+            return np.concatenate(kept, axis=dim, out=out)
+        return xp.concatenate(kept, axis=dim)
 
     @staticmethod
     def backward(ctx, g):

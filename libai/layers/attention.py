@@ -91,8 +91,11 @@ class MultiheadAttention(nn.Module):
         """Attention on this rank's shard: qkv local [b, s, heads_l * 3 * d]."""
         b, s = qkv.shape[0], qkv.shape[1]
         heads = qkv.shape[2] // (3 * self.head_size)
-        qkv = qkv.view(b, s, heads, 3 * self.head_size).permute(0, 2, 1, 3)
-        q, k, v = qkv.chunk(3, dim=-1)
+        # chunk first, then permute each part: the three [b, s, heads, d] views are permuted to
+        # [b, heads, s, d] views (no copies), and in backward the chunk's concatenation of the
+        # (permuted) gradients writes the [b, s, heads, 3d] qkv gradient directly in the layout
+        # of the Linear output, so the view back to [b, s, heads * 3d] needs no second copy
+        q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.view(b, s, heads, 3 * self.head_size).chunk(3, dim=-1))
         if past_key_value is not None:
             pk, pv = past_key_value
             k = flow.cat([pk, k], dim=2)

@@ -66,7 +66,7 @@ class Linear(nn.Module):
 
     def forward(self, x):
         x = to_placement(x, self.weight.placement)
-        if self.parallel == "row":
+        if self.parallel == "row" and dist.get_tensor_parallel_size() > 1:
             # [S(0), S(-1)] x [B, S(1)] -> [S(0), P]; reduce, then add the replicated bias once
             y = settle(F.linear(x, self.weight))
             bias = self.bias
