@@ -9,10 +9,8 @@ import weakref
 
 import numpy as np
 
-from . import backend
 from .autograd import function as _function
 from .autograd.graph import AccumulateGrad, RemovableHandle, run_backward
-from .autograd.grad_mode import _state
 from .backend import dtypes
 
 

@@ -252,7 +252,6 @@ def mesh_axis_groups(mesh, axis):
     key = (mesh.shape, mesh.tobytes(), axis)
     if key in _mesh_groups:
         return _mesh_groups[key]
-    me = get_rank()
     mine = None
     lines = np.moveaxis(mesh, axis, -1).reshape(-1, mesh.shape[axis])
     for line in lines:

@@ -13,12 +13,12 @@ import numpy as np
 
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
-from ..backend import as_device, xp_of
-from ..tensor import Size, Tensor, set_leaf_grad_hook, tensor_method
+from ..backend import as_device
+from ..tensor import Tensor, set_leaf_grad_hook, tensor_method
 from . import comm
 from .boxing import box_across, box_local, local_shape
 from .placement import placement as Placement
-from .sbp import _Sbp, as_sbp_tuple, broadcast, partial_sum, split
+from .sbp import as_sbp_tuple, broadcast, partial_sum, split
 
 
 class GlobalMeta:
@@ -456,16 +456,6 @@ def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
     return t
 
 
-def is_sbp(x):
-    return isinstance(x, _Sbp)
-
-
-def logical_size(t):
-    return Size(t._global.shape)
-
-
-def xp_of_tensor(t):
-    return xp_of(t._data)
 
 
 def logical_array(t):

@@ -582,8 +582,6 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 
 def _max_indices(arg, width, kernel, stride, dilation, pads, out_hw):
-    from ..tensor import Tensor
-
     xp = xp_of(arg._data)
     a = arg._data
     kh, kw = a // kernel[1], a % kernel[1]

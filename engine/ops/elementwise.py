@@ -7,7 +7,7 @@ from ..backend import dtypes, xp_of
 from ..backend.parallel import MIN_PARALLEL_ELEMENTS, parallel_ufunc
 from ..tensor import Tensor, tensor_method
 from . import inplace
-from ._core import broadcast_shapes, float_dtype_for, promote_operands, sum_to, cast, is_scalar
+from ._core import broadcast_shapes, cast, float_dtype_for, promote_operands, sum_to
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
            "floor_divide", "remainder", "fmod", "neg", "negative", "reciprocal", "square"]

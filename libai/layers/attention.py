@@ -29,7 +29,7 @@ import engine.nn.functional as F
 from libai.utils import distributed as dist
 
 from .linear import Linear
-from .utils import dropout, split_on_dp, to_placement
+from .utils import dropout, split_on_dp
 
 __all__ = ["MultiheadAttention", "AttnMaskType"]
 

@@ -24,7 +24,6 @@ Decoding loop (greedy / top-k / top-p are choices on `logits[:, -1]`):
 `GPTModel.from_huggingface(path, **overrides)` builds a model from a Hugging Face GPT-2 folder
 (see libai.models.utils.hf_gpt2).
 """
-from collections.abc import Mapping
 
 import engine as flow
 import engine.nn as nn
