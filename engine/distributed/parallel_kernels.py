@@ -19,7 +19,7 @@ import numpy as np
 
 from ..autograd.function import Op
 from ..backend import xp_of
-from ..ops.indexing import add_rows
+from ..ops.indexing import rows_gradient, without_row
 
 
 def _in_range(xp, ids, start, n):
@@ -71,26 +71,17 @@ class VocabParallelEmbeddingBackward(Op):
 
     @staticmethod
     def forward(ctx, g, ids, num, start, padding_idx):
-        xp = xp_of(g)
         ctx.num, ctx.start, ctx.padding_idx = num, start, padding_idx
-        dim = g.shape[-1]
-        out = xp.zeros((num, dim), dtype=g.dtype)
-        safe, mask = _in_range(xp, ids.reshape(-1), start, num)
-        rows = g.reshape(-1, dim)
+        safe, mask = _in_range(xp_of(g), ids.reshape(-1), start, num)
+        rows = g.reshape(-1, g.shape[-1])
         if not mask.all():
             safe, rows = safe[mask], rows[mask]
-        add_rows(out, safe, rows)
-        if padding_idx is not None:
-            out[padding_idx] = 0
-        return out
+        return rows_gradient(num, safe, rows, padding_idx)
 
     @staticmethod
     def backward(ctx, gg):
         ids = ctx.saved_tensors[0]
-        w = gg
-        if ctx.padding_idx is not None:
-            w = gg.clone()
-            w[ctx.padding_idx] = 0
+        w = without_row(gg, ctx.padding_idx)
         return VocabParallelEmbedding.apply(ids, w, padding_idx=None, start=ctx.start,
                                             stop=ctx.start + ctx.num), None
 

@@ -706,21 +706,31 @@ class EmbeddingBackward(Op):
     @staticmethod
     def forward(ctx, g, ids, num, padding_idx):
         ctx.padding_idx = padding_idx
-        dim = g.shape[-1]
-        out = xp_of(g).zeros((num, dim), dtype=g.dtype)
-        add_rows(out, ids.reshape(-1), g.reshape(-1, dim))
-        if padding_idx is not None:
-            out[padding_idx] = 0
-        return out
+        return rows_gradient(num, ids.reshape(-1), g.reshape(-1, g.shape[-1]), padding_idx)
 
     @staticmethod
     def backward(ctx, gg):
         ids = ctx.saved_tensors[0]
-        w = gg
-        if ctx.padding_idx is not None:
-            w = gg.clone()
-            w[ctx.padding_idx] = 0
-        return Embedding.apply(ids, w, padding_idx=None), None
+        return Embedding.apply(ids, without_row(gg, ctx.padding_idx), padding_idx=None), None
+
+
+def rows_gradient(num, ids, rows, padding_idx):
+    """Dense [num, dim] gradient of a row lookup: `rows` summed per id (repeats accumulate), the
+    padding row left at zero."""
+    out = xp_of(rows).zeros((num, rows.shape[-1]), dtype=rows.dtype)
+    add_rows(out, ids, rows)
+    if padding_idx is not None:
+        out[padding_idx] = 0
+    return out
+
+
+def without_row(t, row):
+    """`t` with row `row` zeroed (a copy), or `t` itself when `row` is None."""
+    if row is None:
+        return t
+    t = t.clone()
+    t[row] = 0
+    return t
 
 
 _MAX_ROUNDS = 32
