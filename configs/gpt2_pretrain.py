@@ -18,8 +18,8 @@ from libai.config import LazyCall, get_config
 from libai.evaluation import PPLEvaluator
 
 model = get_config("common/models/gpt.py").model
-tokenization = get_config("common/data/gpt_dataset.py").tokenization
-dataloader = get_config("common/data/gpt_dataset.py").dataloader
+_data = get_config("common/data/gpt_dataset.py")
+tokenization, dataloader = _data.tokenization, _data.dataloader
 optim = get_config("common/optim.py").optim
 train = get_config("common/train.py").train
 

@@ -115,6 +115,15 @@ class FloorDivide(Op):
         return xp_of(a).floor_divide(a, b)
 
 
+def _modulo_backward(ctx, g, quotient):
+    """a mod b = a - quotient(a, b) * b with a piecewise-constant quotient: d/da = 1,
+    d/db = -quotient(a, b)."""
+    a, b = ctx.saved_tensors
+    ga = sum_to(g, a.shape) if ctx.needs_input_grad[0] else None
+    gb = sum_to(-g * quotient(a, b), b.shape) if ctx.needs_input_grad[1] else None
+    return ga, gb
+
+
 class Remainder(Op):
     """Python-style modulo (sign of the divisor), as torch.remainder."""
 
@@ -127,10 +136,7 @@ class Remainder(Op):
 
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        ga = sum_to(g, a.shape) if ctx.needs_input_grad[0] else None
-        gb = sum_to(-g * floor_divide(a, b), b.shape) if ctx.needs_input_grad[1] else None
-        return ga, gb
+        return _modulo_backward(ctx, g, floor_divide)
 
 
 class Fmod(Op):
@@ -145,10 +151,7 @@ class Fmod(Op):
 
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        ga = sum_to(g, a.shape) if ctx.needs_input_grad[0] else None
-        gb = sum_to(-g * (a / b).trunc(), b.shape) if ctx.needs_input_grad[1] else None
-        return ga, gb
+        return _modulo_backward(ctx, g, lambda a, b: (a / b).trunc())
 
 
 def add(input, other, *, alpha=1):
