@@ -17,6 +17,7 @@ import numpy as np
 from ..autograd.function import Op
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
+from .unary import exp
 from ..tensor import Tensor, _check_dim, tensor_method
 from ._core import along_index, broadcast_to, cast, const_like, replicated, reshape, shape_str
 
@@ -508,25 +509,8 @@ class LogSumExp(Op):
         x, out = ctx.saved_tensors
         out = _live(out, x, lambda: LogSumExp.apply(x, axes=ctx.axes, keepdim=ctx.keepdim))
         shape = tuple(x.shape)
-        w = Exp.apply(x - _expand_back(out, shape, ctx.axes, ctx.keepdim))  # softmax weights
+        w = exp(x - _expand_back(out, shape, ctx.axes, ctx.keepdim))  # softmax weights
         return _expand_back(g, shape, ctx.axes, ctx.keepdim) * w
-
-
-class Exp(Op):
-    """exp, private to this module's backward formulas (the public one lives in unary.py)."""
-
-    name = "Exp"
-    save_inputs = (0,)
-    save_outputs = (0,)
-
-    @staticmethod
-    def forward(ctx, x):
-        return xp_of(x).exp(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, y = ctx.saved_tensors
-        return g * _live(y, x, lambda: Exp.apply(x))
 
 
 def logsumexp(input, dim, keepdim=False):
