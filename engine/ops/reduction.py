@@ -15,7 +15,6 @@ from collections import namedtuple
 import numpy as np
 
 from ..autograd.function import Op
-from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
 from .unary import exp
 from ..tensor import Tensor, _check_dim, tensor_method
@@ -95,15 +94,6 @@ def _int_sum_dtype(t, dtype):
 
 def _const(array, like):
     return Tensor._make(array, like._device)
-
-
-def _live(out, x, recompute):
-    """An op's output as its backward should use it. Saved outputs are detached, which is right
-    for a plain backward; when the backward is itself recorded (create_graph=True) the output is
-    recomputed from the input so that second derivatives flow through it."""
-    if _state.enabled and x._requires_grad:
-        return recompute()
-    return out
 
 
 # ------------------------------------------------------------------ sum / mean
@@ -215,7 +205,6 @@ class Std(Op):
     @staticmethod
     def backward(ctx, g):
         x, out = ctx.saved_tensors
-        out = _live(out, x, lambda: Std.apply(x, axes=ctx.axes, correction=ctx.correction, keepdim=ctx.keepdim))
         # d std = d var / (2 std); PyTorch gives 0 (not nan) where std == 0
         return _var_backward(g * SafeReciprocal.apply(out) * 0.5, x, ctx.axes, ctx.correction, ctx.keepdim)
 
@@ -238,7 +227,6 @@ class SafeReciprocal(Op):
     @staticmethod
     def backward(ctx, g):
         x, r = ctx.saved_tensors
-        r = _live(r, x, lambda: SafeReciprocal.apply(x))
         return -g * r * r
 
 
@@ -296,7 +284,6 @@ class Prod(Op):
         gb = _expand_back(g, shape, axes, keepdim)
         xa = x._data
         if not (xa == 0).any():
-            out = _live(out, x, lambda: Prod.apply(x, axes=axes, keepdim=keepdim, dtype=x.dtype))
             return gb * _expand_back(out, shape, axes, keepdim) / x
         # with zeros: d out / d x_i = product of the other elements, computed directly
         return gb * _const(_prod_of_others(xa, axes), x)
@@ -507,7 +494,6 @@ class LogSumExp(Op):
     @staticmethod
     def backward(ctx, g):
         x, out = ctx.saved_tensors
-        out = _live(out, x, lambda: LogSumExp.apply(x, axes=ctx.axes, keepdim=ctx.keepdim))
         shape = tuple(x.shape)
         w = exp(x - _expand_back(out, shape, ctx.axes, ctx.keepdim))  # softmax weights
         return _expand_back(g, shape, ctx.axes, ctx.keepdim) * w
@@ -551,7 +537,6 @@ class Norm(Op):
         p, axes, keepdim = ctx.p, ctx.axes, ctx.keepdim
         shape = tuple(x.shape)
         if p == 2:
-            out = _live(out, x, lambda: Norm.apply(x, p=p, axes=axes, keepdim=keepdim))
             return x * _expand_back(g * SafeReciprocal.apply(out), shape, axes, keepdim)
         gb = _expand_back(g, shape, axes, keepdim)
         return gb * _const(_norm_grad_factor(x._data, out._data, p, axes, keepdim), x)
@@ -674,7 +659,6 @@ class Cumprod(Op):
         if x.ndim == 0:
             return g
         if not (x._data == 0).any():
-            out = _live(out, x, lambda: Cumprod.apply(x, dim=d, dtype=x.dtype))
             # d out_j / d x_i = out_j / x_i for j >= i: a reverse cumulative sum
             return Cumsum.apply(g * out, dim=d, reverse=True, dtype=g.dtype) / x
         return _const(_cumprod_grad_with_zeros(x._data, g._data, d), x)
