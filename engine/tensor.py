@@ -2,16 +2,22 @@
 
 Operators are not defined here: each op family in `engine/ops` attaches its methods and Python
 operators with `tensor_method`, so this file stays about what a tensor *is* (data, dtype, device,
-gradient bookkeeping) and each family keeps its code in one place.
+gradient bookkeeping) and each family keeps its code in one place. `engine/tensor.pyi` lists every
+method with the module that defines it (generated, kept in sync by tests/test_tensor_stub.py).
+
+A global tensor (engine.distributed) is a Tensor whose `_data` is this rank's shard and whose
+`_global` is its `GlobalMeta` (placement, SBP, logical shape). This layer sits below
+engine.distributed and never imports it: what it needs of a global tensor it asks the meta
+(`logical_value`, `leaf_gradient`, `without_partial`).
 """
 import copy
 import weakref
 
 import numpy as np
 
-from .autograd import function as _function
-from .autograd.graph import AccumulateGrad, RemovableHandle, run_backward
-from .backend import dtypes
+from . import autograd
+from .autograd.graph import AccumulateGrad, RemovableHandle
+from .backend import array_from_data, default_device, dtypes, as_device, xp_for, xp_of
 
 
 class Size(tuple):
@@ -36,16 +42,18 @@ class Tensor:
 
     def __init__(self, data=None, *args, dtype=None, device=None, requires_grad=False):
         """`Tensor(data)` copies like `tensor(data)`; `Tensor(2, 3)` makes an uninitialised float tensor."""
-        from .ops import creation
-
         if data is None:
             data = []
+        dev = as_device(device) if device is not None else None
         if isinstance(data, int) and not isinstance(data, bool):
-            src = creation.empty(data, *args, dtype=dtype, device=device)
+            dev = dev or default_device()
+            dt = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+            array = xp_for(dev).empty(tuple(int(s) for s in (data,) + args), dtype=dt.np)
         else:
-            src = creation.tensor(data, dtype=dtype, device=device)
-        self._init(src._data, src._device)
-        self._requires_grad = bool(requires_grad)
+            array, dev = array_from_data(data._data if isinstance(data, Tensor) else data, dtype, dev)
+        self._init(array, dev)
+        if requires_grad:
+            self.requires_grad_(True)
 
     def _init(self, data, device):
         self._data = data
@@ -207,8 +215,10 @@ class Tensor:
                 res = hook(grad)
                 if res is not None:
                     grad = res
-        if _leaf_grad_hook is not None:
-            grad = _leaf_grad_hook(self, grad)
+        if self._global is not None:
+            grad = self._global.leaf_gradient(self, grad)
+        elif grad._global is not None:
+            raise RuntimeError(f"a local leaf of shape {tuple(self.shape)} received a global gradient")
         if self.grad is None:
             # A gradient may share its array with another leaf's gradient, a retained output or
             # a user's tensor: then .grad gets its own copy. A fresh array that nothing else
@@ -223,33 +233,17 @@ class Tensor:
             self.grad = self.grad + grad
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        """Accumulate d(self)/d(leaf) into every leaf's `.grad`."""
-        if gradient is None:
-            if self.numel() != 1:
-                raise RuntimeError(
-                    f"grad can be implicitly created only for scalar outputs; got a tensor of shape "
-                    f"{tuple(self.shape)}: pass `gradient=` to backward()"
-                )
-            from .ops.creation import ones_like
+        """Accumulate d(self)/d(leaf) into every leaf's `.grad` (see engine.autograd.backward)."""
+        autograd.backward(self, gradient, retain_graph, create_graph, inputs)
 
-            gradient = ones_like(self)
-        elif tuple(gradient.shape) != tuple(self.shape):
-            raise RuntimeError(
-                f"gradient of shape {tuple(gradient.shape)} does not match tensor of shape {tuple(self.shape)}"
-            )
-        if retain_graph is None:
-            retain_graph = create_graph
-        if inputs is not None:
-            from .autograd import grad as _grad
-
-            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
-            grads = _grad([self], inputs, [gradient], retain_graph=retain_graph,
-                          create_graph=create_graph, allow_unused=True)
-            for t, g in zip(inputs, grads):
-                if g is not None:
-                    t._accumulate_grad(g)
-            return
-        run_backward([self], [gradient], retain_graph, create_graph)
+    def _constant_like(self, value):
+        """A fresh constant with this tensor's shape, dtype, device and layout: autograd's seed
+        and missing gradients. On a global tensor every shard is filled, and a partial layout
+        reads as broadcast (a fill is the value itself, not a sum of shards)."""
+        t = Tensor._make(xp_of(self._data).full_like(self._data, value), self._device)
+        if self._global is not None:
+            t._global = self._global.without_partial()
+        return t
 
     def register_hook(self, hook):
         """`hook(grad) -> Tensor or None` runs when this tensor's gradient is computed."""
@@ -313,7 +307,7 @@ class Tensor:
     def _host(self):
         """The logical value as a numpy array (a global tensor is gathered first: a collective
         call, every rank of its placement must make it)."""
-        a = self._data if self._global is None else _global_logical_array(self)
+        a = self._data if self._global is None else self._global.logical_value(self._data)
         return a if isinstance(a, np.ndarray) else a.get()
 
     def __bool__(self):
@@ -366,22 +360,6 @@ class Tensor:
     __str__ = __repr__
 
 
-_leaf_grad_hook = None
-
-
-def _global_logical_array(t):
-    from .distributed.global_tensor import logical_array
-
-    return logical_array(t)
-
-
-
-def set_leaf_grad_hook(fn):
-    """engine.distributed installs a hook that boxes a global leaf's gradient to the leaf's SBP."""
-    global _leaf_grad_hook
-    _leaf_grad_hook = fn
-
-
 def tensor_method(*names):
     """Attach a function to Tensor under each of `names` (used by the op families)."""
 
@@ -406,9 +384,7 @@ class Parameter(Tensor):
 
     def __new__(cls, data=None, requires_grad=True):
         if data is None:
-            from .ops.creation import empty
-
-            data = empty(0)
+            data = Tensor._make(np.empty((0,), dtype=dtypes.get_default_dtype().np), default_device())
         t = Tensor._make.__func__(cls, data._data, data._device)
         t._global = data._global
         t._requires_grad = requires_grad
@@ -423,5 +399,3 @@ class Parameter(Tensor):
     def __reduce_ex__(self, proto):
         raise TypeError("Parameters are saved with engine.save (safetensors), not pickle")
 
-
-_function._tensor_cls = Tensor

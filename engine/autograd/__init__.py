@@ -1,5 +1,10 @@
-"""Reverse-mode automatic differentiation (PyTorch's torch.autograd API)."""
-from .function import Function, FunctionCtx, Op
+"""Reverse-mode automatic differentiation (PyTorch's torch.autograd API).
+
+The layer below tensors: `graph` (nodes and the backward engine), `grad_mode`, and `function`
+(saved-tensor contexts, custom Functions). It never imports `Tensor`; it works on objects with
+the tensor protocol (see function.is_tensor).
+"""
+from .function import Function, FunctionCtx
 from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import Node, run_backward
 
@@ -14,8 +19,6 @@ def _as_list(x):
 
 
 def _default_grads(outputs, grad_outputs):
-    from ..ops.creation import ones_like
-
     grads = _as_list(grad_outputs) or [None] * len(outputs)
     if len(grads) != len(outputs):
         raise RuntimeError(f"grad_outputs has {len(grads)} tensors but outputs has {len(outputs)}")
@@ -24,14 +27,20 @@ def _default_grads(outputs, grad_outputs):
         if g is None:
             if o.numel() != 1:
                 raise RuntimeError(
-                    f"grad can be implicitly created only for scalar outputs; got shape {tuple(o.shape)}"
+                    f"grad can be implicitly created only for scalar outputs; got a tensor of shape "
+                    f"{tuple(o.shape)}: pass the gradient explicitly (`gradient=` to backward())"
                 )
-            g = ones_like(o)
+            g = o._constant_like(1)
+        elif tuple(g.shape) != tuple(o.shape):
+            raise RuntimeError(
+                f"gradient of shape {tuple(g.shape)} does not match tensor of shape {tuple(o.shape)}"
+            )
         res.append(g)
     return res
 
 
 def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(tensors)/d(leaf) into every leaf's `.grad` (only `inputs`' when given)."""
     tensors = _as_list(tensors)
     grads = _default_grads(tensors, grad_tensors)
     if retain_graph is None:
@@ -63,9 +72,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, (t, g) in enumerate(zip(inputs, result)):
         if g is None:
             if materialize_grads:
-                from ..ops.creation import zeros_like
-
-                result[i] = zeros_like(t)
+                result[i] = t._constant_like(0)
             elif not allow_unused:
                 raise RuntimeError(
                     f"One of the differentiated Tensors (input {i}, shape {tuple(t.shape)}) appears to "

@@ -1,30 +1,20 @@
-"""Op dispatch and custom autograd Functions.
+"""Saved-tensor contexts and PyTorch's custom autograd `Function`.
 
-`Op` is how every engine operator is declared (DESIGN.md "one op, three facts"):
-  * `forward(ctx, *arrays, **attrs)`: the kernel, on backend arrays, written once for numpy/cupy;
-  * `backward(ctx, *grads)`: the derivative, written in engine ops on Tensors, so that it works
-    unchanged on global tensors and can itself be differentiated (`create_graph=True`);
-  * SBP signatures, added for global tensors (`sbp_rule`), kept apart from both.
-`Op.apply` is the single dispatch path. It is on the hot path of every step, so it does as little
-as possible: unwrap, run the kernel, wrap, and record a `Node` only when a gradient is needed.
+`Context` carries what a backward needs (the tensors saved for it, with in-place checks); engine
+operators (`engine.ops.op.Op`) and custom Functions both use it. `Function` is PyTorch's
+user-facing custom function: forward and backward both on Tensors.
 
-`Function` is PyTorch's user-facing custom function: forward and backward both on Tensors.
+Autograd sits below the tensor layer and never imports `Tensor`: it works on any object with the
+tensor protocol (`_grad_edge`, `_make`, `detach`, `_data`, ...), which engine.tensor.Tensor has.
 """
-import weakref
-
-import numpy as np
-
-from ..backend.dtypes import bfloat16 as _bf16
+from ..backend import xp_for
 from .grad_mode import _state, no_grad
 from .graph import Node
 
-_BF16 = _bf16.np
 
-_tensor_cls = None  # engine.tensor.Tensor, set when that module loads (avoids an import cycle)
-
-
-def _Tensor():
-    return _tensor_cls
+def is_tensor(x):
+    """Whether `x` takes part in autograd (has the tensor protocol)."""
+    return hasattr(type(x), "_grad_edge")
 
 
 class Context:
@@ -62,7 +52,7 @@ class Context:
         for k in range(self._outputs_from, len(res)):
             t = res[k]
             if t is not None and node is not None and t._requires_grad:
-                a = _alias(t)
+                a = alias(t)
                 a.grad_fn = node
                 res[k] = a
         return tuple(res)
@@ -75,51 +65,7 @@ class Context:
         self.__dict__["_materialize"] = bool(value)
 
 
-class Op:
-    """Base class of engine operators. Subclasses set:
-
-    name           -- shown in grad_fn reprs and error messages
-    save_inputs    -- indices of inputs the backward reads (kept alive in the graph)
-    save_outputs   -- indices of outputs the backward reads
-    differentiable -- False for ops with no gradient (comparisons, argmax, random sampling)
-    """
-
-    name = None
-    save_inputs = ()
-    save_outputs = ()
-    differentiable = True
-    sbp_rule = None  # global tensors: SBP signature inference, see engine.distributed
-
-    @staticmethod
-    def forward(ctx, *arrays, **attrs):
-        raise NotImplementedError
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError
-
-    @classmethod
-    def apply(cls, *inputs, **attrs):
-        """Run the op on Tensors (None allowed for optional inputs); returns a Tensor or a tuple."""
-        if _global_dispatch is not None:
-            for t in inputs:
-                if t is not None and t._global is not None:
-                    return _global_dispatch(cls, inputs, attrs)
-        ctx = Context()
-        arrays = [None if t is None else t._data for t in inputs]
-        needs_grad = False
-        if cls.differentiable and _state.enabled:
-            for t in inputs:
-                if t is not None and t._requires_grad:
-                    needs_grad = True
-                    break
-        if needs_grad:
-            ctx.needs_input_grad = tuple(t is not None and t._requires_grad for t in inputs)
-        out = cls.forward(ctx, *arrays, **attrs)
-        return _wrap_outputs(cls, ctx, inputs, out, needs_grad, _tensor_cls)
-
-
-def _saved(t):
+def saved_input(t):
     """What a Node keeps of a tensor its backward reads.
 
     A leaf that requires grad is kept as itself (it can't be rebound by an in-place op, and its
@@ -130,10 +76,10 @@ def _saved(t):
     """
     if t is None or (t.grad_fn is None and t._requires_grad):
         return t
-    return _alias(t)
+    return alias(t)
 
 
-def _alias(t):
+def alias(t):
     a = t._make(t._data, t._device)
     a._vc = t._vc
     a.grad_fn = t.grad_fn
@@ -141,54 +87,6 @@ def _alias(t):
     a._requires_grad = t._requires_grad
     a._global = t._global
     return a
-
-
-def _wrap_outputs(cls, ctx, inputs, out, needs_grad, Tensor, device=None):
-    if device is None:
-        for t in inputs:
-            if t is not None:
-                device = t._device
-                break
-    single = not isinstance(out, tuple)
-    outs = (out,) if single else out
-    for a in outs:
-        if isinstance(a, np.generic):
-            # numpy turns 0-d results (e.g. 0-d + 0-d) into numpy scalars; a Tensor holds arrays
-            outs = tuple(np.asarray(x) if isinstance(x, np.generic) else x for x in outs)
-            break
-    if not needs_grad:
-        res = tuple(Tensor._make(a, device) for a in outs)
-        return res[0] if single else res
-    node = Node(cls.name or cls.__name__, cls.backward, ctx,
-                tuple(None if t is None else t._grad_edge() for t in inputs), len(outs))
-    res = []
-    for i, a in enumerate(outs):
-        t = Tensor._make(a, device)
-        if a.dtype.kind in "fc" or a.dtype == _BF16:  # bfloat16 (ml_dtypes) has kind "V"
-            t._requires_grad = True
-            t.grad_fn = node
-            t._output_nr = i
-        res.append(t)
-    if cls.save_inputs or cls.save_outputs:
-        saved = [_saved(inputs[i]) for i in cls.save_inputs]
-        if cls.save_outputs:
-            ctx._outputs_from = len(saved)
-            ctx._node = weakref.ref(node)
-            for i in cls.save_outputs:
-                a = _alias(res[i])
-                a.grad_fn = None
-                saved.append(a)
-        ctx.save_for_backward(*saved)
-    return res[0] if single else tuple(res)
-
-
-_global_dispatch = None
-
-
-def set_global_dispatch(fn):
-    """Installed by engine.distributed: routes ops with global inputs through SBP inference."""
-    global _global_dispatch
-    _global_dispatch = fn
 
 
 class FunctionCtx(Context):
@@ -217,9 +115,8 @@ class Function:
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        Tensor = _tensor_cls
         ctx = FunctionCtx()
-        tensor_args = [a if isinstance(a, Tensor) else None for a in args]
+        tensor_args = [a if is_tensor(a) else None for a in args]
         needs_grad = _state.enabled and any(t is not None and t.requires_grad for t in tensor_args)
         ctx.needs_input_grad = tuple(t is not None and t.requires_grad for t in tensor_args)
         with no_grad():
@@ -230,13 +127,13 @@ class Function:
             return out
         non_diff = ctx.__dict__.get("_non_diff", set())
         materialize = ctx.__dict__.get("_materialize", True)
-        shapes = [(o.shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outs]
+        # outputs are fresh tensors sharing the returned arrays: never rewire one the caller holds
+        res = [o.detach() if is_tensor(o) else o for o in outs]
+        zeros = [_zeros_maker(r) if is_tensor(r) else None for r in res]
 
         def backward_fn(c, *grads):
             if materialize:
-                grads = tuple(
-                    g if g is not None or s is None else _zeros(*s) for g, s in zip(grads, shapes)
-                )
+                grads = tuple(g if g is not None or z is None else z() for g, z in zip(grads, zeros))
             res = cls.backward(c, *grads)
             if not isinstance(res, tuple):
                 res = (res,)
@@ -253,19 +150,22 @@ class Function:
         node = Node(cls.__name__, backward_fn, ctx,
                     tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args),
                     len(outs))
-        res = []
-        for i, o in enumerate(outs):
-            if isinstance(o, Tensor):
-                o = Tensor._make(o._data, o._device)  # never rewire a tensor the caller still holds
-                if o.dtype.is_floating_point and id(outs[i]) not in non_diff:
-                    o._requires_grad = True
-                    o.grad_fn = node
-                    o._output_nr = i
-            res.append(o)
+        for i, o in enumerate(res):
+            if is_tensor(o) and o.dtype.is_floating_point and id(outs[i]) not in non_diff:
+                o._requires_grad = True
+                o.grad_fn = node
+                o._output_nr = i
         return res[0] if single else tuple(res)
 
 
-def _zeros(shape, dtype, device):
-    from .. import zeros
+def _zeros_maker(t):
+    """A maker of zeros laid out like `t` (shard shape, dtype, device, global layout: zeros are
+    a valid value of every SBP), holding no reference to `t` or its array."""
+    make, shape, dtype, device, meta = t._make, t._data.shape, t._data.dtype, t._device, t._global
 
-    return zeros(shape, dtype=dtype, device=device)
+    def zeros():
+        z = make(xp_for(device).zeros(shape, dtype=dtype), device)
+        z._global = meta
+        return z
+
+    return zeros

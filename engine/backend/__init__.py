@@ -123,3 +123,52 @@ def to_device(array, dev):
 def default_device():
     """`ENGINE_DEVICE=cuda` makes new tensors default to the GPU (used to run the test suite on CuPy)."""
     return as_device(os.environ.get("ENGINE_DEVICE", "cpu"))
+
+
+# ------------------------------------------------------------------ arrays from Python data
+def infer_dtype(data):
+    """PyTorch's dtype for Python data: bool, int64, or the default float dtype."""
+    a = np.asarray(data)
+    if a.dtype == np.bool_:
+        return dtypes.bool_
+    if a.dtype.kind in "iu":
+        return dtypes.int64
+    if a.dtype == object or a.dtype.kind not in "biuf":
+        raise TypeError(f"can't build a tensor from data of type {a.dtype}")
+    return dtypes.get_default_dtype()
+
+
+def _is_array(data):
+    return isinstance(data, np.ndarray) or hasattr(data, "__cuda_array_interface__")
+
+
+def _host_data(data):
+    """Nested lists/tuples with array-likes inside (e.g. 0-d tensors) as one numpy array."""
+    if isinstance(data, (list, tuple)) and any(hasattr(x, "__array__") and not _is_array(x) for x in _flat(data)):
+        return np.array([_host_data(x) for x in data])
+    if hasattr(data, "__array__") and not _is_array(data):
+        return np.asarray(data)
+    return data
+
+
+def _flat(data):
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def array_from_data(data, dtype=None, device=None):
+    """A new array holding a copy of `data` (nested lists, scalars, numpy/CuPy arrays, anything
+    with `__array__`), and its device. An array keeps its dtype and device unless `dtype` /
+    `device` are given; Python data gets PyTorch's dtype (infer_dtype) on the default device."""
+    dtype = dtypes.as_dtype(dtype)
+    data = _host_data(data)
+    if _is_array(data):
+        dtype = dtype or dtypes.from_numpy_dtype(data.dtype)  # a clear error for unsupported dtypes
+        dev = as_device(device) or device_of(data)
+        return xp_for(dev).array(to_device(data, dev), dtype=dtype.np, copy=True), dev
+    dev = as_device(device) or default_device()
+    array = np.array(data, dtype=(dtype or infer_dtype(data)).np)
+    return to_device(array, dev), dev

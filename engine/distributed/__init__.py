@@ -13,6 +13,14 @@ from .comm import (
 
 from . import sbp  # noqa: E402
 from .placement import placement  # noqa: E402
+from . import global_tensor  # noqa: E402
 from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
-from . import dispatch, rules  # noqa: E402,F401  (installs the global dispatch)
+from . import dispatch, rules  # noqa: E402,F401
 from . import rules_parallel  # noqa: E402,F401  (tensor-parallel rules: vocab-parallel embedding / cross-entropy)
+from ..ops.creation import set_global_factory  # noqa: E402
+from ..ops.op import set_global_dispatch  # noqa: E402
+
+# What this layer plugs into the layers below it (they never import engine.distributed; per-tensor
+# behaviour they reach through the GlobalMeta a global tensor carries):
+set_global_dispatch(dispatch.global_apply)  # Op.apply with a global input
+set_global_factory(global_tensor.create_global)  # creation with placement= and sbp=

@@ -18,34 +18,14 @@ leaves shape bookkeeping (ctx) local. It does not support create_graph on global
 """
 import numpy as np
 
-from ..autograd.function import Context, set_global_dispatch
+from ..autograd.function import Context
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 from ..tensor import Tensor
 from . import comm
 from .global_tensor import GlobalMeta, global_to_global, make_global
-from .sbp import broadcast, partial_sum
-
-
-class Signature:
-    """One 1-D SBP signature: an SBP per input (None for absent inputs) and per output."""
-
-    __slots__ = ("ins", "outs")
-
-    def __init__(self, ins, outs):
-        self.ins = tuple(ins)
-        self.outs = tuple(outs)
-
-    @property
-    def all_broadcast(self):
-        return all(s is None or s.is_broadcast for s in self.ins + self.outs)
-
-    def __repr__(self):
-        return f"{self.ins} -> {self.outs}"
-
-
-def all_broadcast_signature(n_in, n_out, present):
-    return Signature([broadcast if p else None for p in present], [broadcast] * n_out)
+from .rules import rule_for
+from .sbp import Signature, all_broadcast_signature, broadcast, partial_sum
 
 
 # ------------------------------------------------------------------ cost of boxing
@@ -173,8 +153,6 @@ def _fail_mixed(cls, inputs):
 
 
 def global_apply(cls, inputs, attrs):
-    from .rules import rule_for
-
     name = cls.name or cls.__name__
     metas = []
     for t in inputs:
@@ -286,5 +264,3 @@ def _local_view(t):
     v._requires_grad = t._requires_grad
     return v
 
-
-set_global_dispatch(global_apply)

@@ -14,7 +14,7 @@ import numpy as np
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 from ..backend import as_device
-from ..tensor import Tensor, set_leaf_grad_hook, tensor_method
+from ..tensor import Tensor, tensor_method
 from . import comm
 from .boxing import box_across, box_local, local_shape
 from .placement import placement as Placement
@@ -43,9 +43,49 @@ class GlobalMeta:
         sbp = self.sbp[0] if len(self.sbp) == 1 else self.sbp
         return f"placement={self.placement!r}, sbp={sbp}"
 
+    # ---- what the layers below engine.distributed ask of a global tensor (they never import
+    #      this module: a global tensor carries its meta, and they call these methods)
     def constant(self, shape):
         """Meta of a constant (the same value on every rank) on this placement."""
         return GlobalMeta(self.placement, (broadcast,) * self.placement.ndim, shape)
+
+    def with_shape(self, shape):
+        """The same placement and SBP for a tensor of logical `shape` (e.g. a constant computed
+        elementwise from a shard)."""
+        return GlobalMeta(self.placement, self.sbp, shape)
+
+    def without_partial(self):
+        """This layout with partial mesh axes read as broadcast: the layout of a fresh value
+        (a fill, a random draw) made like this tensor, which is not a sum of shards."""
+        if not any(s.is_partial for s in self.sbp):
+            return self
+        return GlobalMeta(self.placement, tuple(broadcast if s.is_partial else s for s in self.sbp), self.shape)
+
+    def logical_value(self, local):
+        """The whole logical value, from this rank's shard `local` (a collective: every rank of
+        the placement must call it)."""
+        if not self.here:
+            raise RuntimeError(f"rank {comm.get_rank()} is not in the placement {self.placement!r}: it holds "
+                               "no data for this tensor")
+        return box_local(local, self.shape, self.placement, self.sbp, (broadcast,) * self.placement.ndim,
+                         self.coords())
+
+    def leaf_gradient(self, leaf, grad):
+        """`grad` boxed to this leaf's own layout before it accumulates into `leaf.grad` (a
+        broadcast parameter used on split data gets an all-reduced gradient); see _box_leaf_grad."""
+        return _box_leaf_grad(leaf, grad)
+
+    def reduce_over_splits(self, arr, op="sum"):
+        """Combine a per-shard quantity (e.g. a sum of squares) over the mesh axes that split this
+        tensor, in place on `arr`; broadcast axes hold the same value already. Used for norms of
+        sharded parameters and gradients (LAMB's trust ratio, clip_grad_norm_)."""
+        if any(s.is_partial for s in self.sbp):
+            raise RuntimeError(f"a norm of a partial global tensor ({self}) needs its pending reduction first "
+                               "(after no_grad_sync, call flow.distributed.sync_grads(params))")
+        for k, s in enumerate(self.sbp):
+            if s.is_split and self.placement.hierarchy[k] > 1:
+                comm.all_reduce(arr, op=op, group=comm.mesh_axis_groups(self.placement.mesh, k))
+        return arr
 
     @property
     def here(self):
@@ -371,10 +411,8 @@ def _box_leaf_grad(leaf, grad):
     """A global leaf's gradient takes the leaf's own SBP (so a broadcast parameter used on split
     data gets an all-reduced gradient). While sync is deferred, partial gradients stay partial."""
     lm, gm = leaf._global, grad._global
-    if lm is None or gm is None:
-        if (lm is None) != (gm is None):
-            raise RuntimeError("a global leaf received a local gradient (or the reverse)")
-        return grad
+    if gm is None:
+        raise RuntimeError(f"a global leaf ({lm}) received a local gradient")
     if gm.placement == lm.placement and gm.sbp == lm.sbp:
         return grad
     if _sync["deferred"] and gm.placement == lm.placement:
@@ -382,8 +420,6 @@ def _box_leaf_grad(leaf, grad):
         return global_to_global(grad, lm.placement, keep)
     return global_to_global(grad, lm.placement, lm.sbp)
 
-
-set_leaf_grad_hook(_box_leaf_grad)
 
 
 @contextlib.contextmanager
@@ -409,6 +445,22 @@ def sync_grads(parameters):
 
 
 # ------------------------------------------------------------------ creation
+def create_global(factory, fill_args, args, kwargs, placement_, sbp):
+    """A factory call with `placement=` and `sbp=` (flow.zeros(4, placement=p, sbp=B), ...):
+    registered into engine.ops.creation by engine.distributed. The logical value is what the
+    local factory makes; constant fills (`fill_args` given) allocate only each rank's shard."""
+    if not isinstance(placement_, Placement):
+        raise TypeError(f"{factory.__name__}: placement must be flow.placement(...), got {type(placement_).__name__}")
+    requires_grad = kwargs.pop("requires_grad", False)
+    kwargs["device"] = device_of_placement(placement_)
+    if fill_args is not None:
+        shape, value, dtype = fill_args(*args, **kwargs)
+        return global_filled(shape, value, dtype, placement_, sbp, requires_grad)
+    logical = factory(*args, **kwargs)
+    return global_from_logical(lambda: logical._data, tuple(logical.shape), logical.dtype, placement_, sbp,
+                               requires_grad=requires_grad)
+
+
 def global_from_logical(make_logical, shape, dtype, placement_, sbp, device=None, requires_grad=False):
     """A global tensor whose logical value is `make_logical()` (called on every rank, so random
     draws stay in lockstep and the logical tensor does not depend on the layout)."""
@@ -456,14 +508,3 @@ def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
     return t
 
 
-
-
-def logical_array(t):
-    """The whole logical value of a global tensor on every rank of its placement."""
-    meta = t._global
-    if not meta.here:
-        raise RuntimeError(f"rank {comm.get_rank()} is not in the placement {meta.placement!r}: it holds no data "
-                           "for this tensor")
-    full = box_local(t._data, meta.shape, meta.placement, meta.sbp, (broadcast,) * meta.placement.ndim,
-                     meta.coords())
-    return full

@@ -17,7 +17,7 @@ They also work on plain local tensors (start=0 and the whole axis: every id is i
 """
 import numpy as np
 
-from ..autograd.function import Op
+from ..ops.op import Op
 from ..backend import xp_of
 from ..ops.indexing import rows_gradient, without_row
 
@@ -140,17 +140,3 @@ class TargetScatter(Op):
         target = ctx.saved_tensors[0]
         return TargetGather.apply(gg, target, axis=ctx.axis, start=ctx.start), None
 
-
-def reduce_over_splits(arr, meta, op="sum"):
-    """Combine a per-shard quantity (e.g. a sum of squares) of a global tensor over the mesh axes
-    that split it, in place on `arr`; broadcast axes hold the same value already. Used for norms
-    of sharded parameters and gradients (LAMB's trust ratio, clip_grad_norm_)."""
-    from . import comm
-
-    if any(s.is_partial for s in meta.sbp):
-        raise RuntimeError(f"a norm of a partial global tensor ({meta}) needs its pending reduction first "
-                           "(after no_grad_sync, call flow.distributed.sync_grads(params))")
-    for k, s in enumerate(meta.sbp):
-        if s.is_split and meta.placement.hierarchy[k] > 1:
-            comm.all_reduce(arr, op=op, group=comm.mesh_axis_groups(meta.placement.mesh, k))
-    return arr

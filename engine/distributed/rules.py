@@ -9,8 +9,7 @@ A rule only adds cheaper options. Gradient ops never need one: backwards run on 
 dispatch.py).
 """
 from ..ops import _core, conv, elementwise, indexing, linalg, nn_ops, reduction, shape as shape_ops, unary
-from .dispatch import Signature
-from .sbp import broadcast as B, partial_sum as P, split as S
+from .sbp import Signature, broadcast as B, partial_sum as P, split as S
 
 
 class Rule:

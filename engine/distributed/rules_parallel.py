@@ -21,10 +21,9 @@
 from ..ops import indexing, nn_ops
 from . import rules
 from .boxing import local_slices
-from .dispatch import Signature
 from .global_tensor import global_to_global
 from .parallel_kernels import ClassMax, TargetGather, VocabParallelEmbedding
-from .sbp import broadcast as B, partial_max, partial_sum as P, split as S
+from .sbp import Signature, broadcast as B, partial_max, partial_sum as P, split as S
 
 
 def _split_range(shape, nd, placement, coords, dim):

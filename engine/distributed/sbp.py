@@ -97,3 +97,24 @@ def balanced_range(extent, parts, index):
     q, r = divmod(extent, parts)
     start = index * q + min(index, r)
     return start, start + q + (1 if index < r else 0)
+
+
+class Signature:
+    """One 1-D SBP signature: an SBP per input (None for absent inputs) and per output."""
+
+    __slots__ = ("ins", "outs")
+
+    def __init__(self, ins, outs):
+        self.ins = tuple(ins)
+        self.outs = tuple(outs)
+
+    @property
+    def all_broadcast(self):
+        return all(s is None or s.is_broadcast for s in self.ins + self.outs)
+
+    def __repr__(self):
+        return f"{self.ins} -> {self.outs}"
+
+
+def all_broadcast_signature(n_in, n_out, present):
+    return Signature([broadcast if p else None for p in present], [broadcast] * n_out)

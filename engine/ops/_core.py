@@ -4,9 +4,9 @@ import numbers
 
 import numpy as np
 
-from ..autograd.function import Op
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, tensor_method
+from .op import Op
 
 
 def shape_str(shape):
@@ -262,9 +262,7 @@ def replicated(t):
     g = t._global
     if g is None or all(s.is_broadcast for s in g.sbp):
         return t
-    from ..distributed.sbp import broadcast
-
-    return t.to_global(sbp=(broadcast,) * len(g.sbp))
+    return t.to_global(sbp=g.constant(g.shape).sbp)  # every mesh axis broadcast
 
 
 def const_like(array, like, shape=None):
@@ -275,7 +273,5 @@ def const_like(array, like, shape=None):
     t = Tensor._make(array, like._device)
     g = like._global
     if g is not None:
-        from ..distributed.global_tensor import GlobalMeta
-
-        t._global = GlobalMeta(g.placement, g.sbp, array.shape if shape is None else shape)
+        t._global = g.with_shape(array.shape if shape is None else shape)
     return t

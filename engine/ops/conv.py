@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from ._core import broadcast_to, const_like, reshape, shape_str
 from ._kernels import matmul as _matmul

@@ -1,5 +1,5 @@
 """Moving tensors between dtypes and devices: `to`, `float()`, `cuda()`, `type_as` ..."""
-from ..autograd.function import Op
+from .op import Op
 from ..backend import as_device, device_of, dtypes, to_device
 from ..tensor import Tensor, tensor_method
 from ._core import cast

@@ -4,11 +4,12 @@ Every function takes `dtype=`, `device=` and `requires_grad=` as in PyTorch. Ran
 from `engine.Generator`s (the default one unless `generator=` is given), so `manual_seed` makes
 them reproducible.
 """
+import functools
 import numbers
 
 import numpy as np
 
-from ..backend import as_device, default_device, dtypes, device_of, to_device, xp_for
+from ..backend import array_from_data, as_device, default_device, dtypes, to_device, xp_for
 from ..backend.random import default_generator
 from ..tensor import Tensor, Size
 
@@ -39,57 +40,13 @@ def _size(size):
     return size
 
 
-def _infer_dtype(data):
-    """PyTorch's dtype for Python data: bool, int64, or the default float dtype."""
-    a = np.asarray(data)
-    if a.dtype == np.bool_:
-        return dtypes.bool_
-    if a.dtype.kind in "iu":
-        return dtypes.int64
-    if a.dtype.kind == "f":
-        return dtypes.get_default_dtype()
-    if a.dtype == object or a.dtype.kind not in "biuf":
-        raise TypeError(f"can't build a tensor from data of type {a.dtype}")
-    return dtypes.get_default_dtype()
-
-
-def _to_host_array(data):
-    if isinstance(data, Tensor):
-        return data._host()
-    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(data)):
-        return np.array([_to_host_array(x) for x in data])
-    return data
-
-
-def _flat(data):
-    for x in data:
-        if isinstance(x, (list, tuple)):
-            yield from _flat(x)
-        else:
-            yield x
-
-
 def tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """Copy `data` (nested lists, scalars, numpy arrays or tensors) into a new tensor."""
-    dtype = dtypes.as_dtype(dtype)
     if isinstance(data, Tensor):
-        dev = _dev(device) if device is not None else data._device
-        src = data._data
-        array = src.astype(dtype.np) if dtype is not None else src.copy()
-        return _finish(to_device(array, dev), dev, requires_grad)
-    data = _to_host_array(data)
-    if isinstance(data, np.ndarray) or (hasattr(data, "__cuda_array_interface__")):
-        if dtype is None:
-            dtype = dtypes.from_numpy_dtype(data.dtype)
-        dev = _dev(device) if device is not None else device_of(data)
-        array = to_device(data, dev)
-        xp = xp_for(dev)
-        return _finish(xp.array(array, dtype=dtype.np, copy=True), dev, requires_grad)
-    if dtype is None:
-        dtype = _infer_dtype(data)
-    dev = _dev(device)
-    array = np.array(data, dtype=dtype.np)
-    return _finish(to_device(array, dev), dev, requires_grad)
+        array, dev = array_from_data(data._data, dtype, _dev(device) if device is not None else data._device)
+    else:
+        array, dev = array_from_data(data, dtype, device)
+    return _finish(array, dev, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -258,12 +215,21 @@ def is_number(x):
 
 
 # ------------------------------------------------------------------ global creation
+_global_factory = None
+
+
+def set_global_factory(fn):
+    """engine.distributed registers `fn(factory, fill_args, args, kwargs, placement, sbp)` here when
+    it loads: it builds the global tensor that a factory call with `placement=` and `sbp=` asks
+    for (the logical value is what `factory(*args, **kwargs)` makes; `fill_args`, for constant
+    fills, parses the call into (shape, value, dtype) so that each rank allocates only its shard)."""
+    global _global_factory
+    _global_factory = fn
+
+
 def _placeable(fn, filled=None):
     """Add `placement=` and `sbp=` to a factory: the result is a global tensor whose logical
-    value is what the local factory makes. Every rank builds the logical tensor with the same
-    generator state, so a random global tensor does not depend on its placement or SBP.
-    Constant fills (`filled`) allocate only each rank's shard."""
-    import functools
+    value is what the local factory makes."""
 
     @functools.wraps(fn)
     def wrapper(*args, placement=None, sbp=None, **kwargs):
@@ -273,16 +239,9 @@ def _placeable(fn, filled=None):
             return fn(*args, **kwargs)
         if sbp is None:
             raise ValueError(f"{fn.__name__}: placement= needs sbp= as well (e.g. flow.sbp.broadcast)")
-        from ..distributed import global_tensor as gt
-
-        requires_grad = kwargs.pop("requires_grad", False)
-        kwargs["device"] = "cpu" if placement.type == "cpu" else gt.device_of_placement(placement)
-        if filled is not None:
-            shape, value, dtype = filled(*args, **kwargs)
-            return gt.global_filled(shape, value, dtype, placement, sbp, requires_grad)
-        logical = fn(*args, **kwargs)
-        return gt.global_from_logical(lambda: logical._data, tuple(logical.shape), logical.dtype, placement, sbp,
-                                      requires_grad=requires_grad)
+        if _global_factory is None:
+            raise RuntimeError(f"{fn.__name__}: placement= needs engine.distributed (import engine)")
+        return _global_factory(fn, filled, args, kwargs, placement, sbp)
 
     return wrapper
 
@@ -315,10 +274,8 @@ normal = _placeable(normal)
 def _global_like(factory, input, kwargs):
     """A *_like factory on a global input: same placement, SBP with partial read as broadcast
     (the result is a fresh value, not a sum of shards)."""
-    from ..distributed.sbp import broadcast
-
-    sbp = tuple(broadcast if s.is_partial else s for s in input._global.sbp)
-    return factory(input.shape, placement=input._global.placement, sbp=sbp, **kwargs)
+    meta = input._global.without_partial()
+    return factory(input.shape, placement=meta.placement, sbp=meta.sbp, **kwargs)
 
 
 def _like_factory(factory):

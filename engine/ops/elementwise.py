@@ -2,7 +2,7 @@
 in-place forms. Each backward reduces its gradient to the input's shape with `sum_to`."""
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from ..backend.parallel import MIN_PARALLEL_ELEMENTS, parallel_ufunc
 from ..tensor import Tensor, tensor_method

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace

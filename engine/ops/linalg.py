@@ -8,7 +8,7 @@ plus a reduction into one large GEMM.
 """
 import string
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import xp_of
 from ..tensor import Tensor, tensor_method
 from ._core import broadcast_shapes, broadcast_to, reshape, shape_str, sum_to

@@ -17,7 +17,7 @@ ops raise a clear error on double backward.
 """
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from ..backend.random import default_generator
 from ..tensor import Tensor, _check_dim, tensor_method

@@ -15,7 +15,7 @@ nothing recorded the values are written into the tensor's own storage (views see
 """
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from ..backend.random import default_generator
 from ..tensor import Tensor, tensor_method

@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from .unary import exp
 from ..tensor import Tensor, _check_dim, tensor_method

@@ -12,7 +12,7 @@ are not seen by the original; call `.contiguous()` first when that matters.
 """
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import _core

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..autograd.function import Op
+from .op import Op
 from ..backend.parallel import parallel_for, parallel_ufunc
 from ._kernels import BLOCK_ELEMENTS
 from ..backend import dtypes, xp_of

@@ -83,10 +83,8 @@ def _norm(xp, a):
 
 
 def _global_norms(xp, meta, w, r):
-    from ..distributed.parallel_kernels import reduce_over_splits
-
     sq = xp.stack([_norm(xp, w), _norm(xp, r)]) ** 2
-    reduce_over_splits(sq, meta)
+    meta.reduce_over_splits(sq)
     return xp.sqrt(sq[0]), xp.sqrt(sq[1])
 
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ...backend import dtypes, to_device, xp_of
+from ...ops.creation import tensor
 from ...tensor import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_"]
@@ -52,13 +53,11 @@ def _grad_norm(g, p, acc):
     meta = g._global
     if meta is None or not any(s.is_split or s.is_partial for s in meta.sbp):
         return n
-    from ...distributed.parallel_kernels import reduce_over_splits
-
     if p in (math.inf, -math.inf):
-        return reduce_over_splits(xp.asarray(n).reshape(1), meta, "max" if p > 0 else "min")[0]
+        return meta.reduce_over_splits(xp.asarray(n).reshape(1), "max" if p > 0 else "min")[0]
     if p == 0.0:
-        return reduce_over_splits(xp.asarray(n).reshape(1), meta)[0]
-    return reduce_over_splits(xp.asarray(n ** p).reshape(1), meta)[0] ** (1.0 / p)
+        return meta.reduce_over_splits(xp.asarray(n).reshape(1))[0]
+    return meta.reduce_over_splits(xp.asarray(n ** p).reshape(1))[0] ** (1.0 / p)
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
@@ -71,8 +70,6 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     norm_type = float(norm_type)
     max_norm = float(max_norm)
     if not grads:
-        from ...ops.creation import tensor
-
         return tensor(0.0)
     acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in grads) else dtypes.float32.np
     dev = grads[0]._device

@@ -174,10 +174,10 @@ def run_case(case, placement, seed, cfg):
 def _install_coverage():
     """MATRIX_COVERAGE=1: count, per op class, the signatures chosen other than all-broadcast
     (evidence that the rules' split/partial signatures are exercised, not just the default)."""
-    from engine.distributed import dispatch, rules
+    from engine.distributed import dispatch
 
     counts, current = {}, [None]
-    rule_for, choose = rules.rule_for, dispatch.choose
+    rule_for, choose = dispatch.rule_for, dispatch.choose
 
     def rule_for_(cls):
         current[0] = cls.name or cls.__name__
@@ -189,7 +189,7 @@ def _install_coverage():
         c[0 if sig.all_broadcast else 1] += 1
         return sig
 
-    rules.rule_for, dispatch.choose = rule_for_, choose_
+    dispatch.rule_for, dispatch.choose = rule_for_, choose_
     return counts
 
 

@@ -1,0 +1,118 @@
+"""`Op`: how every engine operator is declared, and the single dispatch path of the engine.
+
+An operator is a subclass of `Op` with two facts about it (docs/engine.md "One op, three facts"):
+  * `forward(ctx, *arrays, **attrs)`: the kernel, on backend arrays, written once for numpy/cupy;
+  * `backward(ctx, *grads)`: the derivative, written in engine ops on Tensors, so that it can
+    itself be differentiated (`create_graph=True`).
+The third fact, its SBP rule for global tensors, lives in `engine/distributed/rules/<family>.py`,
+the file named like the op's own module here.
+
+`Op.apply` is on the hot path of every step, so it does as little as possible: unwrap, run the
+kernel, wrap, and record a `Node` only when a gradient is needed. A call with a global input goes
+to the global dispatch that engine.distributed registers with `set_global_dispatch`.
+"""
+import weakref
+
+import numpy as np
+
+from ..autograd.function import Context, alias, saved_input
+from ..autograd.grad_mode import _state
+from ..autograd.graph import Node
+from ..backend.dtypes import bfloat16 as _bf16
+from ..tensor import Tensor
+
+_BF16 = _bf16.np
+
+_global_dispatch = None
+
+
+def set_global_dispatch(fn):
+    """engine.distributed registers `fn(op_cls, inputs, attrs)` here when it loads: it runs ops
+    whose inputs are global tensors (SBP inference, boxing, the kernel on shards)."""
+    global _global_dispatch
+    _global_dispatch = fn
+
+
+class Op:
+    """Base class of engine operators. Subclasses set:
+
+    name           -- shown in grad_fn reprs and error messages
+    save_inputs    -- indices of inputs the backward reads (kept alive in the graph)
+    save_outputs   -- indices of outputs the backward reads
+    differentiable -- False for ops with no gradient (comparisons, argmax, random sampling)
+    """
+
+    name = None
+    save_inputs = ()
+    save_outputs = ()
+    differentiable = True
+
+    @staticmethod
+    def forward(ctx, *arrays, **attrs):
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs, **attrs):
+        """Run the op on Tensors (None allowed for optional inputs); returns a Tensor or a tuple."""
+        for t in inputs:
+            if t is not None and t._global is not None:
+                if _global_dispatch is None:
+                    raise RuntimeError("global tensors need engine.distributed (import engine)")
+                return _global_dispatch(cls, inputs, attrs)
+        ctx = Context()
+        arrays = [None if t is None else t._data for t in inputs]
+        needs_grad = False
+        if cls.differentiable and _state.enabled:
+            for t in inputs:
+                if t is not None and t._requires_grad:
+                    needs_grad = True
+                    break
+        if needs_grad:
+            ctx.needs_input_grad = tuple(t is not None and t._requires_grad for t in inputs)
+        out = cls.forward(ctx, *arrays, **attrs)
+        return wrap_outputs(cls, ctx, inputs, out, needs_grad)
+
+
+def wrap_outputs(cls, ctx, inputs, out, needs_grad):
+    """Tensors around the kernel's output array(s); with `needs_grad`, a Node recording the call
+    and the saved tensors its backward reads."""
+    device = None
+    for t in inputs:
+        if t is not None:
+            device = t._device
+            break
+    single = not isinstance(out, tuple)
+    outs = (out,) if single else out
+    for a in outs:
+        if isinstance(a, np.generic):
+            # numpy turns 0-d results (e.g. 0-d + 0-d) into numpy scalars; a Tensor holds arrays
+            outs = tuple(np.asarray(x) if isinstance(x, np.generic) else x for x in outs)
+            break
+    if not needs_grad:
+        res = tuple(Tensor._make(a, device) for a in outs)
+        return res[0] if single else res
+    node = Node(cls.name or cls.__name__, cls.backward, ctx,
+                tuple(None if t is None else t._grad_edge() for t in inputs), len(outs))
+    res = []
+    for i, a in enumerate(outs):
+        t = Tensor._make(a, device)
+        if a.dtype.kind in "fc" or a.dtype == _BF16:  # bfloat16 (ml_dtypes) has kind "V"
+            t._requires_grad = True
+            t.grad_fn = node
+            t._output_nr = i
+        res.append(t)
+    if cls.save_inputs or cls.save_outputs:
+        saved = [saved_input(inputs[i]) for i in cls.save_inputs]
+        if cls.save_outputs:
+            ctx._outputs_from = len(saved)
+            ctx._node = weakref.ref(node)
+            for i in cls.save_outputs:
+                a = alias(res[i])
+                a.grad_fn = None
+                saved.append(a)
+        ctx.save_for_backward(*saved)
+    return res[0] if single else tuple(res)
