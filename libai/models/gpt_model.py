@@ -24,10 +24,12 @@ Decoding loop (greedy / top-k / top-p are choices on `logits[:, -1]`):
 `GPTModel.from_huggingface(path, **overrides)` builds a model from a Hugging Face GPT-2 folder
 (see libai.models.utils.hf_gpt2).
 """
+import inspect
 
 import engine as flow
 import engine.nn as nn
-from libai.config import configurable, try_get_key
+from libai.config import ConfigKeyError, configurable
+from libai.config.lazy import _unknown_key_error
 from libai.layers import (
     Embedding, LayerNorm, LMLogits, ParallelCrossEntropyLoss, TransformerLayer, VocabEmbedding,
     dropout, init_method_normal, scaled_init_method_normal,
@@ -37,14 +39,9 @@ from libai.utils import distributed as dist
 __all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss", "GPTEmbedding", "Transformer"]
 
 B = flow.sbp.broadcast
-
-_CFG_KEYS = dict(
-    hidden_layers=None, vocab_size=None, hidden_size=None, ffn_hidden_size=None, num_attention_heads=None,
-    max_seq_length=1024, embedding_dropout_prob=0.0, attention_dropout_prob=0.0, output_dropout_prob=0.0,
-    layernorm_epsilon=1e-5, initializer_range=0.02, use_scaled_init_for_output_weights=True,
-    bias_gelu_fusion=False, bias_dropout_fusion=False, scale_mask_softmax_fusion=False,
-    apply_query_key_layer_scaling=False, apply_residual_post_layernorm=False, amp_enabled=False,
-)
+# GPTModel's keys without a default (num_attention_heads has None in the signature only because
+# ffn_hidden_size, optional, comes before it)
+_REQUIRED_KEYS = ("hidden_layers", "vocab_size", "hidden_size", "num_attention_heads")
 
 
 class GPTEmbedding(nn.Module):
@@ -115,6 +112,8 @@ class GPTModel(nn.Module):
         super().__init__()
         if num_attention_heads is None:
             raise ValueError("GPTModel: num_attention_heads is required")
+        if amp_enabled:  # a LiBai key: only its default is accepted (docs/config.md)
+            raise NotImplementedError("GPTModel: amp_enabled=True (mixed precision) is not implemented")
         ffn_hidden_size = 4 * hidden_size if ffn_hidden_size is None else ffn_hidden_size
         dist.check_tensor_parallel_divisible(vocab_size, "GPTModel: vocab_size (pad it to a multiple of tp)")
         dist.check_tensor_parallel_divisible(hidden_size, "GPTModel: hidden_size")
@@ -143,10 +142,20 @@ class GPTModel(nn.Module):
 
     @classmethod
     def from_config(cls, cfg):
-        args = {k: try_get_key(cfg, k, default=d) for k, d in _CFG_KEYS.items()}
-        missing = [k for k in ("hidden_layers", "vocab_size", "hidden_size", "num_attention_heads") if args[k] is None]
+        """The keyword arguments of `cfg` (a config node or dict with GPTModel's keys): only the
+        keys it holds, so the defaults stay those of __init__'s signature. A key that __init__
+        does not take is an error naming it (and the closest known keys); so is a missing
+        required one."""
+        known = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        unknown = [k for k in cfg if k not in known]
+        if unknown:
+            schema = {"model": {"cfg": dict.fromkeys(known)}}
+            raise ConfigKeyError("GPTModel: " + "\n".join(str(_unknown_key_error(f"model.cfg.{k}", schema))
+                                                           for k in unknown))
+        args = {k: cfg[k] for k in cfg}
+        missing = [k for k in _REQUIRED_KEYS if args.get(k) is None]
         if missing:
-            raise KeyError(f"GPTModel config is missing {missing}")
+            raise ConfigKeyError(f"GPTModel config is missing {missing}")
         return args
 
     @classmethod
