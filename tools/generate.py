@@ -69,10 +69,13 @@ def parse_args(argv=None):
 
 # ------------------------------------------------------------------ building
 def _load_cfg(args):
-    from libai.config import LazyConfig
+    """The recipe with the command-line overrides, its `train` section resolved (defaults of
+    configs/common/train.py filled in, unknown keys refused)."""
+    from libai.config import LazyConfig, resolve_train_config
 
-    cfg = LazyConfig.load(args.config_file)
-    return LazyConfig.apply_overrides(cfg, args.opts or [])
+    cfg = LazyConfig.apply_overrides(LazyConfig.load(args.config_file), args.opts or [])
+    resolve_train_config(cfg)
+    return cfg
 
 
 def build_from_config(args):
@@ -82,7 +85,7 @@ def build_from_config(args):
     from libai.utils.checkpoint import Checkpointer
 
     cfg = _load_cfg(args)
-    dist.setup_dist_util(try_get_key(cfg, "train.dist"))
+    dist.setup_dist_util(cfg.train.dist)
     tokenizer = DefaultTrainer.build_tokenizer(cfg)  # default corpus paths; model.cfg.vocab_size
     if tokenizer is None:
         raise KeyError(f"{args.config_file} has no `tokenization.tokenizer`")
@@ -120,10 +123,8 @@ def build_from_hf(args):
 
     cfg = None
     if args.config_file:
-        from libai.config import try_get_key
-
         cfg = _load_cfg(args)
-        dist.setup_dist_util(try_get_key(cfg, "train.dist"))
+        dist.setup_dist_util(cfg.train.dist)
     else:
         dist.setup_dist_util(None)
     model = GPTModel.from_huggingface(args.hf_path, embedding_dropout_prob=0.0, attention_dropout_prob=0.0,

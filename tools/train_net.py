@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from libai.config import LazyConfig, try_get_key  # noqa: E402
+from libai.config import LazyConfig  # noqa: E402
 from libai.engine import DefaultTrainer, default_argument_parser, default_setup, write_eval_results  # noqa: E402
 from libai.utils.checkpoint import Checkpointer  # noqa: E402
 
@@ -20,13 +20,13 @@ logger = logging.getLogger("libai.tools.train_net")
 def main(args):
     cfg = LazyConfig.load(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts)
-    default_setup(cfg, args)
+    default_setup(cfg, args)  # resolves cfg.train: plain cfg.train.x from here on
 
     if args.eval_only:
         model = DefaultTrainer.build_model(cfg)
         extra = Checkpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
-            try_get_key(cfg, "train.load_weight", default=""), resume=args.resume)
-        if not extra and not try_get_key(cfg, "train.load_weight", default="") and not args.resume:
+            cfg.train.load_weight, resume=args.resume)
+        if not extra and not cfg.train.load_weight and not args.resume:
             logger.warning("--eval-only without train.load_weight (or --resume): evaluating the initial weights")
         loaders = DefaultTrainer.build_test_loader(cfg)
         if not loaders:  # NLP recipes: the valid/test splits built with the training data

@@ -2,8 +2,12 @@ from omegaconf import DictConfig
 
 from libai.config import LazyCall
 
+# The one place where the defaults of the `train` keys are written: libai.config.resolve_train_config
+# (called by default_setup and DefaultTrainer) fills a recipe's missing keys from here, refuses
+# keys that are not here, and refuses a non-default value of the LiBai keys marked "not implemented"
+# below (libai.config.train_config.NOT_IMPLEMENTED). See docs/config.md for a table of every key.
 # The evaluator and the scheduler are given as dotted paths: they are imported only when the
-# trainer instantiates them. See docs/config.md for a table of every key.
+# trainer instantiates them.
 
 # fmt: off
 train = dict(
@@ -24,6 +28,8 @@ train = dict(
     # The total training epochs, scaled to iterations automatically; the actual number of
     # iterations is `max(train_iter, train_epoch * iter_per_epoch)`.
     train_epoch=0,
+    # not implemented (only these defaults are accepted): the data position is restored from the
+    # checkpoint on resume, and the training is sized by train_iter / train_epoch
     consumed_train_samples=0,
     consumed_valid_samples=0,
     train_samples=None,
@@ -31,24 +37,25 @@ train = dict(
     # Fraction of the total training iterations used for lr warmup (warmup_iter = ratio * iters)
     warmup_ratio=0,
 
-    # The start iteration; computed automatically when resuming.
+    # The start iteration (not settable: --resume continues after the checkpoint's iteration)
     start_iter=0,
 
     # Resume from the last checkpoint in output_dir (set by the --resume command-line flag)
     resume=False,
 
-    # Automatic mixed precision for training (does not change the model's inference behaviour)
+    # Automatic mixed precision for training (not implemented: only False is accepted)
     amp=dict(enabled=False),
 
-    # Activation checkpointing (recompute each transformer layer's activations in backward)
+    # Activation checkpointing (not implemented: only False is accepted)
     activation_checkpoint=dict(enabled=False),
 
-    # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options; kept for
-    # compatibility, the engine's collectives may ignore them)
+    # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options, not
+    # implemented: only these defaults are accepted)
     nccl_fusion_threshold_mb=16,
     nccl_fusion_max_ops=24,
 
-    # ZeRO optimization: shard optimizer states (stage 1) across data-parallel ranks
+    # ZeRO optimization: shard optimizer states across data-parallel ranks (not implemented: only
+    # these defaults are accepted)
     zero_optimization=dict(
         enabled=False,
         stage=1,
@@ -85,22 +92,26 @@ train = dict(
         warmup_method="linear",
     ),
 
-    # Distributed arguments
+    # Distributed arguments; dp x tp x pp must equal the number of processes
     dist=dict(
         data_parallel_size=1,
         tensor_parallel_size=1,
+        # pipeline parallelism is not implemented: only 1 is accepted
         pipeline_parallel_size=1,
-        # must be set when pipeline_parallel_size > 1
+        # number of layers split into stages (with pipeline_parallel_size 1: every layer on stage 0)
         pipeline_num_layers=None,
         # optional manual stage id of every layer, e.g. [0, 0, 0, 1] for 4 layers on 2 stages;
         # None: layers are split evenly
         custom_pipeline_stage_id=None,
     ),
 
-    # Device type of the model's input tensors ("cuda" or "cpu"; LiBai's default is "cuda")
-    input_placement_device="cuda",
+    # Device type of the model and its input tensors: "cpu" or "cuda" (LiBai's default is "cuda";
+    # here it is "cpu", so a job never moves to a GPU just because one is visible; "cuda" without
+    # a GPU is an error)
+    input_placement_device="cpu",
 
-    # Enable RDMA for pipeline parallelism (OneFlow option, kept for compatibility)
+    # OneFlow's RDMA for pipeline parallelism: the engine never uses RDMA, so both values hold
+    # (True, LiBai's default, is accepted so that LiBai configs load)
     rdma_enabled=True,
 
     # Seed for all random generators; a fixed seed increases reproducibility

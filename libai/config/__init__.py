@@ -7,6 +7,7 @@ from .batch_size import BatchSizes, resolve_batch_sizes
 from .config import configurable, get_config, get_config_root, try_get_key
 from .instantiate import InstantiationError, instantiate, locate
 from .lazy import ConfigKeyError, LazyCall, LazyConfig
+from .train_config import resolve_train_config
 
 __all__ = [
     "LazyCall",
@@ -20,6 +21,7 @@ __all__ = [
     "get_config",
     "get_config_root",
     "resolve_batch_sizes",
+    "resolve_train_config",
     "BatchSizes",
     "default_argument_parser",
 ]

@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numpy as np
 
 import engine as flow
-from libai.config import LazyConfig, instantiate, resolve_batch_sizes, try_get_key
+from libai.config import LazyConfig, instantiate, resolve_batch_sizes, resolve_train_config, try_get_key
 from libai.config import default_argument_parser as _config_argument_parser
 from libai.evaluation import inference_on_dataset, print_csv_format
 from libai.evaluation.utils import flatten_results_dict
@@ -35,35 +35,25 @@ def default_argument_parser(epilog=None):
     return parser
 
 
-def _set(cfg, dotted, value):
-    *parents, last = dotted.split(".")
-    node = cfg
-    for p in parents:
-        node = node[p]
-    node[last] = value
-
-
 def _apply_fast_dev_run(cfg, logger):
-    """A few iterations of training and evaluation; no checkpoints are written."""
-    train_iter = min(int(try_get_key(cfg, "train.train_iter", default=FAST_DEV_RUN_ITERS) or FAST_DEV_RUN_ITERS),
-                     FAST_DEV_RUN_ITERS)
-    changes = {
-        "train.train_epoch": 0,
-        "train.train_iter": train_iter,
-        "train.log_period": 1,
-        "train.checkpointer.period": 0,
-        "train.evaluation.eval_period": max(1, train_iter // 2),
-        "train.evaluation.eval_iter": min(int(try_get_key(cfg, "train.evaluation.eval_iter", default=5) or 5), 5),
-    }
-    for k, v in changes.items():
-        if try_get_key(cfg, k.rsplit(".", 1)[0]) is not None:
-            _set(cfg, k, v)
-    logger.info("--fast-dev-run: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+    """A few iterations of training and evaluation; no checkpoints are written. `cfg.train` is
+    resolved; a train_iter of 0 (a recipe sized by epochs) and an eval_iter of None (every
+    batch) count as unbounded."""
+    train, ev = cfg.train, cfg.train.evaluation
+    train_iter = min(train.train_iter or FAST_DEV_RUN_ITERS, FAST_DEV_RUN_ITERS)
+    train.update(train_epoch=0, train_iter=train_iter, log_period=1)
+    train.checkpointer.period = 0
+    ev.update(eval_period=max(1, train_iter // 2), eval_iter=min(ev.eval_iter or 5, 5))
+    logger.info(f"--fast-dev-run: train.train_epoch=0, train.train_iter={train_iter}, train.log_period=1, "
+                f"train.checkpointer.period=0, train.evaluation.eval_period={ev.eval_period}, "
+                f"train.evaluation.eval_iter={ev.eval_iter}")
 
 
 def default_setup(cfg, args):
     """The common start of a job:
 
+    0. resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
+       defaults filled in, unknown keys and unimplemented values refused)
     1. create train.output_dir; set up the `libai` logger (console on rank 0 + output_dir/log.txt)
     2. log rank/world size, the command line and the config file
     3. apply --resume / --fast-dev-run to the config
@@ -77,7 +67,8 @@ def default_setup(cfg, args):
        because the engine's global tensors draw random values in lockstep on all ranks (a
        per-rank engine seed would make replicated parameters differ between ranks)
     """
-    output_dir = try_get_key(cfg, "train.output_dir")
+    resolve_train_config(cfg)
+    output_dir = cfg.train.output_dir
     rank = dist.get_rank()
     if rank == 0 and output_dir:
         os.makedirs(output_dir, exist_ok=True)
@@ -95,7 +86,7 @@ def default_setup(cfg, args):
     if getattr(args, "fast_dev_run", False):
         _apply_fast_dev_run(cfg, logger)
 
-    dist.setup_dist_util(try_get_key(cfg, "train.dist"))
+    dist.setup_dist_util(cfg.train.dist)
     sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
     logger.info(f"Batch sizes: {dict(sizes._asdict())} (data_parallel_size={dist.get_data_parallel_size()})")
     # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size
@@ -106,7 +97,7 @@ def default_setup(cfg, args):
         LazyConfig.save(cfg, path)
         logger.info(f"Full config saved to {path}")
 
-    seed = try_get_key(cfg, "train.seed", default=None)
+    seed = cfg.train.seed
     if seed is not None and seed >= 0:
         seed_for_rank = int(seed) + rank
         flow.manual_seed(int(seed))
@@ -137,6 +128,9 @@ class DefaultTrainer(TrainerBase):
 
     One iteration is one optimizer step over train.num_accumulation_steps micro-batches, i.e.
     train.global_batch_size samples over all data-parallel ranks.
+
+    cfg.train is resolved first (libai.config.resolve_train_config; default_setup already did
+    it, resolving again changes nothing).
     """
 
     def __init__(self, cfg):
@@ -147,6 +141,7 @@ class DefaultTrainer(TrainerBase):
             setup_logger(distributed_rank=dist.get_rank())
         self._logger = logging.getLogger(__name__)
 
+        resolve_train_config(cfg)
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
         self.tokenizer = self.build_tokenizer(cfg)
         self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg)
@@ -170,11 +165,10 @@ class DefaultTrainer(TrainerBase):
         else:
             self._logger.warning("the train loader has no state_dict(): a resumed run restarts its data order")
         self.checkpointer = Checkpointer(self.model, cfg.train.output_dir, **checkpointables)
-        self.no_checkpoints = int(try_get_key(cfg, "train.checkpointer.period", default=0) or 0) <= 0
+        self.no_checkpoints = cfg.train.checkpointer.period <= 0
 
         self.start_iter = 0
-        self.resume_or_load(bool(try_get_key(cfg, "train.resume", default=False)))
-        cfg.train.start_iter = self.start_iter
+        self.resume_or_load(cfg.train.resume)
 
         self.global_batch_size = cfg.train.global_batch_size
         self.max_iter = cfg.train.train_iter
@@ -187,7 +181,7 @@ class DefaultTrainer(TrainerBase):
         optimizer, scheduler, data position and RNG states and continue after its iteration;
         otherwise load train.load_weight (model weights only; missing/unexpected keys are
         logged, mismatched shapes are errors) and start from iteration 0."""
-        weight_path = try_get_key(self.cfg, "train.load_weight", default="") or ""
+        weight_path = self.cfg.train.load_weight
         if resume and self.checkpointer.has_checkpoint():
             extra = self.checkpointer.load(self.checkpointer.get_checkpoint_file())
             self.start_iter = int(extra.get("iteration", -1)) + 1
@@ -203,30 +197,27 @@ class DefaultTrainer(TrainerBase):
     # ------------------------------------------------------------------ hooks and writers
     def build_hooks(self):
         cfg = self.cfg
+        train, ev = cfg.train, cfg.train.evaluation
         ret = [
             hooks.IterationTimer(),
             hooks.LRScheduler(),
-            hooks.PeriodicCheckpointer(self.checkpointer, try_get_key(cfg, "train.checkpointer.period", default=0) or 0,
-                                       max_to_keep=try_get_key(cfg, "train.checkpointer.max_to_keep", default=None)),
+            hooks.PeriodicCheckpointer(self.checkpointer, train.checkpointer.period,
+                                       max_to_keep=train.checkpointer.max_to_keep),
         ]
-        if try_get_key(cfg, "train.evaluation.enabled", default=False) and self.test_loader:
-            eval_iter = try_get_key(cfg, "train.evaluation.eval_iter", default=None)
-            if eval_iter is not None and eval_iter <= 0:
+        if ev.enabled and self.test_loader:
+            if ev.eval_iter is not None and ev.eval_iter <= 0:
                 raise ValueError("train.evaluation.eval_iter must be a positive number")
 
             def test_and_save_results():
                 self._last_eval_results = self.test(self.cfg, self.test_loader, self.model)
                 return self._last_eval_results
 
-            period = try_get_key(cfg, "train.evaluation.eval_period", default=0) or 0
-            ret.append(hooks.EvalHook(period, test_and_save_results))
-            ret.append(hooks.BestCheckpointer(
-                period, self.checkpointer,
-                val_metric=try_get_key(cfg, "train.evaluation.eval_metric", default="Acc@1"),
-                mode=try_get_key(cfg, "train.evaluation.eval_mode", default="max")))
+            ret.append(hooks.EvalHook(ev.eval_period, test_and_save_results))
+            ret.append(hooks.BestCheckpointer(ev.eval_period, self.checkpointer, val_metric=ev.eval_metric,
+                                              mode=ev.eval_mode))
         if dist.is_main_process():
             # writers run last, so that evaluation results of an iteration are written with it
-            ret.append(hooks.PeriodicWriter(self.build_writers(), try_get_key(cfg, "train.log_period", default=20)))
+            ret.append(hooks.PeriodicWriter(self.build_writers(), train.log_period))
         return ret
 
     def build_writers(self):
@@ -254,8 +245,13 @@ class DefaultTrainer(TrainerBase):
     # ------------------------------------------------------------------ builders
     @staticmethod
     def input_device(cfg):
-        device = try_get_key(cfg, "train.input_placement_device", default="cpu") or "cpu"
-        return "cuda" if device == "cuda" and flow.cuda.is_available() else "cpu"
+        """train.input_placement_device; "cuda" on a machine without CUDA is an error (a job
+        never silently runs elsewhere than asked)."""
+        device = cfg.train.input_placement_device
+        if device == "cuda" and not flow.cuda.is_available():
+            raise RuntimeError("train.input_placement_device='cuda' but CUDA is not available here; "
+                               "use train.input_placement_device=cpu")
+        return device
 
     @classmethod
     def get_batch(cls, data, input_placement_device="cpu"):
@@ -293,10 +289,10 @@ class DefaultTrainer(TrainerBase):
     def build_lr_scheduler(cls, cfg, optimizer, warmup_iter=None):
         from libai.scheduler import build_lr_scheduler
 
-        if try_get_key(cfg, "train.scheduler") is None:
-            raise KeyError("cfg.train must contain a `scheduler` namespace")
+        if cfg.train.scheduler is None:
+            raise KeyError("cfg.train.scheduler is None: set the lr scheduler to build")
         if warmup_iter is None:
-            warmup_iter = int(float(try_get_key(cfg, "train.warmup_ratio", default=0) or 0) * cfg.train.train_iter)
+            warmup_iter = int(cfg.train.warmup_ratio * cfg.train.train_iter)
         return build_lr_scheduler(cfg.train.scheduler, optimizer, max_iter=int(cfg.train.train_iter),
                                   warmup_iter=int(warmup_iter))
 
@@ -314,7 +310,7 @@ class DefaultTrainer(TrainerBase):
         apply_default_corpus(cfg)
         tokenizer = instantiate(cfg.tokenization.tokenizer)
         divisible = int(try_get_key(cfg, "tokenization.make_vocab_size_divisible_by", default=1) or 1)
-        tp = int(try_get_key(cfg, "train.dist.tensor_parallel_size", default=1) or 1)
+        tp = cfg.train.dist.tensor_parallel_size
         padded = tokenizer.padded_vocab_size(divisible, tp)
         tokenizer.padded_vocab = padded
         if try_get_key(cfg, "model.cfg.vocab_size", default=None) is not None:
@@ -340,19 +336,17 @@ class DefaultTrainer(TrainerBase):
         if hasattr(node, "keys") and "train_val_test_num_samples" in node and node.train_val_test_num_samples is None:
             from libai.data import train_val_test_num_samples
 
-            evaluation = bool(try_get_key(cfg, "train.evaluation.enabled", default=False))
-            eval_iter = int(try_get_key(cfg, "train.evaluation.eval_iter", default=1) or 1) if evaluation else 1
-            eval_period = int(try_get_key(cfg, "train.evaluation.eval_period", default=0) or 0)
-            test_batch = int(try_get_key(cfg, "train.test_micro_batch_size", default=None)
-                             or cfg.train.train_micro_batch_size)
+            ev = cfg.train.evaluation
+            # without evaluation (or with eval_iter None: every batch) one valid batch is built
+            eval_iter = ev.eval_iter if ev.enabled and ev.eval_iter else 1
             nums = train_val_test_num_samples(
                 cfg.train.train_iter, cfg.train.global_batch_size, eval_iter,
-                test_batch * dist.get_data_parallel_size(),
-                eval_period if (evaluation and eval_period > 0) else None)
+                cfg.train.test_micro_batch_size * dist.get_data_parallel_size(),
+                ev.eval_period if (ev.enabled and ev.eval_period > 0) else None)
             node.train_val_test_num_samples = nums
             logging.getLogger(__name__).info(f"dataloader.train.train_val_test_num_samples = {nums}")
         result = instantiate(cfg.dataloader.train, train_batch_size=cfg.train.train_micro_batch_size,
-                             test_batch_size=try_get_key(cfg, "train.test_micro_batch_size", default=None),
+                             test_batch_size=cfg.train.test_micro_batch_size,
                              seed=cfg.train.seed)
         return _unpack_loaders(result)
 
@@ -372,9 +366,7 @@ class DefaultTrainer(TrainerBase):
     def auto_scale_hyperparams(self, cfg, data_loader):
         """train_iter = max(train_iter, ceil(len(dataset) * train_epoch / global_batch_size));
         warmup_iter = int(warmup_ratio * train_iter)."""
-        train_iter = int(try_get_key(cfg, "train.train_iter", default=0) or 0)
-        train_epoch = int(try_get_key(cfg, "train.train_epoch", default=0) or 0)
-        warmup_ratio = float(try_get_key(cfg, "train.warmup_ratio", default=0) or 0)
+        train_iter, train_epoch, warmup_ratio = cfg.train.train_iter, cfg.train.train_epoch, cfg.train.warmup_ratio
         if not 0 <= warmup_ratio < 1:
             raise ValueError("train.warmup_ratio must be in [0, 1): the fraction of iterations used for warmup")
         dataset = getattr(data_loader, "dataset", None)
@@ -402,7 +394,7 @@ class DefaultTrainer(TrainerBase):
             name = type(getattr(loader, "dataset", loader)).__name__
             if name in results:
                 name = f"{name}_{idx}"
-            res = inference_on_dataset(model, loader, ev, try_get_key(cfg, "train.evaluation.eval_iter", default=None),
+            res = inference_on_dataset(model, loader, ev, cfg.train.evaluation.eval_iter,
                                        get_batch=lambda data: cls.get_batch(data, device))
             results[name] = res
             if dist.is_main_process():
@@ -416,7 +408,7 @@ class DefaultTrainer(TrainerBase):
 def write_eval_results(cfg, results, iteration=0):
     """Append evaluation results (flattened) as one record to output_dir/metrics.json and to the
     TensorBoard event file (used by --eval-only)."""
-    out = try_get_key(cfg, "train.output_dir")
+    out = cfg.train.output_dir
     if not out or not dist.is_main_process() or not results:
         return
     with EventStorage(iteration) as storage:

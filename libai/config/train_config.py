@@ -1,0 +1,112 @@
+"""`resolve_train_config`: the `train` section checked and completed once, against
+configs/common/train.py, so that the rest of the code reads plain `cfg.train.x`.
+
+configs/common/train.py is the single place where a default of a `train` key is written; the
+trainer, `default_setup` and the tools carry no fallback values of their own. Resolution:
+
+1. fills every key the recipe left out with its default (a LazyCall node such as `scheduler`
+   or `evaluation.evaluator` is taken whole, never merged key by key with the default's);
+2. refuses keys that configs/common/train.py does not have (typos such as
+   `train.eval_perod`), naming them and their closest known keys, as overrides do;
+3. refuses a value left at OmegaConf's MISSING (`"???"`): a required key, named;
+4. refuses a non-default value of a LiBai key that is not implemented here (NOT_IMPLEMENTED)
+   with NotImplementedError; the defaults are accepted, so LiBai configs load.
+
+It is idempotent and changes `cfg.train` in place. See docs/config.md.
+"""
+from omegaconf import DictConfig, OmegaConf
+
+from .config import get_config
+from .lazy import ConfigKeyError, _unknown_key_error
+
+__all__ = ["resolve_train_config", "NOT_IMPLEMENTED"]
+
+# LiBai `train` keys not implemented here: a value other than configs/common/train.py's default
+# would be silently ignored (pipeline_parallel_size > 1 would fail deep inside the model), so it
+# is refused. docs/config.md has the same list.
+NOT_IMPLEMENTED = {
+    "amp.enabled": "automatic mixed precision",
+    "activation_checkpoint.enabled": "activation checkpointing",
+    "zero_optimization.enabled": "ZeRO (sharding optimizer states over data-parallel ranks)",
+    "zero_optimization.stage": "ZeRO stages",
+    "dist.pipeline_parallel_size": "pipeline parallelism (the topology places layers on stages, but no "
+                                   "schedule runs them)",
+    "nccl_fusion_threshold_mb": "OneFlow's NCCL fusion of collectives",
+    "nccl_fusion_max_ops": "OneFlow's NCCL fusion of collectives",
+    "consumed_train_samples": "starting from a sample count (a resume restores the data position "
+                              "from the checkpoint)",
+    "consumed_valid_samples": "starting from a validation sample count",
+    "train_samples": "sizing the training by samples (use train_iter or train_epoch)",
+    "start_iter": "starting at a chosen iteration (--resume continues after the checkpoint's)",
+}
+
+INPUT_PLACEMENT_DEVICES = ("cpu", "cuda")
+
+
+def _is_section(value):
+    """A plain group of keys (amp, dist, ...), as opposed to a LazyCall node or a value."""
+    return isinstance(value, dict) and "_target_" not in value
+
+
+def _fill_defaults(node, given, defaults, prefix, unknown):
+    """Add to `node` (a DictConfig; `given` is its plain view) the keys of `defaults` it lacks,
+    recursing into sections; collect the dotted keys of `given` that `defaults` lacks."""
+    unknown.extend(prefix + k for k in given if k not in defaults)
+    for key, default in defaults.items():
+        if key not in given:
+            node[key] = default
+        elif _is_section(given[key]) and _is_section(default):
+            _fill_defaults(node[key], given[key], default, f"{prefix}{key}.", unknown)
+
+
+def _missing_keys(value, prefix):
+    if isinstance(value, dict):
+        return [m for k, v in value.items() for m in _missing_keys(v, f"{prefix}.{k}")]
+    if isinstance(value, list):
+        return [m for i, v in enumerate(value) for m in _missing_keys(v, f"{prefix}.{i}")]
+    return [prefix] if isinstance(value, str) and value == "???" else []
+
+
+def _check_not_implemented(train, defaults):
+    refused = []
+    for key, feature in NOT_IMPLEMENTED.items():
+        value, default = OmegaConf.select(train, key), OmegaConf.select(defaults, key)
+        if value != default:
+            refused.append(f"train.{key}={value!r}: {feature} is not implemented (only the default "
+                           f"{default!r} is accepted)")
+    if refused:
+        raise NotImplementedError("; ".join(refused) + " -- see docs/config.md")
+
+
+def resolve_train_config(cfg, defaults=None):
+    """Check and complete `cfg.train` in place (see the module docstring); returns it.
+
+    `defaults`: the `train` node to resolve against (default: configs/common/train.py's), for
+    projects whose train section has keys of their own. Raises ConfigKeyError for a missing
+    `train` section, unknown or required keys, NotImplementedError for a non-default value of
+    a NOT_IMPLEMENTED key, ValueError for an unknown `input_placement_device`.
+    """
+    if "train" not in cfg or not isinstance(cfg.train, DictConfig):
+        raise ConfigKeyError("the config has no `train` section: start from configs/common/train.py "
+                             "(`train = get_config(\"common/train.py\").train`)")
+    train = cfg.train
+    if defaults is None:
+        defaults = get_config("common/train.py").train
+    plain_defaults = OmegaConf.to_container(defaults, resolve=False)
+    unknown = []
+    _fill_defaults(train, OmegaConf.to_container(train, resolve=False), plain_defaults, "", unknown)
+    if unknown:
+        schema = {"train": plain_defaults}
+        raise ConfigKeyError("\n".join(
+            str(_unknown_key_error(f"train.{k}", schema, " (the train keys are those of configs/common/train.py, "
+                                                         "docs/config.md)"))
+            for k in unknown))
+    missing = _missing_keys(OmegaConf.to_container(train, resolve=False), "train")
+    if missing:
+        raise ConfigKeyError(f"required config key(s) not set: {', '.join(missing)} (set them in the recipe or "
+                             f"on the command line, e.g. {missing[0]}=...)")
+    _check_not_implemented(train, defaults)
+    if train.input_placement_device not in INPUT_PLACEMENT_DEVICES:
+        raise ValueError(f"train.input_placement_device must be one of {INPUT_PLACEMENT_DEVICES}, "
+                         f"got {train.input_placement_device!r}")
+    return train

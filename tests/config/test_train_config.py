@@ -1,0 +1,135 @@
+"""resolve_train_config: cfg.train completed from configs/common/train.py once; unknown,
+required and not-implemented keys refused with errors naming them."""
+import os
+import re
+
+import pytest
+from omegaconf import OmegaConf
+
+from libai.config import ConfigKeyError, LazyCall, LazyConfig, get_config, resolve_train_config
+from libai.config.train_config import NOT_IMPLEMENTED
+from libai.evaluation import PPLEvaluator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def recipe(*overrides):
+    cfg = LazyConfig.load(os.path.join(ROOT, "configs", "mlp_classifier.py"))
+    return LazyConfig.apply_overrides(cfg, list(overrides))
+
+
+def test_missing_keys_take_the_common_defaults_and_set_keys_stay():
+    cfg = recipe("~train.evaluation.eval_period", "~train.checkpointer", "~train.seed", "~train.amp")
+    defaults = get_config("common/train.py").train
+    train = resolve_train_config(cfg)
+    assert train is cfg.train
+    assert train.evaluation.eval_period == defaults.evaluation.eval_period == 5000
+    assert train.checkpointer == defaults.checkpointer == {"period": 5000, "max_to_keep": 100}
+    assert train.seed == 1234 and train.amp == {"enabled": False}
+    # what the recipe set is kept
+    assert train.train_iter == 300 and train.evaluation.eval_iter == 100 and train.output_dir.endswith("mlp_classifier")
+    assert set(train) == set(defaults)
+
+
+def test_input_placement_device_defaults_to_cpu():
+    cfg = recipe("~train.input_placement_device")
+    assert resolve_train_config(cfg).input_placement_device == "cpu"
+    assert get_config("common/train.py").train.input_placement_device == "cpu"
+    with pytest.raises(ValueError, match="input_placement_device.*'gpu'"):
+        resolve_train_config(recipe("train.input_placement_device=gpu"))
+
+
+def test_resolving_twice_changes_nothing():
+    cfg = recipe("~train.log_period")
+    resolve_train_config(cfg)
+    once = OmegaConf.to_container(cfg, resolve=False)
+    resolve_train_config(cfg)
+    assert OmegaConf.to_container(cfg, resolve=False) == once
+
+
+def test_lazycall_nodes_are_taken_whole_not_merged_with_the_default():
+    cfg = recipe()
+    cfg.train.evaluation.evaluator = LazyCall(PPLEvaluator)()
+    cfg.train.scheduler = LazyCall("libai.scheduler.WarmupMultiStepLR")(milestones=[10])
+    train = resolve_train_config(cfg)
+    assert set(train.evaluation.evaluator) == {"_target_"}  # no `topk` from ClsEvaluator's default
+    assert set(train.scheduler) == {"_target_", "milestones"}  # no `alpha` from the cosine default
+
+
+@pytest.mark.parametrize("key,suggested", [
+    ("train.eval_perod", "train.evaluation.eval_period"),
+    ("train.checkpointer.perod", "train.checkpointer.period"),
+    ("train.dist.tensor_paralel_size", "train.dist.tensor_parallel_size"),
+])
+def test_unknown_key_is_an_error_naming_it_and_the_close_key(key, suggested):
+    cfg = recipe(f"+{key}=3")
+    with pytest.raises(ConfigKeyError) as info:
+        resolve_train_config(cfg)
+    msg = str(info.value)
+    assert repr(key) in msg and repr(suggested) in msg and "did you mean" in msg
+
+
+def test_every_unknown_key_is_named():
+    with pytest.raises(ConfigKeyError) as info:
+        resolve_train_config(recipe("+train.sed=1", "+train.evaluation.enable=false"))
+    assert "'train.sed'" in str(info.value) and "'train.evaluation.enable'" in str(info.value)
+
+
+def test_required_key_left_missing_is_an_error_naming_it():
+    defaults = get_config("common/train.py").train
+    defaults.output_dir = "???"  # a schema with a required key
+    cfg = recipe("~train.output_dir")
+    with pytest.raises(ConfigKeyError, match=r"required config key\(s\) not set: train\.output_dir"):
+        resolve_train_config(cfg, defaults=defaults)
+    cfg = recipe()
+    cfg.train.evaluation.eval_metric = "???"  # left MISSING by the recipe itself
+    with pytest.raises(ConfigKeyError, match=r"train\.evaluation\.eval_metric"):
+        resolve_train_config(cfg)
+
+
+def test_a_config_without_train_is_an_error():
+    with pytest.raises(ConfigKeyError, match="no `train` section"):
+        resolve_train_config(OmegaConf.create({"model": {}}))
+
+
+NON_DEFAULT = {
+    "amp.enabled": "true", "activation_checkpoint.enabled": "true", "zero_optimization.enabled": "true",
+    "zero_optimization.stage": "2", "dist.pipeline_parallel_size": "2", "nccl_fusion_threshold_mb": "32",
+    "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
+    "train_samples": "1000", "start_iter": "5",
+}
+
+
+def test_the_not_implemented_list_is_covered_here():
+    assert set(NON_DEFAULT) == set(NOT_IMPLEMENTED)
+
+
+@pytest.mark.parametrize("key", sorted(NON_DEFAULT))
+def test_not_implemented_key_with_a_non_default_value_is_refused(key):
+    with pytest.raises(NotImplementedError, match=rf"train\.{re.escape(key)}=.*is not implemented"):
+        resolve_train_config(recipe(f"train.{key}={NON_DEFAULT[key]}"))
+
+
+def test_libai_defaults_of_not_implemented_keys_are_accepted():
+    train = resolve_train_config(recipe("train.amp.enabled=false", "train.rdma_enabled=false",
+                                        "train.dist.pipeline_num_layers=4"))
+    assert train.amp.enabled is False and train.rdma_enabled is False  # no RDMA is ever used
+
+
+def test_docs_list_every_not_implemented_key():
+    with open(os.path.join(ROOT, "docs", "config.md")) as f:
+        doc = f.read()
+    section = doc[doc.index("### Not implemented"):]
+    for key in NOT_IMPLEMENTED:
+        assert f"`{key}`" in section, key
+
+
+def test_engine_and_tools_read_train_keys_without_inline_defaults():
+    """The rule this module exists for: train keys are read as plain cfg.train.x."""
+    files = [os.path.join(ROOT, "libai", "engine", f) for f in os.listdir(os.path.join(ROOT, "libai", "engine"))]
+    files += [os.path.join(ROOT, "tools", f) for f in ("train_net.py", "generate.py", "convert_checkpoint.py")]
+    for path in files:
+        if path.endswith(".py"):
+            with open(path) as f:
+                src = f.read()
+            assert not re.search(r"try_get_key\([^)]*[\"']train\.", src), path
