@@ -3,6 +3,7 @@ import logging
 import math
 import os
 import random
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -130,7 +131,9 @@ class DefaultTrainer(TrainerBase):
     train.global_batch_size samples over all data-parallel ranks.
 
     cfg.train is resolved first (libai.config.resolve_train_config; default_setup already did
-    it, resolving again changes nothing).
+    it, resolving again changes nothing). The trainer's state_dict() (iteration, hook states)
+    is saved with every checkpoint (the checkpointer's trainer_state file) and restored on
+    resume.
     """
 
     def __init__(self, cfg):
@@ -164,27 +167,29 @@ class DefaultTrainer(TrainerBase):
             checkpointables["train_loader"] = self.train_loader
         else:
             self._logger.warning("the train loader has no state_dict(): a resumed run restarts its data order")
-        self.checkpointer = Checkpointer(self.model, cfg.train.output_dir, **checkpointables)
-        self.no_checkpoints = cfg.train.checkpointer.period <= 0
-
-        self.start_iter = 0
-        self.resume_or_load(cfg.train.resume)
+        # train.checkpointer.period <= 0 disables every checkpoint (model_best included)
+        self.checkpointer = Checkpointer(self.model, cfg.train.output_dir, trainer=weakref.proxy(self),
+                                         enabled=cfg.train.checkpointer.period > 0, **checkpointables)
 
         self.global_batch_size = cfg.train.global_batch_size
         self.max_iter = cfg.train.train_iter
         self._last_eval_results = None
+        # hooks first: resuming restores their state
         self.register_hooks(self.build_hooks())
+        self.start_iter = 0
+        self.resume_or_load(cfg.train.resume)
 
     # ------------------------------------------------------------------ resume / load
     def resume_or_load(self, resume=True):
         """With `resume` and a checkpoint in train.output_dir (`last_checkpoint`), restore model,
-        optimizer, scheduler, data position and RNG states and continue after its iteration;
-        otherwise load train.load_weight (model weights only; missing/unexpected keys are
-        logged, mismatched shapes are errors) and start from iteration 0."""
+        optimizer, scheduler, data position, RNG states and the trainer's state (iteration, hook
+        states) and continue after its iteration; otherwise load train.load_weight (model
+        weights only; missing/unexpected keys are logged, mismatched shapes are errors) and
+        start from iteration 0."""
         weight_path = self.cfg.train.load_weight
         if resume and self.checkpointer.has_checkpoint():
-            extra = self.checkpointer.load(self.checkpointer.get_checkpoint_file())
-            self.start_iter = int(extra.get("iteration", -1)) + 1
+            extra = self.checkpointer.load(self.checkpointer.get_checkpoint_file())  # sets self.iter
+            self.start_iter = self.iter + 1 if "iteration" in extra else 0
             self._logger.info(f"Resumed from {self.checkpointer.get_checkpoint_file()}: "
                               f"continuing at iteration {self.start_iter}")
             return

@@ -5,11 +5,14 @@
 so each iteration's after_step: records the step time, records the lr and steps the scheduler,
 checkpoints (including the already-stepped scheduler), evaluates, keeps the best model, and
 finally writes the logs (which therefore include that iteration's evaluation results).
+
+Hooks reach the trainer only through its public attributes (iter, start_iter, max_iter,
+storage, failed, ...). A hook's own state goes through state_dict()/load_state_dict(): of
+these hooks only BestCheckpointer has one (the scheduler is a checkpointable of its own).
 """
 import datetime
 import logging
 import math
-import os
 import time
 
 from libai.evaluation.utils import flatten_results_dict
@@ -87,7 +90,9 @@ class IterationTimer(HookBase):
 
 class LRScheduler(HookBase):
     """Records the lr of this iteration (`lr`, of the param group with the most parameters)
-    and steps the scheduler once per iteration."""
+    and steps the scheduler once per iteration. The hook has no state of its own: the
+    scheduler's is checkpointed beside the optimizer's (the `lr_scheduler` checkpointable of
+    DefaultTrainer), once."""
 
     def __init__(self, optimizer=None, scheduler=None):
         self._optimizer = optimizer
@@ -104,16 +109,6 @@ class LRScheduler(HookBase):
         lr = self._optimizer.param_groups[self._best_param_group_id]["lr"]
         self.trainer.storage.put_scalar("lr", lr, smoothing_hint=False)
         self._scheduler.step()
-
-    @property
-    def scheduler(self):
-        return self._scheduler or self.trainer.lr_scheduler
-
-    def state_dict(self):
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self.scheduler.load_state_dict(state_dict)
 
 
 class PeriodicCheckpointer(HookBase):
@@ -140,12 +135,8 @@ class PeriodicCheckpointer(HookBase):
         last_done = self.trainer.iter - 1
         finished_early = self.trainer.iter < self.trainer.max_iter
         if (self.period > 0 and finished_early and last_done >= self.trainer.start_iter
-                and self._core.last_saved_iter != last_done and not getattr(self.trainer, "_failed", False)):
-            name = f"{self.file_prefix}_{last_done:07d}"
-            self._core.save(name, last_done)
-            if name not in self._core.recent_checkpoints:
-                self._core.recent_checkpoints.append(name)
-            self._core._prune()
+                and self._core.last_saved_iter != last_done and not self.trainer.failed):
+            self._core.save_periodic(last_done)
 
 
 class EvalHook(HookBase):
@@ -188,8 +179,13 @@ class EvalHook(HookBase):
 
 class BestCheckpointer(HookBase):
     """After each evaluation, saves `model_best` when `val_metric` improved (mode "max" or
-    "min"); the best value is stored in the checkpoint and picked up again on resume.
-    Register it after the EvalHook."""
+    "min"). Register it after the EvalHook.
+
+    The best value and its iteration are the hook's state_dict(), saved with every checkpoint
+    and restored on resume (a state saved for another metric or mode is ignored, with a
+    warning). The evaluation of an iteration runs after that iteration's periodic checkpoint,
+    so a new best refreshes that checkpoint's trainer state (Checkpointer.refresh_trainer_state);
+    a resume from it then compares with the same best as the uninterrupted run."""
 
     def __init__(self, eval_period, checkpointer, val_metric, mode="max", file_prefix="model_best"):
         if mode not in ("max", "min"):
@@ -203,19 +199,18 @@ class BestCheckpointer(HookBase):
         self.best_iter = None
         self._logger = logging.getLogger(__name__)
 
-    def before_train(self):
-        from libai.utils.checkpoint import STATE_FILE
+    def state_dict(self):
+        if self.best_metric is None:
+            return {}
+        return {"metric": self._val_metric, "mode": self._mode, "best_metric": float(self.best_metric),
+                "best_iter": int(self.best_iter)}
 
-        path = os.path.join(self._checkpointer.save_dir or "", self._file_prefix, STATE_FILE)
-        if self._checkpointer.save_dir and os.path.isfile(path):
-            import engine as flow
-
-            try:
-                state = flow.load(path)
-                self.best_metric = state.get("best_metric")
-                self.best_iter = state.get("iteration")
-            except Exception as e:  # a damaged best checkpoint must not stop training
-                self._logger.warning(f"could not read {path}: {e}")
+    def load_state_dict(self, state):
+        if (state.get("metric"), state.get("mode")) != (self._val_metric, self._mode):
+            self._logger.warning(f"the saved best is for {state.get('metric')!r} ({state.get('mode')}), not "
+                                 f"{self._val_metric!r} ({self._mode}): starting without a best value")
+            return
+        self.best_metric, self.best_iter = state["best_metric"], state["best_iter"]
 
     def _better(self, value):
         if self.best_metric is None or math.isnan(self.best_metric):
@@ -233,9 +228,10 @@ class BestCheckpointer(HookBase):
         if self._better(value):
             previous = self.best_metric
             self.best_metric, self.best_iter = value, metric_iter
-            if self._checkpointer.save_dir and self._period >= 0 and not getattr(self.trainer, "no_checkpoints", False):
+            if self._checkpointer.enabled and self._checkpointer.save_dir and self._period >= 0:
                 self._checkpointer.save(self._file_prefix, tag_last=False, iteration=metric_iter,
                                         best_metric=value, best_metric_name=self._val_metric)
+                self._checkpointer.refresh_trainer_state(metric_iter)
             self._logger.info(
                 f"Saved best model as latest eval score for {self._val_metric} is {value:0.5f}"
                 + (f", better than last best score {previous:0.5f}" if previous is not None else "")

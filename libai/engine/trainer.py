@@ -27,7 +27,12 @@ class HookBase:
 
     `self.trainer` (a weak proxy) is set when the hook is registered. Hooks run in the order
     they were registered; work that takes time belongs in after_step (so the iteration timer,
-    the first hook, measures the step itself)."""
+    the first hook, measures the step itself).
+
+    A hook whose state must survive a resume returns it from `state_dict()` (plain values,
+    lists and dicts) and takes it back in `load_state_dict(state)`: the trainer's state_dict
+    collects it and the checkpointer saves it with the model (detectron2's contract). Only the
+    writing rank calls state_dict(), so it must not communicate."""
 
     trainer = None
 
@@ -43,10 +48,21 @@ class HookBase:
     def after_step(self):
         """Called after each iteration."""
 
+    def state_dict(self):
+        """The hook's state to checkpoint; {} (the default) means it has none."""
+        return {}
+
+    def load_state_dict(self, state):
+        """Restore the state returned by `state_dict()` (on resume, before training starts)."""
+
 
 class TrainerBase:
     """An iterative trainer with hooks. Attributes: iter (current iteration), start_iter,
-    max_iter, storage (the EventStorage open during train())."""
+    max_iter, storage (the EventStorage open during train()), failed (read-only).
+
+    `state_dict()` is {"iteration": iter, "hooks": {hook key: hook.state_dict()}} for the hooks
+    with a non-empty state; a hook's key is its class's __qualname__ (`BestCheckpointer`), with
+    "#1", "#2", ... appended for the second, third, ... registered hook of the same class."""
 
     def __init__(self):
         self._hooks = []
@@ -54,6 +70,13 @@ class TrainerBase:
         self.start_iter = 0
         self.max_iter = 0
         self.storage = None
+        self._failed = False
+
+    @property
+    def failed(self):
+        """True once train() has stopped on an exception (hooks read it in after_train, which
+        also runs then, e.g. not to checkpoint a broken state)."""
+        return self._failed
 
     def register_hooks(self, hooks):
         hooks = [h for h in hooks if h is not None]
@@ -90,6 +113,39 @@ class TrainerBase:
             finally:
                 self.after_train()
 
+    # ------------------------------------------------------------------ state
+    def _keyed_hooks(self):
+        seen = {}
+        for h in self._hooks:
+            name = type(h).__qualname__
+            n = seen[name] = seen.get(name, -1) + 1
+            yield (f"{name}#{n}" if n else name), h
+
+    def state_dict(self):
+        hooks = {}
+        for key, h in self._keyed_hooks():
+            state = h.state_dict()
+            if state:
+                hooks[key] = state
+        return {"iteration": self.iter, "hooks": hooks}
+
+    def load_state_dict(self, state):
+        """Restore `iteration` and each hook's state (a state for a hook that is not registered
+        is skipped with a warning). Raises ValueError on a malformed state."""
+        if not isinstance(state, dict) or not isinstance(state.get("iteration"), int):
+            raise ValueError(f"trainer state must be a dict with an int 'iteration', got {state!r}")
+        hook_states = state.get("hooks", {})
+        if not isinstance(hook_states, dict) or not all(isinstance(v, dict) for v in hook_states.values()):
+            raise ValueError(f"trainer state 'hooks' must map hook names to dicts, got {hook_states!r}")
+        self.iter = state["iteration"]
+        hooks = dict(self._keyed_hooks())
+        for key, hook_state in hook_states.items():
+            if key in hooks:
+                hooks[key].load_state_dict(hook_state)
+            else:
+                logging.getLogger(__name__).warning(f"no registered hook {key!r}: its saved state is ignored")
+
+    # ------------------------------------------------------------------ the loop
     def before_train(self):
         for h in self._hooks:
             h.before_train()

@@ -6,7 +6,8 @@ Layout (`save_dir/model_0000009/` for the checkpoint taken after iteration 9):
     optimizer.safetensors        one file per checkpointable (optimizer, lr_scheduler,
     lr_scheduler.safetensors     train_loader = the data sampler's position, ...)
     train_loader.safetensors
-    trainer_state.safetensors    {"iteration": 9, ...extra state}
+    trainer_state.safetensors    the trainer's state_dict() ({"iteration": 9, "hooks": {...}}) and
+                                 the extra keys of the save
     rng_state_rank{r}.safetensors engine / numpy / python RNG states of rank r
     save_dir/last_checkpoint     text file: the name of the latest complete checkpoint
 
@@ -171,18 +172,26 @@ class Checkpointer:
         model: an engine nn.Module.
         save_dir: where checkpoints go.
         save_to_disk: whether this process writes the shared files (default: rank 0).
+        trainer: an object with state_dict()/load_state_dict() (a TrainerBase, as a weak proxy)
+            whose state is the trainer_state file: saved with every checkpoint, restored by a
+            full `load` (not by a weights-only one).
+        enabled: False makes `save` write nothing (DefaultTrainer: train.checkpointer.period <= 0
+            disables every checkpoint, model_best included).
         **checkpointables: objects with state_dict()/load_state_dict() (optimizer=...,
             lr_scheduler=..., train_loader=...).
     """
 
-    def __init__(self, model, save_dir="", *, save_to_disk=None, **checkpointables):
+    def __init__(self, model, save_dir="", *, save_to_disk=None, trainer=None, enabled=True, **checkpointables):
         self.model = model
         self.save_dir = save_dir
         self.save_to_disk = dist.is_main_process() if save_to_disk is None else save_to_disk
+        self.trainer = trainer
+        self.enabled = bool(enabled)
         self.checkpointables = {}
         for k, v in checkpointables.items():
             self.add_checkpointable(k, v)
         self.logger = logging.getLogger(__name__)
+        self._last_tagged = None  # (name, extra) of the last save that `last_checkpoint` points to
 
     def add_checkpointable(self, key, obj):
         if key in self.checkpointables or key in ("model", "trainer_state") or key.startswith("rng_state"):
@@ -194,8 +203,9 @@ class Checkpointer:
     # ------------------------------------------------------------------ saving
     def save(self, name, tag_last=True, **kwargs):
         """Write checkpoint `save_dir/name/` (extra `kwargs`, e.g. iteration=..., go to
-        trainer_state). With `tag_last`, `last_checkpoint` then points to it."""
-        if not self.save_dir:
+        trainer_state, over the trainer's own keys). With `tag_last`, `last_checkpoint` then
+        points to it. Does nothing when not `enabled` or without a save_dir."""
+        if not (self.enabled and self.save_dir):
             return
         final = os.path.join(self.save_dir, name)
         tmp = os.path.join(self.save_dir, f".{name}.tmp")
@@ -212,10 +222,7 @@ class Checkpointer:
             flow.save(model_sd, os.path.join(tmp, MODEL_FILE))
             for key, sd in others.items():
                 flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
-            state = dict(kwargs)
-            state["checkpointables"] = sorted(self.checkpointables)
-            state["world_size"] = dist.get_world_size()
-            flow.save(state, os.path.join(tmp, STATE_FILE))
+            flow.save(self._trainer_state(kwargs), os.path.join(tmp, STATE_FILE))
         flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
         dist.synchronize()
         if self.save_to_disk:
@@ -233,7 +240,29 @@ class Checkpointer:
             if tag_last:
                 self.tag_last_checkpoint(name)
             self.logger.info(f"Saved checkpoint to {final}")
+        if tag_last:
+            self._last_tagged = (name, dict(kwargs))
         dist.synchronize()
+
+    def _trainer_state(self, extra):
+        state = self.trainer.state_dict() if self.trainer is not None else {}
+        state.update(extra)
+        state["checkpointables"] = sorted(self.checkpointables)
+        state["world_size"] = dist.get_world_size()
+        return state
+
+    def refresh_trainer_state(self, iteration):
+        """Rewrite (atomically) the trainer state of the checkpoint that `last_checkpoint` points
+        to, if this checkpointer saved it at `iteration`. Hooks that run after the periodic
+        checkpoint of an iteration and change their state in it (BestCheckpointer after that
+        iteration's evaluation) call this, so that a resume from the checkpoint knows the
+        iteration's complete state. Returns whether the checkpoint was of `iteration`."""
+        if self._last_tagged is None or self._last_tagged[1].get("iteration") != iteration:
+            return False
+        name, extra = self._last_tagged
+        if self.save_to_disk:
+            flow.save(self._trainer_state(extra), os.path.join(self.save_dir, name, STATE_FILE))
+        return True
 
     def tag_last_checkpoint(self, name):
         _write_text_atomic(os.path.join(self.save_dir, LAST_CHECKPOINT), name)
@@ -283,9 +312,10 @@ class Checkpointer:
     def load(self, path, checkpointables=None):
         """Load checkpoint `path` (a checkpoint directory, or a model .safetensors file).
 
-        checkpointables: the names to restore besides the model (None: all registered ones, and
-        the RNG states; []: model weights only, reporting missing/unexpected keys). Everything
-        is read and verified before anything is assigned. Returns the extra state."""
+        checkpointables: the names to restore besides the model (None: all registered ones, the
+        trainer state and the RNG states; []: model weights only, reporting missing/unexpected
+        keys). Everything is read and verified before anything is assigned. Returns the extra
+        state (the trainer_state file without the checkpointer's bookkeeping)."""
         weights_only = checkpointables is not None and len(checkpointables) == 0
         names = list(self.checkpointables) if checkpointables is None else list(checkpointables)
         model_file = self._model_file(path)
@@ -343,6 +373,8 @@ class Checkpointer:
         backup_model = _clone_state(expected)
         backups = {k: self.checkpointables[k].state_dict() for k in loaded}
         backup_rng = get_rng_states()
+        trainer = self.trainer if (not weights_only and "iteration" in extra) else None
+        backup_trainer = trainer.state_dict() if trainer is not None else None
         done = []
         try:
             self.model.load_state_dict(model_state_like_params(
@@ -351,12 +383,16 @@ class Checkpointer:
                 self.checkpointables[key].load_state_dict(
                     optimizer_state_like_params(self.checkpointables[key], sd))
                 done.append(key)
+            if trainer is not None:
+                trainer.load_state_dict(extra)
             if rng is not None:
                 set_rng_states(rng)
         except Exception as e:
             self.model.load_state_dict(backup_model, strict=False)
             for key in done:
                 self.checkpointables[key].load_state_dict(backups[key])
+            if trainer is not None:
+                trainer.load_state_dict(backup_trainer)
             set_rng_states(backup_rng)
             raise CheckpointError(f"Checkpointer: failed to load {path} (nothing was changed): {e}") from e
         extra.pop("checkpointables", None)
@@ -394,21 +430,28 @@ class PeriodicCheckpointer:
         self.checkpointer.save(name, iteration=int(iteration), **kwargs)
         self.last_saved_iter = int(iteration)
 
+    def save_periodic(self, iteration, **kwargs):
+        """Save `{prefix}_{iteration:07d}` now (whether or not the period falls on it: the
+        trainer's hook also calls it when a run stops early), then prune to max_to_keep."""
+        name = f"{self.file_prefix}_{int(iteration):07d}"
+        self.save(name, iteration, **kwargs)
+        if name in self.recent_checkpoints:
+            self.recent_checkpoints.remove(name)
+        self.recent_checkpoints.append(name)
+        self.prune()
+
     def step(self, iteration, **kwargs):
         iteration = int(iteration)
         if self.period <= 0:
             return
         if (iteration + 1) % self.period == 0:
-            name = f"{self.file_prefix}_{iteration:07d}"
-            self.save(name, iteration, **kwargs)
-            if name in self.recent_checkpoints:
-                self.recent_checkpoints.remove(name)
-            self.recent_checkpoints.append(name)
-            self._prune()
+            self.save_periodic(iteration, **kwargs)
         if self.max_iter is not None and iteration >= self.max_iter - 1:
             self.save(f"{self.file_prefix}_final", iteration, **kwargs)
 
-    def _prune(self):
+    def prune(self):
+        """Delete the oldest periodic checkpoints beyond max_to_keep (never the one that
+        `last_checkpoint` points to)."""
         if self.max_to_keep is None or not self.checkpointer.save_to_disk:
             return
         last = self.checkpointer.get_checkpoint_file()

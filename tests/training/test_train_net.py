@@ -39,6 +39,7 @@ def test_train_then_resume_and_eval_only(tmp_path):
     check_trains_end_to_end_with_logs_metrics_and_checkpoints(full_run)
     check_tensorboard_events_readable(full_run)
     check_resume_is_bitwise_identical(full_run, tmp_path)
+    check_resumed_run_keeps_the_same_best_checkpoint(full_run, tmp_path)
     check_eval_only_reproduces_the_trained_metric(full_run, tmp_path)
 
 
@@ -107,6 +108,21 @@ def check_resume_is_bitwise_identical(full_run, tmp_path):
     assert final["Acc@1"] == ref_final["Acc@1"]
 
 
+def check_resumed_run_keeps_the_same_best_checkpoint(full_run, tmp_path):
+    """The resumed BestCheckpointer starts from the best of iteration 9 (its state in the
+    checkpoint), so model_best ends as in the uninterrupted run."""
+    import engine as flow
+
+    ref_out, _ = full_run
+    out = str(tmp_path / "resumed")  # written by check_resume_is_bitwise_identical
+
+    def best(d):
+        state = flow.load(os.path.join(d, "model_best", "trainer_state.safetensors"))
+        return state["iteration"], state["best_metric"], state["hooks"]["BestCheckpointer"]
+
+    assert best(out) == best(ref_out)
+
+
 def check_eval_only_reproduces_the_trained_metric(full_run, tmp_path):
     out, _ = full_run
     trained = [r for r in records(out) if r["iteration"] == 20 and "Acc@1" in r][-1]
@@ -127,3 +143,15 @@ def test_fast_dev_run(tmp_path):
     assert any("Acc@1" in r for r in recs)
     assert not [d for d in os.listdir(out) if d.startswith("model_")]  # no checkpoints kept
     assert "--fast-dev-run" in proc.stdout
+
+
+def test_unknown_or_unimplemented_train_key_stops_before_training(tmp_path):
+    out = str(tmp_path / "typo")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for override, error in (("+train.eval_perod=5", "'train.eval_perod' does not exist; did you mean"),
+                            ("train.amp.enabled=true", "NotImplementedError: train.amp.enabled=True")):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", CONFIG,
+                               f"train.output_dir={out}", override], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode != 0 and error in proc.stderr, proc.stderr[-2000:]
+        assert not os.path.exists(os.path.join(out, "metrics.json"))
