@@ -202,3 +202,42 @@ def test_checker_catches_a_cycle_inside_one_layer(tmp_path):
                                           ("engine.distributed.rules.linalg", 5), ("libai.engine.hooks", 7)])
 def test_layer_of(module, layer):
     assert layer_of(module) == layer
+
+
+# ------------------------------------------------------------------ one op, one place
+def _rule_registrations(path):
+    """[(ops module alias, line)] of every op an `sbp_rule(...)` call in a rules file names
+    (`sbp_rule(unary.Exp)`, `sbp_rule(*concrete_ops(unary))`)."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sbp_rule":
+            for arg in node.args:
+                for sub in ast.walk(arg):
+                    if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+                        found.append((sub.value.id, node.lineno))
+                    elif isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "concrete_ops":
+                        found.append((sub.args[0].id, node.lineno))
+    return found
+
+
+def test_sbp_rules_mirror_the_op_families():
+    """The rule of an op defined in engine/ops/<family>.py is registered in
+    engine/distributed/rules/<family>.py, and every registered op class lives in ops/<family>."""
+    import engine  # noqa: F401
+    from engine.distributed.rules import registered_ops
+
+    rules_dir = os.path.join(ROOT, "engine", "distributed", "rules")
+    ops_dir = os.path.join(ROOT, "engine", "ops")
+    misplaced = []
+    for f in sorted(os.listdir(rules_dir)):
+        if f.endswith(".py") and f not in ("__init__.py", "base.py", "patterns.py"):
+            assert os.path.isfile(os.path.join(ops_dir, f)), f"rules/{f} mirrors no engine/ops/{f}"
+            found = _rule_registrations(os.path.join(rules_dir, f))
+            assert found, f"rules/{f} registers no rule"
+            misplaced += [f"rules/{f}:{line} registers a rule for an op of ops/{alias}.py"
+                          for alias, line in found if alias != f[:-3]]
+    assert not misplaced, misplaced
+    for op_cls in registered_ops():
+        assert op_cls.__module__.startswith("engine.ops."), op_cls
+

@@ -1,4 +1,4 @@
-"""Error paths of engine/ops/nn_ops.py (clear messages naming op, shapes and bad values), and the
+"""Error paths of engine/ops/{softmax,normalization,dropout,loss}.py (clear messages naming op, shapes and bad values), and the
 cases the parity harness cannot express (0-d targets, double backward of softmax)."""
 import numpy as np
 import pytest

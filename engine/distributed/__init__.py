@@ -16,7 +16,6 @@ from .placement import placement  # noqa: E402
 from . import global_tensor  # noqa: E402
 from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
 from . import dispatch, rules  # noqa: E402,F401
-from . import rules_parallel  # noqa: E402,F401  (tensor-parallel rules: vocab-parallel embedding / cross-entropy)
 from ..ops.creation import set_global_factory  # noqa: E402
 from ..ops.op import set_global_dispatch  # noqa: E402
 

@@ -1,9 +1,9 @@
-"""Running any engine op on global tensors (installed into Op.apply by engine.distributed).
+"""Running any engine op on global tensors (registered into Op.apply by engine.distributed).
 
 For an op called with global inputs:
   1. check them (all global, one placement);
-  2. per mesh axis, take the op's SBP signatures (rules.py; the default, always valid, is "all
-     broadcast") and choose the one whose boxing of the current inputs moves the fewest bytes;
+  2. per mesh axis, take the op's SBP signatures (rules/<family>.py; the default, always valid,
+     is "all broadcast") and choose the one whose boxing of the current inputs moves the fewest bytes;
   3. box the inputs to it (recorded for autograd: those conversions have their own backward);
   4. run the op's local kernel on the shards, with shape attributes translated to the shard;
   5. wrap the outputs as global tensors with the signature's output SBP.
@@ -12,7 +12,7 @@ Backward runs the op's own *local* backward on shards too, with the gradient SBP
 valid (per mesh axis): an output gradient arrives S(a) for an S(a) output and B for P or B
 outputs; an input gradient comes out S(a) for S(a) inputs, B for P inputs and P for B inputs —
 the local gradient of a replicated input used with split or partial data is a partial sum —
-and all B when the whole signature is B. DESIGN.md wants backwards made of global ops; running
+and all B when the whole signature is B. The design asked for backwards made of global ops; running
 the local backward under these rules is equivalent, keeps every op's backward written once, and
 leaves shape bookkeeping (ctx) local. It does not support create_graph on global tensors.
 """

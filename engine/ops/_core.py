@@ -249,6 +249,40 @@ def promote_operands(a, b):
     raise TypeError("at least one operand must be a Tensor")
 
 
+def check_float(t, op, what="input"):
+    if not t.is_floating_point():
+        raise RuntimeError(f"{op}: expected a floating point {what}, got {t.dtype.name} of shape {shape_str(t.shape)}")
+
+
+class NoDoubleBackward:
+    """Mixin for fused grad ops whose own derivative is not implemented."""
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(f"double backward (create_graph=True) through {ctx.op_name} is not supported")
+
+
+def binary_op(op_cls, a, b, **attrs):
+    """The common path of a broadcasting binary op: PyTorch's type promotion of the operands
+    (Tensors or scalars), a clear error for shapes that do not broadcast, then the op."""
+    a, b = promote_operands(a, b)
+    if a._global is not None or a._data.shape != b._data.shape:
+        broadcast_shapes(a.shape, b.shape)  # clear error before numpy's
+    return op_cls.apply(a, b, **attrs)
+
+
+def reflected(fn):
+    """`other <op> tensor` for a Python scalar `other` (e.g. `2 ** t`, `1 | t`); other operand
+    types are left to Python (NotImplemented)."""
+
+    def method(self, other):
+        if not is_scalar(other):
+            return NotImplemented
+        return fn(other, self)
+
+    return method
+
+
 def float_dtype_for(t):
     """The floating dtype an int/bool input is computed in (PyTorch: the default dtype)."""
     return t.dtype if t.is_floating_point() else dtypes.get_default_dtype()

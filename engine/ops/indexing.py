@@ -777,6 +777,80 @@ def add_rows(out, idx, rows):
         pos, keep = pos[alive], keep[alive]
 
 
+# ------------------------------------------------------------------ lookups on a shard of a split axis
+# A vocab-split embedding table or a class-split logits tensor holds only the rows/columns
+# [start, stop) of the logical axis on a rank. These kernels look up the logical ids that fall in
+# the own range (shifted by `start`) and write zeros for the others; their backward scatters only
+# in-range entries. Summed over the ranks of the split axis (a partial-sum result) they give the
+# plain lookup; on a local tensor (start=0, the whole axis) every id is in range.
+# engine/distributed/rules/indexing.py substitutes VocabParallelEmbedding for Embedding under the
+# signature ids B x table S(0) -> P; loss.py's TargetGather is the cross-entropy's twin.
+def in_range(xp, ids, start, n):
+    """(ids - start clamped to a safe 0 where out of range, the in-range mask)."""
+    local = ids.astype(np.int64, copy=False) - start
+    mask = (local >= 0) & (local < n)
+    return xp.where(mask, local, 0), mask
+
+
+def _local_pad(padding_idx, start, stop):
+    if padding_idx is None or not start <= padding_idx < stop:
+        return None
+    return padding_idx - start
+
+
+class VocabParallelEmbedding(Op):
+    """out[i] = weight[ids[i] - start] for start <= ids[i] < stop, zeros elsewhere."""
+
+    name = "VocabParallelEmbedding"
+    save_inputs = (0,)
+
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx=None, start=0, stop=None):
+        xp = xp_of(weight)
+        n = weight.shape[0]
+        stop = start + n if stop is None else stop
+        if stop - start != n:
+            raise ValueError(f"VocabParallelEmbedding: range [{start}, {stop}) does not match the shard's {n} rows")
+        safe, mask = in_range(xp, ids, start, n)
+        out = xp.take(weight, safe, axis=0)
+        if not mask.all():
+            out[~mask] = 0
+        ctx.num, ctx.start = n, start
+        ctx.padding_idx = _local_pad(padding_idx, start, stop)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        ids = ctx.saved_tensors[0]
+        return None, VocabParallelEmbeddingBackward.apply(g, ids, num=ctx.num, start=ctx.start,
+                                                          padding_idx=ctx.padding_idx)
+
+
+class VocabParallelEmbeddingBackward(Op):
+    """Dense gradient of the local shard: rows of g summed per in-range id (repeats accumulate);
+    `padding_idx` is the local row (or None) that gets no gradient."""
+
+    name = "VocabParallelEmbeddingBackward"
+    save_inputs = (1,)
+
+    @staticmethod
+    def forward(ctx, g, ids, num, start, padding_idx):
+        ctx.num, ctx.start, ctx.padding_idx = num, start, padding_idx
+        safe, mask = in_range(xp_of(g), ids.reshape(-1), start, num)
+        rows = g.reshape(-1, g.shape[-1])
+        if not mask.all():
+            safe, rows = safe[mask], rows[mask]
+        return rows_gradient(num, safe, rows, padding_idx)
+
+    @staticmethod
+    def backward(ctx, gg):
+        ids = ctx.saved_tensors[0]
+        w = without_row(gg, ctx.padding_idx)
+        return VocabParallelEmbedding.apply(ids, w, padding_idx=None, start=ctx.start,
+                                            stop=ctx.start + ctx.num), None
+
+
+
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
     if not isinstance(input, Tensor) or input._data.dtype.kind not in "iu":

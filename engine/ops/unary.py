@@ -1,4 +1,4 @@
-"""Pointwise math, activations, comparisons and logical/bitwise ops.
+"""Pointwise math (exp, log, sqrt, ..., clamp, isnan) and activations (relu, gelu, silu, ...).
 
 Why the kernels look the way they do:
   * Hot activations (gelu, sigmoid, tanh, silu, softplus) and their fused grad ops run through
@@ -20,29 +20,26 @@ import numpy as np
 
 from .op import Op
 from ..backend.parallel import parallel_for, parallel_ufunc
-from ._kernels import BLOCK_ELEMENTS
+from ._kernels import BLOCK_ELEMENTS, LOW_PRECISION, ignore_fp_errors, rsqrt_array
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
-from ._core import broadcast_shapes, cast, is_scalar, promote_operands, scalar_tensor, sum_to
+from ._core import cast
+from .comparison import ge, gt, le, lt, maximum, minimum, where
+from .creation import zeros_like
+from .logical import logical_and
 
 __all__ = [
     # math
     "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "abs",
-    "sign", "floor", "ceil", "round", "trunc", "erf", "pow", "clamp", "clip", "clamp_min",
-    "clamp_max", "where", "maximum", "minimum", "isnan", "isinf", "isfinite", "lerp",
+    "sign", "floor", "ceil", "round", "trunc", "erf", "clamp", "clip", "clamp_min",
+    "clamp_max", "isnan", "isinf", "isfinite",
     # activations
     "relu", "relu_", "gelu", "silu", "softplus", "leaky_relu", "hardtanh",
-    # comparisons
-    "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "isclose",
-    # logical / bitwise
-    "logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_and", "bitwise_or",
-    "bitwise_not", "bitwise_xor",
 ]
 
 # ====================================================================== blocked kernel runner
 _BLOCK = BLOCK_ELEMENTS  # temporaries of a fused chain stay in L2
-_LOW_PRECISION = (np.dtype(np.float16), dtypes.bfloat16.np)
 
 
 def _blocks(kernel, out, ins, start, stop):
@@ -57,7 +54,7 @@ def _apply(kernel, *arrays):
     same shape; float16/bfloat16 are computed in float32."""
     xp = xp_of(arrays[0])
     dt = arrays[0].dtype
-    if dt in _LOW_PRECISION:
+    if dt in LOW_PRECISION:
         arrays = [a.astype(np.float32) for a in arrays]
     out = xp.empty(arrays[0].shape, arrays[0].dtype)
     n = out.size
@@ -71,7 +68,7 @@ def _apply(kernel, *arrays):
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         o = out.reshape(-1)
         parallel_for(lambda s, e: _blocks(kernel, o, flat, s, e), n, grain=_BLOCK)
-    return out.astype(dt) if dt in _LOW_PRECISION else out
+    return out.astype(dt) if dt in LOW_PRECISION else out
 
 
 def _special(xp):
@@ -81,18 +78,6 @@ def _special(xp):
     else:
         import cupyx.scipy.special as sp
     return sp
-
-
-def _ignore(xp):
-    return np.errstate(all="ignore") if xp is np else _NullCtx()
-
-
-class _NullCtx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 # ====================================================================== kernels of the hot ops
@@ -254,12 +239,6 @@ def _require_float(t, op):
     return t
 
 
-def _zeros_like(t):
-    from .creation import zeros_like
-
-    return zeros_like(t)
-
-
 def _fused(kernel):
     """forward(ctx, *arrays) of a fused pointwise Op."""
     return staticmethod(lambda ctx, *arrays: _apply(kernel, *arrays))
@@ -302,7 +281,7 @@ class _Pointwise(_SavesInput):
     @classmethod
     def forward(cls, ctx, x):
         xp = xp_of(x)
-        with _ignore(xp):
+        with ignore_fp_errors(xp):
             return cls.fn(xp, x)
 
 
@@ -342,15 +321,9 @@ class Sqrt(_Pointwise):
     grad = staticmethod(lambda g, x: g * rsqrt(x) * 0.5)
 
 
-def _k_rsqrt(xp, x):
-    y = xp.empty_like(x)
-    xp.sqrt(x, out=y)
-    return xp.reciprocal(y, out=y)
-
-
 class Rsqrt(_Pointwise):
     name = "Rsqrt"
-    fn = staticmethod(_k_rsqrt)
+    fn = staticmethod(rsqrt_array)
     grad = staticmethod(lambda g, x: g * rsqrt(x) / x * -0.5)
 
 
@@ -373,7 +346,7 @@ class Abs(_Pointwise):
 
 
 def _k_erf(xp, x):
-    if x.dtype in _LOW_PRECISION:
+    if x.dtype in LOW_PRECISION:
         return _special(xp).erf(x.astype(np.float32)).astype(x.dtype)
     return _special(xp).erf(x)
 
@@ -391,7 +364,7 @@ class _Piecewise(_Pointwise):
 
     @staticmethod
     def backward(ctx, g):
-        return _zeros_like(g)
+        return zeros_like(g)
 
 
 class Sign(_Piecewise):
@@ -524,86 +497,6 @@ def sigmoid(input):
     return Sigmoid.apply(_float(input))
 
 
-# ---------------------------------------------------------------------- pow
-class PowScalar(Op):
-    """x ** e for a Python-number exponent; common exponents avoid np.power (~40x slower)."""
-
-    name = "Pow"
-    save_inputs = (0,)
-
-    @staticmethod
-    def forward(ctx, x, exponent):
-        ctx.exponent = e = exponent
-        xp = xp_of(x)
-        with _ignore(xp):
-            if e == 2:
-                return x * x
-            if e == 3:
-                return x * x * x
-            if e == 1:
-                return x.copy()
-            if e == 0:
-                return xp.ones_like(x)
-            if e == 0.5:
-                return xp.sqrt(x)
-            if e == -1:
-                return xp.reciprocal(x)
-            if e == -0.5:
-                return _k_rsqrt(xp, x)
-            return xp.power(x, xp.asarray(e, dtype=x.dtype))
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        e = ctx.exponent
-        if e == 0:
-            return _zeros_like(g)
-        if e == 1:
-            return g
-        if e == 2:
-            return g * (x * 2.0)
-        return g * (pow(x, e - 1) * e)
-
-
-class Pow(Op):
-    name = "Pow"
-    save_inputs = (0, 1)
-    save_outputs = (0,)
-
-    @staticmethod
-    def forward(ctx, a, b):
-        xp = xp_of(a)
-        try:
-            with _ignore(xp):
-                return xp.power(a, b)
-        except ValueError as e:  # numpy: integers to negative integer powers
-            raise RuntimeError(f"pow: {e}") from None
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b, y = ctx.saved_tensors
-        ga = gb = None
-        if ctx.needs_input_grad[0]:
-            ga = sum_to(g * b * pow(a, b - 1), a.shape)
-        if ctx.needs_input_grad[1]:
-            # PyTorch's convention: no gradient flows to the exponent where the base is 0 and b >= 0
-            d = where(logical_and(eq(a, 0), ge(b, 0)), 0.0, y * log(a))
-            gb = sum_to(g * d, b.shape)
-        return ga, gb
-
-
-def pow(input, exponent):
-    if isinstance(input, Tensor) and is_scalar(exponent):
-        res = dtypes.result_type([input.dtype], scalars=[exponent])
-        if res._category == 1 and exponent < 0:
-            raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
-        return PowScalar.apply(cast(input, res), exponent=exponent)
-    a, b = promote_operands(input, exponent)
-    if a._global is not None or a._data.shape != b._data.shape:
-        broadcast_shapes(a.shape, b.shape)
-    return Pow.apply(a, b)
-
-
 # ---------------------------------------------------------------------- clamp, where, max/min
 class ClampScalar(Op):
     name = "Clamp"
@@ -658,97 +551,6 @@ def clamp_max(input, max):
     return clamp(input, max=max)
 
 
-class Where(Op):
-    name = "Where"
-    save_inputs = (0,)
-
-    @staticmethod
-    def forward(ctx, cond, x, y):
-        ctx.shapes = (x.shape, y.shape)
-        return xp_of(x).where(cond, x, y)
-
-    @staticmethod
-    def backward(ctx, g):
-        (cond,) = ctx.saved_tensors
-        sx, sy = ctx.shapes
-        gx = sum_to(where(cond, g, 0.0), sx) if ctx.needs_input_grad[1] else None
-        gy = sum_to(where(cond, 0.0, g), sy) if ctx.needs_input_grad[2] else None
-        return None, gx, gy
-
-
-def where(condition, input=None, other=None):
-    if input is None and other is None:
-        # where(cond): the indices of the nonzero entries, as nonzero(as_tuple=True)
-        if condition._global is not None:
-            from .indexing import nonzero
-
-            return nonzero(condition, as_tuple=True)
-        return tuple(Tensor._make(i.astype(np.int64), condition._device)
-                     for i in xp_of(condition._data).nonzero(condition._data))
-    if condition.dtype is not dtypes.bool_:
-        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype {condition.dtype.name}")
-    if not isinstance(input, Tensor) and not isinstance(other, Tensor):
-        res = dtypes.result_type([], scalars=[input, other])
-        return where(condition, scalar_tensor(input, res, condition), other)
-    x, y = promote_operands(input, other)
-    broadcast_shapes(condition.shape, x.shape, y.shape)
-    return Where.apply(condition, x, y)
-
-
-def _extremum_backward(ctx, g, first_wins):
-    a, b = ctx.saved_tensors
-    wa = cast(first_wins(a, b), g.dtype) + cast(eq(a, b), g.dtype) * 0.5  # ties split the gradient
-    ga = sum_to(g * wa, a.shape) if ctx.needs_input_grad[0] else None
-    gb = sum_to(g * (1 - wa), b.shape) if ctx.needs_input_grad[1] else None
-    return ga, gb
-
-
-class Maximum(Op):
-    name = "Maximum"
-    save_inputs = (0, 1)
-
-    @staticmethod
-    def forward(ctx, a, b):
-        return xp_of(a).maximum(a, b)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _extremum_backward(ctx, g, gt)
-
-
-class Minimum(Op):
-    name = "Minimum"
-    save_inputs = (0, 1)
-
-    @staticmethod
-    def forward(ctx, a, b):
-        return xp_of(a).minimum(a, b)
-
-    @staticmethod
-    def backward(ctx, g):
-        return _extremum_backward(ctx, g, lt)
-
-
-def _binary(op_cls, a, b):
-    a, b = promote_operands(a, b)
-    if a._global is not None or a._data.shape != b._data.shape:
-        broadcast_shapes(a.shape, b.shape)
-    return op_cls.apply(a, b)
-
-
-def maximum(input, other):
-    return _binary(Maximum, input, other)
-
-
-def minimum(input, other):
-    return _binary(Minimum, input, other)
-
-
-def lerp(input, end, weight):
-    """input + weight * (end - input)."""
-    return input + weight * (end - input)
-
-
 # ---------------------------------------------------------------------- isnan & co
 class _Predicate(Op):
     differentiable = False
@@ -800,7 +602,7 @@ class ReluGrad(Op):
     @staticmethod
     def backward(ctx, gg):
         (x,) = ctx.saved_tensors
-        dx = _zeros_like(x) if ctx.needs_input_grad[1] else None  # relu'' = 0, but x is used
+        dx = zeros_like(x) if ctx.needs_input_grad[1] else None  # relu'' = 0, but x is used
         return ReluGrad.apply(gg, x), dx
 
 
@@ -1017,186 +819,14 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 _inplace_apply = inplace.apply_inplace
 
 
-# ====================================================================== comparisons
-class _Compare(Op):
-    differentiable = False
-    ufunc = None
-
-    @classmethod
-    def forward(cls, ctx, a, b):
-        return getattr(xp_of(a), cls.ufunc)(a, b)
-
-
-def _compare_op(name, ufunc):
-    op = type(name, (_Compare,), {"name": name, "ufunc": ufunc})
-
-    def fn(input, other):
-        a, b = promote_operands(input, other)
-        if a._global is not None or a._data.shape != b._data.shape:
-            broadcast_shapes(a.shape, b.shape)
-        return op.apply(a, b)
-
-    return fn
-
-
-eq = _compare_op("Eq", "equal")
-ne = _compare_op("Ne", "not_equal")
-lt = _compare_op("Lt", "less")
-le = _compare_op("Le", "less_equal")
-gt = _compare_op("Gt", "greater")
-ge = _compare_op("Ge", "greater_equal")
-for _fn, _n in ((eq, "eq"), (ne, "ne"), (lt, "lt"), (le, "le"), (gt, "gt"), (ge, "ge")):
-    _fn.__name__ = _n
-
-
-def _dunder(fn):
-    """Tensor comparison operators: unsupported operand types defer to Python (t == None is False)."""
-
-    def method(self, other):
-        if not isinstance(other, Tensor) and not is_scalar(other):
-            return NotImplemented
-        return fn(self, other)
-
-    return method
-
-
-def equal(input, other):
-    """True when both tensors have the same shape and elements."""
-    if tuple(input.shape) != tuple(other.shape):
-        return False
-    a, b = promote_operands(input, other)
-    return bool(xp_of(a._data).array_equal(a._data, b._data))
-
-
-class IsClose(Op):
-    name = "IsClose"
-    differentiable = False
-
-    @staticmethod
-    def forward(ctx, a, b, rtol, atol, equal_nan):
-        return xp_of(a).isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-
-
-def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-    a, b = promote_operands(input, other)
-    if a._global is not None or a._data.shape != b._data.shape:
-        broadcast_shapes(a.shape, b.shape)
-    return IsClose.apply(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
-
-
-def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-    r = isclose(input, other, rtol, atol, equal_nan)
-    return bool(xp_of(r._data).all(r._data))
-
-
-# ====================================================================== logical / bitwise
-class _Logical(Op):
-    differentiable = False
-    ufunc = None
-
-    @classmethod
-    def forward(cls, ctx, *arrays):
-        return getattr(xp_of(arrays[0]), cls.ufunc)(*arrays)
-
-
-def _logical_op(name, ufunc):
-    op = type(name, (_Logical,), {"name": name, "ufunc": ufunc})
-
-    def fn(input, other):
-        b = other._data if isinstance(other, Tensor) else other
-        if isinstance(other, Tensor) and (input._global is not None or input._data.shape != b.shape):
-            broadcast_shapes(input.shape, other.shape)
-        return op.apply(input, other) if isinstance(other, Tensor) else op.apply(input, _const(other, input))
-
-    fn.__name__ = ufunc
-    return fn
-
-
-def _const(value, like):
-    from ..backend import dtypes as _dt
-
-    return scalar_tensor(value, _dt.from_numpy_dtype(xp_of(like._data).asarray(value).dtype), like)
-
-
-logical_and = _logical_op("LogicalAnd", "logical_and")
-logical_or = _logical_op("LogicalOr", "logical_or")
-logical_xor = _logical_op("LogicalXor", "logical_xor")
-_LogicalNot = type("LogicalNot", (_Logical,), {"name": "LogicalNot", "ufunc": "logical_not"})
-
-
-def logical_not(input):
-    return _LogicalNot.apply(input)
-
-
-def _check_integral(op, *ts):
-    for t in ts:
-        if t.is_floating_point():
-            raise RuntimeError(f"{op}: only integer and bool tensors are supported, got {t.dtype.name}")
-
-
-def _bitwise_op(name, ufunc):
-    op = type(name, (_Logical,), {"name": name, "ufunc": ufunc})
-
-    def fn(input, other):
-        if not isinstance(input, Tensor) and not isinstance(other, Tensor):
-            raise TypeError(f"{ufunc}: at least one operand must be a Tensor")
-        if is_scalar(input) and isinstance(input, float) or is_scalar(other) and isinstance(other, float):
-            raise RuntimeError(f"{ufunc}: only integer and bool operands are supported, got a float scalar")
-        a, b = promote_operands(input, other)
-        _check_integral(ufunc, a, b)
-        if a._global is not None or a._data.shape != b._data.shape:
-            broadcast_shapes(a.shape, b.shape)
-        return op.apply(a, b)
-
-    fn.__name__ = ufunc
-    return fn
-
-
-bitwise_and = _bitwise_op("BitwiseAnd", "bitwise_and")
-bitwise_or = _bitwise_op("BitwiseOr", "bitwise_or")
-bitwise_xor = _bitwise_op("BitwiseXor", "bitwise_xor")
-_BitwiseNot = type("BitwiseNot", (_Logical,), {"name": "BitwiseNot", "ufunc": "invert"})
-
-
-def bitwise_not(input):
-    _check_integral("bitwise_not", input)
-    return _BitwiseNot.apply(input)
-
-
 # ====================================================================== Tensor methods
-def _reflected(fn):
-    def method(self, other):
-        if not is_scalar(other):
-            return NotImplemented
-        return fn(other, self)
-
-    return method
-
-
 for _name in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
               "sign", "floor", "ceil", "trunc", "erf", "isnan", "isinf", "isfinite", "relu",
-              "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_not", "equal",
-              "allclose", "isclose", "maximum", "minimum", "lerp", "clamp_min", "clamp_max"):
+              "clamp_min", "clamp_max"):
     setattr(Tensor, _name, globals()[_name])
 tensor_method("abs", "__abs__", "absolute")(abs)
 tensor_method("round", "__round__")(round)
-tensor_method("pow", "__pow__")(pow)
-tensor_method("__rpow__")(_reflected(pow))
 tensor_method("clamp", "clip")(clamp)
-tensor_method("where")(lambda self, condition, other: where(condition, self, other))
-for _fn, _names in ((eq, ("eq", "__eq__")), (ne, ("ne", "__ne__")), (lt, ("lt", "__lt__")),
-                    (le, ("le", "__le__")), (gt, ("gt", "__gt__")), (ge, ("ge", "__ge__"))):
-    setattr(Tensor, _names[0], _fn)
-    setattr(Tensor, _names[1], _dunder(_fn))
-Tensor.greater, Tensor.greater_equal, Tensor.less, Tensor.less_equal = gt, ge, lt, le
-Tensor.not_equal = ne
-for _fn, _names in ((bitwise_and, ("bitwise_and", "__and__")), (bitwise_or, ("bitwise_or", "__or__")),
-                    (bitwise_xor, ("bitwise_xor", "__xor__"))):
-    setattr(Tensor, _names[0], _fn)
-    setattr(Tensor, _names[1], _dunder(_fn))
-    setattr(Tensor, "__r" + _names[1][2:], _reflected(_fn))
-Tensor.__invert__ = bitwise_not
-Tensor.__hash__ = lambda self: id(self)  # elementwise __eq__ makes tensors unhashable by value
 
 
 # ---------------------------------------------------------------------- in-place methods
@@ -1209,11 +839,8 @@ def _inplace_method(name, fn):
 
 
 for _name in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
-              "abs", "sign", "floor", "ceil", "trunc", "round", "erf", "pow"):
+              "abs", "sign", "floor", "ceil", "trunc", "round", "erf"):
     setattr(Tensor, _name + "_", _inplace_method(_name + "_", globals()[_name]))
-Tensor.__ipow__ = Tensor.pow_
-
-
 @tensor_method("clamp_", "clip_")
 def clamp_(self, min=None, max=None):
     inplace.check_inplace_allowed(self, "clamp_")

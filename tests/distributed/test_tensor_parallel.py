@@ -27,7 +27,8 @@ def test_parallel_kernels_on_local_tensors():
     import torch
 
     import engine as flow
-    from engine.distributed.parallel_kernels import TargetGather, VocabParallelEmbedding
+    from engine.ops.indexing import VocabParallelEmbedding
+    from engine.ops.loss import TargetGather
 
     rng = np.random.default_rng(0)
     W = rng.standard_normal((11, 3)).astype(np.float32)

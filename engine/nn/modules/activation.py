@@ -1,5 +1,5 @@
 """Activation modules: thin wrappers over engine.nn.functional, with torch's reprs."""
-from ...ops.nn_ops import _softmax_dim
+from ...ops.softmax import _softmax_dim
 from .. import functional as F
 from ..module import Module
 

@@ -1,0 +1,29 @@
+"""SBP rule of engine/ops/dropout.py: dropout is pointwise with two outputs (y, scaled mask).
+
+Under a split signature each rank draws the mask of its own shard (`ShardDropout`): one seed
+comes from the op's generator, mixed with the shard's position on the split mesh axes, so
+shards get independent masks while ranks holding the same shard (broadcast mesh axes) draw the
+same one. The masks therefore differ from a single-process run with the same seed (not bitwise
+equal; same distribution). Under the all-broadcast signature every rank draws the whole mask
+from its generator: equal on every rank only when the generators are seeded alike
+(flow.manual_seed on all ranks)."""
+from ...ops import dropout
+from .base import sbp_rule
+from .patterns import Pointwise
+
+
+@sbp_rule(dropout.Dropout)
+class DropoutRule(Pointwise):
+    def __init__(self):
+        Pointwise.__init__(self, n_out=2)
+
+    def kernel(self, op_cls, chosen):
+        if all(sig.all_broadcast for sig in chosen):
+            return op_cls
+        return dropout.ShardDropout
+
+    def local_attrs(self, attrs, shapes, in_nd, placement, coords):
+        if all(not s.is_split for s in in_nd[0]):
+            return attrs
+        shard = tuple(int(c) + 1 if s.is_split else 0 for c, s in zip(coords, in_nd[0]))
+        return dict(attrs, shard=shard)

@@ -1,0 +1,302 @@
+"""Normalisation: layer_norm (one fused kernel forward, one fused grad op), normalize (L_p) and
+cosine_similarity.
+
+Values only the backward needs (layer_norm's normalised input and rstd) are hidden outputs of
+the forward, so they are Tensors with a meaning on every rank when tensors are global. The
+fused grad ops raise a clear error on double backward.
+"""
+import numpy as np
+
+from ..backend import xp_of
+from ..tensor import _check_dim
+from ._core import NoDoubleBackward, broadcast_shapes, check_float, promote_operands, shape_str
+from ._kernels import blocked, row_dot, work_array
+from .op import Op
+
+__all__ = ["layer_norm", "normalize", "cosine_similarity"]
+
+
+# ------------------------------------------------------------------ layer_norm
+def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
+    """One block of rows of layer_norm, every result written into the given arrays."""
+    xp = xp_of(x2)
+    f = x2.dtype.type
+    d = x2.shape[1]
+    mean[:, 0] = xp.einsum("ij->i", x2)
+    mean *= f(1.0 / d)
+    xp.subtract(x2, mean, out=xhat)
+    rstd[:, 0] = xp.einsum("ij,ij->i", xhat, xhat)
+    rstd *= f(1.0 / d)
+    rstd += f(eps)
+    xp.sqrt(rstd, out=rstd)
+    xp.divide(f(1), rstd, out=rstd)
+    xhat *= rstd
+    if w is not None:
+        xp.multiply(xhat, w, out=y)
+        if b is not None:
+            y += b
+    elif b is not None:
+        xp.add(xhat, b, out=y)
+    else:
+        y[...] = xhat
+
+
+class LayerNorm(Op):
+    """y = (x - mean) * rstd * w + b over the last k dims. Outputs (y, mean, rstd, xhat): the
+    last three are hidden; xhat = (x - mean) * rstd is kept so backward need not recompute it."""
+
+    name = "NativeLayerNorm"
+    save_outputs = (2, 3)
+    save_inputs = (1,)
+
+    @staticmethod
+    def forward(ctx, x, w, b, k, eps):
+        xp = xp_of(x)
+        dtype = x.dtype
+        lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
+        d = int(np.prod(norm)) if norm else 1
+        x2 = work_array(x).reshape(-1, d)
+        ctx.k, ctx.shape, ctx.has_w, ctx.has_b = k, x.shape, w is not None, b is not None
+        if x2.size == 0:
+            stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
+            return xp.empty(x.shape, dtype=dtype), stat, stat, xp.empty(x2.shape, x2.dtype)
+        m = x2.shape[0]
+        y = xp.empty(x2.shape, dtype=x2.dtype)
+        xhat = xp.empty(x2.shape, dtype=x2.dtype)
+        mean = xp.empty((m, 1), dtype=x2.dtype)
+        rstd = xp.empty((m, 1), dtype=x2.dtype)
+        w2 = work_array(w).reshape(d) if w is not None else None
+        b2 = work_array(b).reshape(d) if b is not None else None
+
+        def rows(sel):
+            _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel], xhat[sel])
+
+        if xp is np:
+            blocked(rows, x2.shape)
+        else:
+            rows((Ellipsis,))
+        stat_shape = lead + (1,) * k
+        return (y.reshape(x.shape).astype(dtype, copy=False), mean.reshape(stat_shape),
+                rstd.reshape(stat_shape), xhat)
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        w, rstd, xhat = ctx.saved_tensors
+        dx, dw, db = LayerNormGrad.apply(g, xhat, rstd, w, k=ctx.k, has_b=ctx.has_b)
+        return (dx if ctx.needs_input_grad[0] else None,
+                dw if ctx.has_w and ctx.needs_input_grad[1] else None,
+                db if ctx.has_b and ctx.needs_input_grad[2] else None)
+
+
+class LayerNormGrad(NoDoubleBackward, Op):
+    """dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), dw = sum(g*xhat), db = sum(g),
+    over float32 in one pass chain (PyTorch's formula)."""
+
+    name = "NativeLayerNormBackward"
+
+    @staticmethod
+    def forward(ctx, g, xhat, rstd, w, k, has_b):
+        ctx.op_name = "layer_norm"
+        xp = xp_of(g)
+        m, d = xhat.shape
+        dtype = g.dtype
+        g2 = work_array(g).reshape(m, d)
+        if g2.dtype != xhat.dtype:
+            g2 = g2.astype(xhat.dtype)
+        rstd = rstd.reshape(m, 1)
+        wshape = g.shape[g.ndim - k:]
+        empty = xp.zeros(0, dtype=dtype)
+        if m == 0 or d == 0:
+            zero_w = xp.zeros(wshape, dtype=w.dtype) if w is not None else empty
+            return xp.zeros(g.shape, dtype), zero_w, zero_w if has_b else empty
+        w2 = work_array(w).reshape(d) if w is not None else None
+        dx = xp.empty((m, d), dtype=xhat.dtype)
+
+        parts = []  # partial (dw, db) per block; list.append is atomic across threads
+
+        def rows(sel):
+            parts.append(_layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b))
+
+        if xp is np:
+            blocked(rows, (m, d))
+        else:
+            rows((Ellipsis,))
+        dw = db = empty
+        if w is not None:
+            dw = parts[0][0]
+            for p in parts[1:]:
+                dw += p[0]
+            dw = dw.reshape(wshape).astype(w.dtype, copy=False)
+        if has_b:
+            db = parts[0][1]
+            for p in parts[1:]:
+                db += p[1]
+            db = db.reshape(wshape).astype(dtype, copy=False)
+        return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
+
+
+def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
+    """dx for a block of rows (written into dx) and that block's partial dw, db."""
+    xp = xp_of(g2)
+    f = xhat.dtype.type
+    d = xhat.shape[1]
+    dw = xp.einsum("ij,ij->j", g2, xhat) if w is not None else None
+    db = xp.einsum("ij->j", g2) if has_b else None
+    if w is not None:
+        xp.multiply(g2, w, out=dx)
+    else:
+        dx[...] = g2
+    c1 = xp.einsum("ij->i", dx)[:, None]
+    c1 *= f(1.0 / d)
+    c2 = xp.einsum("ij,ij->i", dx, xhat)[:, None]
+    c2 *= f(1.0 / d)
+    # dx = rstd*gw - (rstd*c2)*xhat - rstd*c1
+    dx *= rstd
+    c2 *= rstd
+    c1 *= rstd
+    t = xp.multiply(xhat, c2)
+    dx -= t
+    dx -= c1
+    return dw, db
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalisation over the trailing `normalized_shape` dims (PyTorch's F.layer_norm)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(int(s) for s in normalized_shape)
+    k = len(normalized_shape)
+    check_float(input, "layer_norm")
+    if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise RuntimeError(
+            f"layer_norm: given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size {shape_str(input.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and tuple(p.shape) != normalized_shape:
+            raise RuntimeError(f"layer_norm: expected {name} of shape {list(normalized_shape)}, "
+                               f"got {shape_str(p.shape)}")
+    return LayerNorm.apply(input, weight, bias, k=k, eps=float(eps))[0]
+
+
+
+# ------------------------------------------------------------------ normalize / cosine_similarity
+class Normalize(Op):
+    """y = x / max(||x||_p, eps) along `axis`."""
+
+    name = "Normalize"
+    save_inputs = (0,)
+
+    @staticmethod
+    def forward(ctx, x, p, axis, eps):
+        xp = xp_of(x)
+        ctx.p, ctx.axis, ctx.eps = p, axis, eps
+        xw = work_array(x)
+        norm = _pnorm(xw, p, axis)
+        return (xw / xp.maximum(norm, xw.dtype.type(eps))).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return NormalizeGrad.apply(g, x, p=ctx.p, axis=ctx.axis, eps=ctx.eps)
+
+
+def _pnorm(x, p, axis):
+    xp = xp_of(x)
+    a = xp.abs(x)
+    if p == 2:
+        return xp.sqrt(row_dot(x, x, axis) if axis == x.ndim - 1 else (x * x).sum(axis=axis, keepdims=True))
+    if p == 1:
+        return a.sum(axis=axis, keepdims=True)
+    if p == float("inf"):
+        return a.max(axis=axis, keepdims=True)
+    return (a ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
+
+
+class NormalizeGrad(NoDoubleBackward, Op):
+    """With n = ||x||_p > eps: dx = g / n - (sum(g x) / n^2) dn/dx, dn/dx = |x|^(p-1) sign(x) / n^(p-1)."""
+
+    name = "NormalizeBackward"
+
+    @staticmethod
+    def forward(ctx, g, x, p, axis, eps):
+        ctx.op_name = "normalize"
+        xp = xp_of(x)
+        xw, gw = work_array(x), work_array(g)
+        f = xw.dtype.type
+        n = _pnorm(xw, p, axis)
+        clamped = n <= f(eps)
+        nc = xp.maximum(n, f(eps))
+        dx = gw / nc
+        if p == float("inf"):
+            a = xp.abs(xw)
+            dn = (a == n) * xp.sign(xw)
+            dn = dn / xp.maximum(dn.astype(bool).sum(axis=axis, keepdims=True), 1)
+        else:
+            safe_n = xp.where(n > 0, n, f(1))
+            dn = xp.sign(xw) * (xp.abs(xw) ** (p - 1)) / safe_n ** (p - 1) if p != 2 else xw / safe_n
+        coef = (gw * xw).sum(axis=axis, keepdims=True) / (nc * nc)
+        dx = dx - xp.where(clamped, f(0), coef * dn)
+        return dx.astype(x.dtype, copy=False)
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """L_p-normalise `input` along `dim` (F.normalize)."""
+    check_float(input, "normalize")
+    axis = _check_dim(dim, max(input.ndim, 1))
+    return Normalize.apply(input, p=float(p), axis=axis, eps=float(eps))
+
+
+class CosineSimilarity(Op):
+    """sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along `axis` (inputs pre-broadcast)."""
+
+    name = "CosineSimilarity"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b, axis, eps):
+        xp = xp_of(a)
+        ctx.axis, ctx.eps = axis, eps
+        aw, bw = work_array(a), work_array(b)
+        f = aw.dtype.type
+        na = xp.maximum(xp.sqrt((aw * aw).sum(axis=axis)), f(eps))
+        nb = xp.maximum(xp.sqrt((bw * bw).sum(axis=axis)), f(eps))
+        return ((aw * bw).sum(axis=axis) / (na * nb)).astype(a.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return CosineSimilarityGrad.apply(g, a, b, axis=ctx.axis, eps=ctx.eps)
+
+
+class CosineSimilarityGrad(NoDoubleBackward, Op):
+    name = "CosineSimilarityBackward"
+
+    @staticmethod
+    def forward(ctx, g, a, b, axis, eps):
+        ctx.op_name = "cosine_similarity"
+        xp = xp_of(a)
+        aw, bw, gw = work_array(a), work_array(b), xp.expand_dims(work_array(g), axis)
+        f = aw.dtype.type
+        ra = xp.sqrt((aw * aw).sum(axis=axis, keepdims=True))
+        rb = xp.sqrt((bw * bw).sum(axis=axis, keepdims=True))
+        na, nb = xp.maximum(ra, f(eps)), xp.maximum(rb, f(eps))
+        dot = (aw * bw).sum(axis=axis, keepdims=True)
+        cos = dot / (na * nb)
+        # d/da [dot/(na nb)] = b/(na nb) - cos * a / (na * ra) (norm term only when not clamped)
+        ka = xp.where(ra > f(eps), cos / (na * xp.where(ra > 0, ra, f(1))), f(0))
+        kb = xp.where(rb > f(eps), cos / (nb * xp.where(rb > 0, rb, f(1))), f(0))
+        da = gw * (bw / (na * nb) - ka * aw)
+        db = gw * (aw / (na * nb) - kb * bw)
+        return da.astype(a.dtype, copy=False), db.astype(b.dtype, copy=False)
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """Cosine similarity of x1 and x2 (broadcast) along `dim`."""
+    from ._core import broadcast_to
+
+    x1, x2 = promote_operands(x1, x2)
+    check_float(x1, "cosine_similarity")
+    shape = broadcast_shapes(tuple(x1.shape), tuple(x2.shape))
+    x1, x2 = broadcast_to(x1, shape), broadcast_to(x2, shape)
+    axis = _check_dim(dim, max(len(shape), 1))
+    return CosineSimilarity.apply(x1, x2, axis=axis, eps=float(eps))

@@ -1,0 +1,266 @@
+"""softmax, log_softmax and the fused attention softmax (scale, mask, softmax in one kernel).
+
+Hot ops of a Transformer step: each is one fused kernel on backend arrays with one fused
+gradient op. Kernels work in place on temporaries they own (`x - max` is allocated once, then
+`exp` and the normalisation are applied with `out=`), so a softmax makes one output array; on the
+CPU, row blocks run on the engine's threads. The grad ops are themselves differentiable (their
+backward is written in engine ops). float16/bfloat16 inputs are computed in float32.
+"""
+import numpy as np
+
+from ..backend import dtypes, xp_of
+from ..tensor import _check_dim, tensor_method
+from ._core import broadcast_shapes, cast, check_float, shape_str
+from ._kernels import blocked, fill_where, row_dot, row_sum, rows_of, select_bits, work_array
+from .op import Op
+
+__all__ = ["softmax", "log_softmax", "scale_mask_softmax"]
+
+
+# ------------------------------------------------------------------ softmax / log_softmax
+def _softmax_array(x, axis, log):
+    """Numerically stable (log-)softmax: one output array, every step in place on it. On the CPU
+    with a last-axis softmax, row blocks run on all threads."""
+    xp = xp_of(x)
+    out_dtype = x.dtype
+    x = work_array(x)
+    if x.size == 0:
+        return xp.empty(x.shape, dtype=out_dtype)
+    if xp is np and axis == x.ndim - 1 and x.ndim > 1:
+        out = np.empty(x.shape, dtype=x.dtype)
+        blocked(lambda sel: _softmax_rows(x[sel], out[sel], -1, log), x.shape)
+    else:
+        out = xp.empty(x.shape, dtype=x.dtype)
+        _softmax_rows(x, out, axis, log)
+    return out.astype(out_dtype, copy=False)
+
+
+def _softmax_rows(x, z, axis, log):
+    """z = (log_)softmax(x) along `axis`, written into z."""
+    xp = xp_of(x)
+    axis %= x.ndim
+    xp.subtract(x, x.max(axis=axis, keepdims=True), out=z)
+    if log:
+        e = xp.exp(z)
+        z -= xp.log(row_sum(e, axis))
+    else:
+        xp.exp(z, out=z)
+        z *= 1 / row_sum(z, axis)
+    return z
+
+
+def _softmax_grad_rows(g, y, dx, axis, scale, zero_mask):
+    xp = xp_of(g)
+    axis %= g.ndim
+    xp.subtract(g, row_dot(g, y, axis), out=dx)
+    dx *= y
+    if scale != 1.0:
+        dx *= dx.dtype.type(scale)
+    if zero_mask is not None:
+        xp.copyto(dx, 0, where=zero_mask)
+
+
+class SoftmaxGrad(Op):
+    """dx = y * (g - sum(g * y)); also the input gradient of scale_mask_softmax (times scale)."""
+
+    name = "SoftmaxGrad"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, g, y, axis, scale=1.0, zero_mask=None):
+        ctx.axis, ctx.scale = axis, scale
+        xp = xp_of(g)
+        dtype = y.dtype
+        g, y = work_array(g), work_array(y)
+        dx = xp.empty(g.shape, dtype=g.dtype)
+        if xp is np and axis == g.ndim - 1 and g.ndim > 1:
+            zm = rows_of(zero_mask, g.shape) if zero_mask is not None else None
+            blocked(lambda sel: _softmax_grad_rows(
+                g[sel], y[sel], dx[sel], -1, scale, zm[sel] if zm is not None else None), g.shape)
+        else:
+            _softmax_grad_rows(g, y, dx, axis, scale, zero_mask)
+        return dx.astype(dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, gg):
+        # out = s * y * (g - sum(g*y)): d/dg = SoftmaxGrad(gg, y); d/dy = s*(gg*(g - S) - g*sum(gg*y))
+        g, y = ctx.saved_tensors
+        axis = ctx.axis
+        d_g = SoftmaxGrad.apply(gg, y, axis=axis, scale=ctx.scale) if ctx.needs_input_grad[0] else None
+        d_y = None
+        if ctx.needs_input_grad[1]:
+            gg = gg * ctx.scale if ctx.scale != 1.0 else gg
+            d_y = gg * (g - (g * y).sum(axis, keepdim=True)) - g * (gg * y).sum(axis, keepdim=True)
+        return d_g, d_y
+
+
+class LogSoftmaxGrad(Op):
+    """dx = g - exp(y) * sum(g)."""
+
+    name = "LogSoftmaxGrad"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, g, y, axis):
+        ctx.axis = axis
+        xp = xp_of(g)
+        dtype = y.dtype
+        g, y = work_array(g), work_array(y)
+        dx = xp.exp(y)
+        dx *= row_sum(g, axis)
+        xp.subtract(g, dx, out=dx)
+        return dx.astype(dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, gg):
+        # out = g - p*S(g), p = exp(y): d/dg = gg - S(gg*p); d/dy = -gg * p * S(g)
+        g, y = ctx.saved_tensors
+        axis = ctx.axis
+        p = y.exp()
+        d_g = gg - (gg * p).sum(axis, keepdim=True) if ctx.needs_input_grad[0] else None
+        d_y = -(gg * p) * g.sum(axis, keepdim=True) if ctx.needs_input_grad[1] else None
+        return d_g, d_y
+
+
+class _SoftmaxBase(Op):
+    """softmax (log=False) or log_softmax (log=True) along `axis`; the backward is `grad_op` on
+    the saved output."""
+
+    save_outputs = (0,)
+    log = False
+    grad_op = None
+
+    @classmethod
+    def forward(cls, ctx, x, axis):
+        ctx.axis = axis
+        return _softmax_array(x, axis, log=cls.log)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        y, = ctx.saved_tensors
+        return cls.grad_op.apply(g, y, axis=ctx.axis)
+
+
+class Softmax(_SoftmaxBase):
+    name = "Softmax"
+    grad_op = SoftmaxGrad
+
+
+class LogSoftmax(_SoftmaxBase):
+    name = "LogSoftmax"
+    log = True
+    grad_op = LogSoftmaxGrad
+
+
+def _softmax_dim(ndim):
+    """PyTorch's implicit softmax dim (deprecated there, kept for compatibility)."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _softmax_common(op_cls, input, dim, dtype, name):
+    if dtype is not None:
+        input = cast(input, dtypes.as_dtype(dtype))
+    if not input.is_floating_point():
+        raise RuntimeError(f"{name}: expected a floating point input (or pass dtype=), got {input.dtype.name}")
+    if dim is None:
+        dim = _softmax_dim(input.ndim)
+    axis = _check_dim(dim, max(input.ndim, 1))
+    if input.ndim == 0:
+        return _scalar_softmax(op_cls, input)
+    return op_cls.apply(input, axis=axis)
+
+
+def _scalar_softmax(op_cls, input):
+    """softmax of a 0-d tensor is 1 (log_softmax 0); computed on a 1-element view to keep grads."""
+    from ._core import reshape
+
+    return reshape(op_cls.apply(reshape(input, 1), axis=0), ())
+
+
+@tensor_method()
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """softmax(x, dim) = exp(x - max) / sum(exp(x - max)) along `dim`."""
+    return _softmax_common(Softmax, input, dim, dtype, "softmax")
+
+
+@tensor_method()
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """log_softmax(x, dim) = x - max - log(sum(exp(x - max))) along `dim`."""
+    return _softmax_common(LogSoftmax, input, dim, dtype, "log_softmax")
+
+
+# ------------------------------------------------------------------ fused attention softmax
+class ScaleMaskSoftmax(Op):
+    """softmax(where(mask, fill, x * scale), dim=-1) in one pass chain (attention scores)."""
+
+    name = "ScaleMaskSoftmax"
+    save_outputs = (0,)
+
+    @staticmethod
+    def forward(ctx, x, mask, scale, fill):
+        xp = xp_of(x)
+        dtype = x.dtype
+        x = work_array(x)
+        ctx.scale = scale
+        ctx.zero_mask = None
+        if x.size == 0:
+            return xp.empty(x.shape, dtype=dtype)
+        bits = None
+        if mask is not None and mask.dtype == np.bool_:
+            # a fully masked row with a finite fill is uniform; its masked entries get no
+            # gradient (they are constants in x.masked_fill(mask, fill))
+            if np.isfinite(fill) and bool(mask.all(axis=-1).any()):
+                ctx.zero_mask = mask
+            if xp is np:
+                bits = select_bits(mask, fill, x.dtype)
+        z = xp.empty(x.shape, dtype=x.dtype)
+
+        if bits is not None:
+            keep, fill_bits = rows_of(bits[0], x.shape), rows_of(bits[1], x.shape)
+
+        def rows(sel):
+            zs = z[sel]
+            xp.multiply(x[sel], x.dtype.type(scale), out=zs)
+            if bits is not None:
+                fill_where(zs, zs, keep[sel], fill_bits[sel])
+            elif mask is not None and mask.dtype == np.bool_:
+                xp.copyto(zs, x.dtype.type(fill), where=rows_of(mask, x.shape)[sel])
+            elif mask is not None:  # an additive float mask
+                zs += rows_of(mask, x.shape)[sel].astype(z.dtype, copy=False)
+            _softmax_rows(zs, zs, -1, log=False)
+
+        if xp is np:
+            blocked(rows, x.shape)
+        else:
+            rows((Ellipsis,))
+        return z.astype(dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        y, = ctx.saved_tensors
+        dx = SoftmaxGrad.apply(g, y, axis=y.ndim - 1, scale=ctx.scale, zero_mask=ctx.zero_mask)
+        return dx, None
+
+
+def scale_mask_softmax(input, mask=None, scale=1.0, fill=-10000.0):
+    """Fused attention softmax over the last dim: `softmax(x * scale masked_fill(mask, fill))`.
+
+    `mask` is a bool tensor broadcastable to `input` whose True entries are masked out (as in
+    `Tensor.masked_fill`), or a float tensor added to the scaled scores (an additive mask).
+    Equivalent to `(input * scale).masked_fill(mask, fill).softmax(-1)`, one kernel forward and
+    one backward.
+    """
+    check_float(input, "scale_mask_softmax")
+    if mask is not None:
+        try:
+            ok = broadcast_shapes(tuple(mask.shape), tuple(input.shape)) == tuple(input.shape)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise RuntimeError(f"scale_mask_softmax: mask of shape {shape_str(mask.shape)} does not broadcast "
+                               f"to input of shape {shape_str(input.shape)}")
+        if mask.dtype is not dtypes.bool_ and not mask.is_floating_point():
+            raise RuntimeError(f"scale_mask_softmax: mask must be bool or floating, got {mask.dtype.name}")
+    if input.ndim == 0:
+        raise RuntimeError("scale_mask_softmax: expected an input with at least 1 dimension, got a 0-d tensor")
+    return ScaleMaskSoftmax.apply(input, mask, scale=float(scale), fill=float(fill))
