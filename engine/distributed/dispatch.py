@@ -152,105 +152,150 @@ def _fail_mixed(cls, inputs):
                        "convert the local ones with .to_global(placement, sbp) or the global ones with .to_local()")
 
 
-def global_apply(cls, inputs, attrs):
-    name = cls.name or cls.__name__
+def global_apply(op, inputs, attrs):
+    """Run `op` on global `inputs` (the global dispatch that Op.apply calls): check the inputs,
+    plan the call (signature per mesh axis, inputs boxed to it, attributes for this shard), run
+    the kernel on the shards, wrap the outputs as global tensors, record the backward."""
+    metas = _check_inputs(op, inputs)
+    placement = next(m for m in metas if m is not None).placement
+    rule = rule_for(op)
+    composed = rule.decompose(inputs, attrs)
+    if composed is not None:  # written with other global ops (e.g. vocab-parallel cross-entropy)
+        return composed
+    if not placement.has_rank(comm.get_rank()):
+        return _outside_placement(rule, attrs, placement, inputs)
+    plan = _plan(op, rule, inputs, metas, attrs, placement)
+    ctx, outs, needs_grad = _run_kernel(plan)
+    results = _wrap_outputs(plan, outs)
+    if needs_grad:
+        _attach_backward(plan, ctx, results)
+    return results[0] if plan.single_output else tuple(results)
+
+
+def _check_inputs(op, inputs):
+    """The inputs' GlobalMetas (None for absent inputs); an error for local inputs among global
+    ones or for inputs on different placements."""
     metas = []
     for t in inputs:
         if t is None:
             metas.append(None)
         elif t._global is None:
-            _fail_mixed(cls, inputs)
+            _fail_mixed(op, inputs)
         else:
             metas.append(t._global)
-    present = [m for m in metas if m is not None]
-    placement = present[0].placement
+    placement = next(m for m in metas if m is not None).placement
     for i, m in enumerate(metas):
         if m is not None and m.placement != placement:
-            raise RuntimeError(f"{name}: inputs live on different placements ({placement!r} and input {i} on "
-                               f"{m.placement!r}); move one with .to_global(placement=...)")
-    rule = rule_for(cls)
-    composed = rule.decompose(inputs, attrs)
-    if composed is not None:  # e.g. vocab-parallel cross-entropy: written with other global ops
-        return composed
-    me = comm.get_rank()
-    if not placement.has_rank(me):
-        n_out = rule.n_outputs(attrs)
-        outs = tuple(make_global(np.empty((0,)), GlobalMeta(placement, (broadcast,) * placement.ndim, None),
-                                 inputs[0]._device if inputs[0] is not None else None) for _ in range(n_out))
-        return outs[0] if n_out == 1 else outs
+            raise RuntimeError(f"{op.name or op.__name__}: inputs live on different placements ({placement!r} and "
+                               f"input {i} on {m.placement!r}); move one with .to_global(placement=...)")
+    return metas
+
+
+def _outside_placement(rule, attrs, placement, inputs):
+    """On a rank outside the placement: empty outputs (no data, no logical shape here)."""
+    n_out = rule.n_outputs(attrs)
+    device = inputs[0]._device if inputs[0] is not None else None
+    outs = tuple(make_global(np.empty((0,)), GlobalMeta(placement, (broadcast,) * placement.ndim, None), device)
+                 for _ in range(n_out))
+    return outs[0] if n_out == 1 else outs
+
+
+class _Plan:
+    """How one op call runs on this rank: the kernel, the signature per mesh axis, the inputs
+    boxed to it, the op's (logical) attributes and those for this rank's shard, and the logical
+    input shapes."""
+
+    __slots__ = ("op", "rule", "placement", "chosen", "boxed", "attrs", "local_attrs", "shapes", "in_nd",
+                 "single_output")
+
+    def __init__(self, op, rule, placement, chosen, boxed, attrs, local_attrs, shapes, in_nd):
+        self.op, self.rule, self.placement, self.chosen = op, rule, placement, chosen
+        self.boxed, self.attrs, self.local_attrs, self.shapes, self.in_nd = boxed, attrs, local_attrs, shapes, in_nd
+        self.single_output = True
+
+    @property
+    def single_rank(self):
+        return self.in_nd is None
+
+
+def _plan(op, rule, inputs, metas, attrs, placement):
     shapes = [m.shape if m is not None else None for m in metas]
-    single_rank = placement.size == 1
-    if single_rank:
+    if placement.size == 1:
         # one rank holds every value whole, whatever its SBP: the all-broadcast signature needs
         # no boxing, no attribute translation and no shape inference (4x less per-op overhead)
         chosen = [all_broadcast_signature(len(inputs), 1, [m is not None for m in metas])] * placement.ndim
-        boxed, local_attrs, in_nd = list(inputs), attrs, None
-    else:
-        itemsizes = [t._data.dtype.itemsize if t is not None else 0 for t in inputs]
-        signatures = rule.signatures(shapes, attrs)
-        chosen = []
-        for k in range(placement.ndim):
-            chosen.append(choose(signatures, metas, itemsizes, placement, k, rule, shapes, attrs,
-                                 [(c, placement.hierarchy[j]) for j, c in enumerate(chosen)]))
-        in_nd = [None if m is None else tuple(sig.ins[i] for sig in chosen) for i, m in enumerate(metas)]
-        boxed = [None if t is None else global_to_global(t, placement, in_nd[i]) for i, t in enumerate(inputs)]
-        local_attrs = rule.local_attrs(attrs, shapes, in_nd, placement, placement.coords(me))
-        cls = rule.kernel(cls, chosen)  # a signature may need another local kernel (masked lookups)
+        return _Plan(op, rule, placement, chosen, list(inputs), attrs, attrs, shapes, None)
+    itemsizes = [t._data.dtype.itemsize if t is not None else 0 for t in inputs]
+    signatures = rule.signatures(shapes, attrs)
+    chosen = []
+    for k in range(placement.ndim):
+        chosen.append(choose(signatures, metas, itemsizes, placement, k, rule, shapes, attrs,
+                             [(c, placement.hierarchy[j]) for j, c in enumerate(chosen)]))
+    in_nd = [None if m is None else tuple(sig.ins[i] for sig in chosen) for i, m in enumerate(metas)]
+    boxed = [None if t is None else global_to_global(t, placement, in_nd[i]) for i, t in enumerate(inputs)]
+    local_attrs = rule.local_attrs(attrs, shapes, in_nd, placement, placement.coords(comm.get_rank()))
+    # a signature may need another local kernel (masked lookups on a vocab shard)
+    return _Plan(rule.kernel(op, chosen), rule, placement, chosen, boxed, attrs, local_attrs, shapes, in_nd)
 
+
+def _run_kernel(plan):
+    """The op's forward on the shards: (ctx, output arrays, whether a backward is recorded)."""
+    op, boxed = plan.op, plan.boxed
     ctx = Context()
-    arrays = [None if b is None else b._data for b in boxed]
-    needs_grad = cls.differentiable and _state.enabled and any(b is not None and b._requires_grad for b in boxed)
+    needs_grad = op.differentiable and _state.enabled and any(b is not None and b._requires_grad for b in boxed)
     if needs_grad:
         ctx.needs_input_grad = tuple(b is not None and b._requires_grad for b in boxed)
-    out = cls.forward(ctx, *arrays, **local_attrs)
-    single = not isinstance(out, tuple)
-    outs = (out,) if single else out
-    outs = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in outs)
+    out = op.forward(ctx, *[None if b is None else b._data for b in boxed], **plan.local_attrs)
+    plan.single_output = not isinstance(out, tuple)
+    outs = (out,) if plan.single_output else out
+    return ctx, tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in outs), needs_grad
+
+
+def _wrap_outputs(plan, outs):
+    """Global tensors around the output shards, with the signature's output SBP and logical
+    shapes (from the rule, or from the shards' extents)."""
+    placement = plan.placement
     # the default all-broadcast signature does not know how many outputs a kernel returns
-    chosen = [Signature(sig.ins, (broadcast,) * len(outs)) if len(sig.outs) != len(outs) and sig.all_broadcast
-              else sig for sig in chosen]
-    out_nd = [tuple(sig.outs[j] for sig in chosen) for j in range(len(outs))]
-    known = None if single_rank else rule.out_shapes(shapes, attrs)
-    uneven = not single_rank and _uneven(shapes, in_nd, placement)
-    device = next(b._device for b in boxed if b is not None)
-    results = []
-    for j, a in enumerate(outs):
-        shape = a.shape if single_rank else known[j] if known is not None else \
-            logical_shape(a.shape, out_nd[j], placement, uneven)
-        results.append(make_global(a, GlobalMeta(placement, out_nd[j], shape), device))
-    if needs_grad:
-        _attach_backward(cls, ctx, boxed, results, chosen, placement, shapes, device)
-    return results[0] if single else tuple(results)
+    plan.chosen = [Signature(sig.ins, (broadcast,) * len(outs)) if len(sig.outs) != len(outs) and sig.all_broadcast
+                   else sig for sig in plan.chosen]
+    out_nd = [tuple(sig.outs[j] for sig in plan.chosen) for j in range(len(outs))]
+    if plan.single_rank:
+        shapes = [a.shape for a in outs]
+    else:
+        shapes = plan.rule.out_shapes(plan.shapes, plan.attrs)
+        if shapes is None:
+            uneven = _uneven(plan.shapes, plan.in_nd, placement)
+            shapes = [logical_shape(a.shape, nd, placement, uneven) for a, nd in zip(outs, out_nd)]
+    device = next(b._device for b in plan.boxed if b is not None)
+    return [make_global(a, GlobalMeta(placement, nd, shape), device) for a, nd, shape in zip(outs, out_nd, shapes)]
 
 
-def _attach_backward(cls, ctx, boxed, results, chosen, placement, shapes, device):
+def _attach_backward(plan, ctx, results):
+    """Record a Node whose backward runs the op's local backward on shards (see the module
+    docstring for the gradient SBPs that make it valid)."""
+    op, boxed, chosen, placement = plan.op, plan.boxed, plan.chosen, plan.placement
     local_in = [None if b is None else _local_view(b) for b in boxed]
     local_out = [_local_view(r) for r in results]
-    saved = [local_in[i] for i in cls.save_inputs] + [local_out[j] for j in cls.save_outputs]
-    ctx.save_for_backward(*saved)
+    ctx.save_for_backward(*[local_in[i] for i in op.save_inputs], *[local_out[j] for j in op.save_outputs])
+    device = results[0]._device
 
     def backward_fn(c, *grads):
         if _state.enabled:
-            raise NotImplementedError(f"create_graph backward through {cls.name} on global tensors is not supported")
+            raise NotImplementedError(f"create_graph backward through {op.name} on global tensors is not supported")
         local_grads = []
         for j, g in enumerate(grads):
-            if g is None:
-                local_grads.append(None)
-                continue
-            g = global_to_global(g, placement, tuple(grad_out_sbp(sig, j) for sig in chosen))
-            local_grads.append(Tensor._make(g._data, g._device))
-        res = cls.backward(c, *local_grads)
+            if g is not None:
+                g = global_to_global(g, placement, tuple(grad_out_sbp(sig, j) for sig in chosen))
+                g = Tensor._make(g._data, g._device)
+            local_grads.append(g)
+        res = op.backward(c, *local_grads)
         res = res if isinstance(res, tuple) else (res,)
-        wrapped = []
-        for i, g in enumerate(res):
-            if g is None or boxed[i] is None:
-                wrapped.append(None)
-                continue
-            nd = tuple(grad_in_sbp(sig, i) for sig in chosen)
-            wrapped.append(make_global(g._data, GlobalMeta(placement, nd, shapes[i]), device))
-        return tuple(wrapped)
+        return tuple(None if g is None or boxed[i] is None else
+                     make_global(g._data, GlobalMeta(placement, tuple(grad_in_sbp(sig, i) for sig in chosen),
+                                                     plan.shapes[i]), device)
+                     for i, g in enumerate(res))
 
-    node = Node(cls.name or cls.__name__, backward_fn, ctx,
+    node = Node(op.name or op.__name__, backward_fn, ctx,
                 tuple(None if b is None else b._grad_edge() for b in boxed), len(results))
     for j, r in enumerate(results):
         if r.is_floating_point():
