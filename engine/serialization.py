@@ -329,96 +329,104 @@ def _map_device(map_location):
     return as_device(map_location)
 
 
-def load(path, map_location=None):
-    """Load what `save` wrote (or any safetensors file, as a name -> tensor OrderedDict).
+class _Reader:
+    """Turns a parsed file back into the object tree (the inverse of _Writer). Every reference
+    and value is checked; anything malformed raises CheckpointError naming the file."""
 
-    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1')."""
-    buf, name = _read_all(path)
-    header, meta, base, engine_file = _parse(buf, name)
-    device = _map_device(map_location)
+    def __init__(self, buf, name, header, base, device):
+        self.buf, self.name, self.header, self.base, self.device = buf, name, header, base, device
+        self.table = []
+        self.built = {}  # table index -> array
+        self.tensors = {}  # table index -> Tensor: shared tensors come back shared
 
-    def bad(why):
-        return CheckpointError(f"engine.load: {name} is not a valid checkpoint (corrupted?): {why}")
+    def bad(self, why):
+        return CheckpointError(f"engine.load: {self.name} is not a valid checkpoint (corrupted?): {why}")
 
-    def array(key):
-        info = header[key]
-        b, e = info["data_offsets"]
-        a = np.frombuffer(buf, dtype=_ST_TO_NP[info["dtype"]], count=math.prod(info["shape"]), offset=base + b)
-        a = a.reshape(info["shape"])
+    def array(self, key):
+        info = self.header[key]
+        b, _ = info["data_offsets"]
+        a = np.frombuffer(self.buf, dtype=_ST_TO_NP[info["dtype"]], count=math.prod(info["shape"]),
+                          offset=self.base + b).reshape(info["shape"])
         if a.dtype.byteorder == "<" and not np.little_endian:
             a = a.astype(a.dtype.newbyteorder("="))
         return a
 
-    def tensor(a, requires_grad=False, param=False):
-        if device != CPU:
-            a = to_device(a, device)
-        t = Tensor._make(a, device)
+    def tensor(self, a, requires_grad=False, param=False):
+        if self.device != CPU:
+            a = to_device(a, self.device)
+        t = Tensor._make(a, self.device)
         if param:
             return Parameter(t, requires_grad=requires_grad)
         if requires_grad:
             t.requires_grad_(True)
         return t
 
-    if not engine_file:  # a plain safetensors file, e.g. written by the safetensors library
-        return OrderedDict((k, tensor(array(k))) for k in sorted(header, key=lambda k: header[k]["data_offsets"][0]))
+    def plain_state_dict(self):
+        """A plain safetensors file (e.g. written by the safetensors library): name -> tensor."""
+        keys = sorted(self.header, key=lambda k: self.header[k]["data_offsets"][0])
+        return OrderedDict((k, self.tensor(self.array(k))) for k in keys)
 
-    try:
-        structure = json.loads(meta["structure"])
-        table = json.loads(meta["tensors"])
-    except (KeyError, ValueError) as e:
-        raise bad(f"engine metadata is unreadable ({e})") from None
-    if not isinstance(table, list) or any(not isinstance(r, list) or len(r) != 2 or r[0] not in header
-                                          for r in table) or len(table) != len(header):
-        raise bad("engine tensor table does not match the header")
-    built = {}
+    def engine_object(self, meta):
+        """The object tree of a file engine.save wrote."""
+        try:
+            structure = json.loads(meta["structure"])
+            self.table = json.loads(meta["tensors"])
+        except (KeyError, ValueError) as e:
+            raise self.bad(f"engine metadata is unreadable ({e})") from None
+        if not isinstance(self.table, list) or len(self.table) != len(self.header) or any(
+                not isinstance(r, list) or len(r) != 2 or r[0] not in self.header for r in self.table):
+            raise self.bad("engine tensor table does not match the header")
+        try:
+            return self.decode(structure)
+        except RecursionError:
+            raise self.bad("structure nested too deeply") from None
 
-    def get(idx, kind):
-        if not isinstance(idx, int) or not 0 <= idx < len(table):
-            raise bad(f"tensor reference {idx!r} out of range")
-        if idx not in built:
-            key, dtype_name = table[idx]
-            a = array(key)
+    def get(self, idx, kind):
+        """The array of table entry `idx`, viewed as its engine dtype for a tensor ("T")."""
+        if not isinstance(idx, int) or not 0 <= idx < len(self.table):
+            raise self.bad(f"tensor reference {idx!r} out of range")
+        if idx not in self.built:
+            key, dtype_name = self.table[idx]
+            a = self.array(key)
             if kind == "T":
                 if dtype_name not in dtypes._BY_NAME or dtypes._BY_NAME[dtype_name].np.itemsize != a.dtype.itemsize:
-                    raise bad(f"tensor {key!r} has invalid engine dtype {dtype_name!r}")
+                    raise self.bad(f"tensor {key!r} has invalid engine dtype {dtype_name!r}")
                 want = dtypes._BY_NAME[dtype_name].np
                 if a.dtype != want:
                     a = a.view(want)
-            built[idx] = a
-        return built[idx]
+            self.built[idx] = a
+        return self.built[idx]
 
-    tensors = {}
-
-    def decode(node):
+    def decode(self, node):
         if node is None or isinstance(node, (bool, int, float, str)):
             return node
-        if isinstance(node, dict) and len(node) >= 1:
-            if "T" in node:
-                idx = node["T"]
-                if idx not in tensors:  # shared tensors come back shared
-                    tensors[idx] = tensor(get(idx, "T"), requires_grad=node.get("rg", False) or node.get("param", False),
-                                          param="param" in node)
-                return tensors[idx]
-            if "A" in node and len(node) == 1:
-                return get(node["A"], "A")
-            if len(node) == 1:
-                (tag, val), = node.items()
-                if tag in ("D", "OD") and isinstance(val, list):
-                    pairs = []
-                    for item in val:
-                        if not isinstance(item, list) or len(item) != 2:
-                            raise bad("malformed dict entry")
-                        pairs.append((decode_key(item[0]), decode(item[1])))
-                    return OrderedDict(pairs) if tag == "OD" else dict(pairs)
-                if tag == "L" and isinstance(val, list):
-                    return [decode(v) for v in val]
-                if tag == "U" and isinstance(val, list):
-                    return tuple(decode(v) for v in val)
-                if tag in ("i", "f", "dtype") and isinstance(val, str):
-                    return decode_scalar(tag, val)
-        raise bad(f"unknown structure node {str(node)[:80]}")
+        if isinstance(node, dict) and "T" in node:
+            idx = node["T"]
+            if idx not in self.tensors:
+                self.tensors[idx] = self.tensor(self.get(idx, "T"), param="param" in node,
+                                                requires_grad=node.get("rg", False) or node.get("param", False))
+            return self.tensors[idx]
+        if isinstance(node, dict) and len(node) == 1:
+            (tag, val), = node.items()
+            if tag == "A":
+                return self.get(val, "A")
+            if tag in ("D", "OD") and isinstance(val, list):
+                pairs = [self.decode_pair(item) for item in val]
+                return OrderedDict(pairs) if tag == "OD" else dict(pairs)
+            if tag == "L" and isinstance(val, list):
+                return [self.decode(v) for v in val]
+            if tag == "U" and isinstance(val, list):
+                return tuple(self.decode(v) for v in val)
+            if tag in ("i", "f", "dtype") and isinstance(val, str):
+                return self.decode_scalar(tag, val)
+        raise self.bad(f"unknown structure node {str(node)[:80]}")
 
-    def decode_scalar(tag, val):
+    def decode_pair(self, item):
+        if not isinstance(item, list) or len(item) != 2:
+            raise self.bad("malformed dict entry")
+        return self.decode_key(item[0]), self.decode(item[1])
+
+    def decode_scalar(self, tag, val):
         try:
             if tag == "i":
                 return int(val)
@@ -426,20 +434,25 @@ def load(path, map_location=None):
                 return float(val)
             return dtypes._BY_NAME[val]
         except (ValueError, KeyError):
-            raise bad(f"invalid scalar {val!r}") from None
+            raise self.bad(f"invalid scalar {val!r}") from None
 
-    def decode_key(k):
+    def decode_key(self, k):
         if k is None or isinstance(k, (bool, str)):
             return k
         if isinstance(k, dict) and len(k) == 1:
             (tag, val), = k.items()
             if tag in ("i", "f") and isinstance(val, str):
-                return decode_scalar(tag, val)
+                return self.decode_scalar(tag, val)
             if tag == "U" and isinstance(val, list):
-                return tuple(decode_key(x) for x in val)
-        raise bad(f"invalid dict key {k!r}")
+                return tuple(self.decode_key(x) for x in val)
+        raise self.bad(f"invalid dict key {k!r}")
 
-    try:
-        return decode(structure)
-    except RecursionError:
-        raise bad("structure nested too deeply") from None
+
+def load(path, map_location=None):
+    """Load what `save` wrote (or any safetensors file, as a name -> tensor OrderedDict).
+
+    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1')."""
+    buf, name = _read_all(path)
+    header, meta, base, engine_file = _parse(buf, name)
+    reader = _Reader(buf, name, header, base, _map_device(map_location))
+    return reader.engine_object(meta) if engine_file else reader.plain_state_dict()

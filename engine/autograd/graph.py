@@ -143,68 +143,27 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
     for t, g in zip(roots, grad_roots):
         edge = t._grad_edge()
         if edge is None:
-            raise RuntimeError(
-                "element 0 of tensors does not require grad and does not have a grad_fn"
-            )
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         root_edges.append((edge, g))
-
-    deps = {}
-    seen = set()
-    stack = list(dict.fromkeys(e[0][0] for e in root_edges))  # two roots may share a node
-    for n in stack:
-        seen.add(n)
-    while stack:
-        node = stack.pop()
-        for edge in node.next_edges:
-            if edge is None:
-                continue
-            nxt = edge[0]
-            deps[nxt] = deps.get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-
-    buffers = {}
+    deps = _count_dependencies(dict.fromkeys(e[0][0] for e in root_edges))  # two roots may share a node
+    buffers = {}  # node -> its output gradients summed so far
     for (node, nr), g in root_edges:
-        buf = buffers.setdefault(node, [None] * node.num_outputs)
-        buf[nr] = _add_grads(buf[nr], g)
-
-    capture_map = None
-    captured = None
-    if capture is not None:
-        capture_map = {}
-        for i, edge in enumerate(capture):
-            capture_map.setdefault((id(edge[0]), edge[1]), []).append(i)
-        captured = [None] * len(capture)
+        _add_to_buffer(buffers, node, nr, g)
+    captured = _Capture(capture) if capture is not None else None
 
     ready = [n for n in buffers if deps.get(n, 0) == 0]
     while ready:
         node = ready.pop()
         grads = buffers.pop(node, None) or [None] * node.num_outputs
-        if node.pre_hooks:
-            for nr, hooks in node.pre_hooks.items():
-                if grads[nr] is None:
-                    continue
-                for hook in list(hooks):
-                    res = hook(grads[nr])
-                    if res is not None:
-                        grads[nr] = res
+        _run_pre_hooks(node, grads)
         if node.retained:
-            for nr, ref in node.retained.items():
-                t = ref()
-                if t is not None and grads[nr] is not None:
-                    t.grad = grads[nr] if create_graph else grads[nr].detach()
-        if capture_map is not None:
-            for nr in range(node.num_outputs):
-                for i in capture_map.get((id(node), nr), ()):
-                    captured[i] = grads[nr]
+            _retain_grads(node, grads, create_graph)
+        if captured is not None:
+            captured.collect(node, grads)
         if isinstance(node, AccumulateGrad):
             g = grads[0]
             if capture is None and g is not None:
-                if create_graph:
-                    node.accumulate(g)
-                else:
-                    node.accumulate(g.detach(), _sole_owner(g))
+                node.accumulate(g) if create_graph else node.accumulate(g.detach(), _sole_owner(g))
             continue
         if all(g is None for g in grads):
             in_grads = (None,) * len(node.next_edges)
@@ -219,11 +178,70 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
                 continue
             nxt, nr = edge
             if g is not None:
-                buf = buffers.get(nxt)
-                if buf is None:
-                    buf = buffers[nxt] = [None] * nxt.num_outputs
-                buf[nr] = _add_grads(buf[nr], g)
+                _add_to_buffer(buffers, nxt, nr, g)
             deps[nxt] -= 1
             if deps[nxt] == 0:
                 ready.append(nxt)
-    return captured
+    return captured.grads if captured is not None else None
+
+
+def _count_dependencies(roots):
+    """{node: number of edges into it} over the graph reachable from `roots` (an ordered dict of
+    distinct root nodes)."""
+    deps = {}
+    seen = set(roots)
+    stack = list(roots)
+    while stack:
+        for edge in stack.pop().next_edges:
+            if edge is None:
+                continue
+            nxt = edge[0]
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return deps
+
+
+def _add_to_buffer(buffers, node, nr, g):
+    buf = buffers.get(node)
+    if buf is None:
+        buf = buffers[node] = [None] * node.num_outputs
+    buf[nr] = _add_grads(buf[nr], g)
+
+
+def _run_pre_hooks(node, grads):
+    """Tensor.register_hook hooks on the node's outputs, once each output's gradient is complete;
+    a hook's return value replaces the gradient."""
+    if not node.pre_hooks:
+        return
+    for nr, hooks in node.pre_hooks.items():
+        if grads[nr] is None:
+            continue
+        for hook in list(hooks):
+            res = hook(grads[nr])
+            if res is not None:
+                grads[nr] = res
+
+
+def _retain_grads(node, grads, create_graph):
+    """`.grad` of outputs that called retain_grad()."""
+    for nr, ref in node.retained.items():
+        t = ref()
+        if t is not None and grads[nr] is not None:
+            t.grad = grads[nr] if create_graph else grads[nr].detach()
+
+
+class _Capture:
+    """autograd.grad: the gradients flowing into the given edges, in their order."""
+
+    def __init__(self, edges):
+        self.where = {}
+        for i, edge in enumerate(edges):
+            self.where.setdefault((id(edge[0]), edge[1]), []).append(i)
+        self.grads = [None] * len(edges)
+
+    def collect(self, node, grads):
+        for nr in range(node.num_outputs):
+            for i in self.where.get((id(node), nr), ()):
+                self.grads[i] = grads[nr]
