@@ -30,7 +30,7 @@ Design choices, and why:
   collective forever: `install_abort_on_exception` turns an uncaught exception into a printed,
   rank-tagged traceback and `MPI_Abort`.
 
-CUDA arrays (cupy) go through `_NcclBackend`; the CPU path never imports CuPy.
+CUDA arrays (cupy) go through nccl.py's `NcclBackend`; the CPU path never imports CuPy.
 These functions do not record autograd history: they move data. Differentiable redistribution
 is built on top of them (engine.distributed.boxing).
 """
@@ -39,11 +39,13 @@ import os
 import sys
 import threading
 import traceback
-from contextlib import contextmanager
 
 import numpy as np
 
 from ..backend import dtypes as _dtypes
+from . import nccl
+from .sbp import balanced_sizes
+from .transport import CommStats, Request, offsets as _offsets, stats
 
 __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
@@ -262,54 +264,6 @@ def mesh_axis_groups(mesh, axis):
     return mine
 
 
-# ------------------------------------------------------------------------- byte accounting
-class CommStats:
-    """Bytes this rank sends, per call, with each algorithm's textbook amount.
-
-    `calls` lists (name, bytes); `total_bytes` is their sum. `recording()` yields a fresh
-    CommStats that sees only the calls made inside the `with` block (nesting is fine), which
-    is how tests measure one operation without resetting the global counters.
-    """
-
-    max_calls = 1_000_000  # keep a long training run from growing the list without bound
-
-    def __init__(self):
-        self.calls = []
-        self.total_bytes = 0
-        self._children = []
-
-    def reset(self):
-        self.calls = []
-        self.total_bytes = 0
-
-    def record(self, name, nbytes):
-        nbytes = int(nbytes)
-        self.calls.append((name, nbytes))
-        self.total_bytes += nbytes
-        if len(self.calls) > self.max_calls:
-            del self.calls[: len(self.calls) // 2]
-        for child in self._children:
-            child.record(name, nbytes)
-
-    def bytes_of(self, name):
-        return sum(b for n, b in self.calls if n == name)
-
-    @contextmanager
-    def recording(self):
-        rec = CommStats()
-        self._children.append(rec)
-        try:
-            yield rec
-        finally:
-            self._children.remove(rec)
-
-    def __repr__(self):
-        return f"CommStats(calls={len(self.calls)}, total_bytes={self.total_bytes})"
-
-
-stats = CommStats()
-
-
 # ------------------------------------------------------------------------- array helpers
 def _unwrap(x):
     """(array, tensor-or-None): collectives accept engine Tensors or raw arrays."""
@@ -398,16 +352,7 @@ def _reduce_args(arr, op):
 
 def split_sizes(n, k):
     """Balanced split of n items over k parts: the first n % k parts get one more (5, 4 -> 2,1,1,1)."""
-    q, r = divmod(int(n), int(k))
-    return [q + 1 if i < r else q for i in range(k)]
-
-
-def _offsets(sizes):
-    out, acc = [], 0
-    for s in sizes:
-        out.append(acc)
-        acc += s
-    return out
+    return balanced_sizes(int(n), int(k))
 
 
 def _front(arr, axis):
@@ -451,7 +396,7 @@ def all_reduce(tensor, op="sum", group=None):
         return tensor
     _check_member(g, "all_reduce")
     if _is_cupy(arr):
-        _nccl(g, arr).all_reduce(arr, op)
+        nccl.backend_for(g, arr).all_reduce(arr, op)
         _mark_modified(t)
         return tensor
     work_dt, mpi_t, mpi_op = _reduce_args(arr, op)
@@ -493,7 +438,7 @@ def all_gather(tensor, group=None, axis=0, sizes=None, out=None):
     if sizes[g.rank] != arr.shape[axis]:
         raise ValueError(f"all_gather: sizes[{g.rank}]={sizes[g.rank]} but the local extent is {arr.shape[axis]}")
     if _is_cupy(arr):
-        res = _nccl(g, arr).all_gather(arr, axis, sizes)
+        res = nccl.backend_for(g, arr).all_gather(arr, axis, sizes)
         if out is not None:
             _unwrap(out)[0][...] = res
             return out
@@ -532,7 +477,7 @@ def all_gather_into_list(tensor, group=None):
         return [_wrap(arr.copy(), t)]
     _check_member(g, "all_gather_into_list")
     if _is_cupy(arr):
-        out = _nccl(g, arr).all_gather(arr.reshape((1,) + arr.shape), 0, [1] * g.size)
+        out = nccl.backend_for(g, arr).all_gather(arr.reshape((1,) + arr.shape), 0, [1] * g.size)
     else:
         src = np.ascontiguousarray(arr)
         out = np.empty((g.size,) + arr.shape, dtype=arr.dtype)
@@ -557,7 +502,7 @@ def reduce_scatter(tensor, group=None, axis=0, op="sum", sizes=None):
     if sum(sizes) != arr.shape[axis] or len(sizes) != g.size:
         raise ValueError(f"reduce_scatter: sizes {sizes} do not split extent {arr.shape[axis]} over {g.size} ranks")
     if _is_cupy(arr):
-        return _wrap(_nccl(g, arr).reduce_scatter(arr, axis, sizes, op), t)
+        return _wrap(nccl.backend_for(g, arr).reduce_scatter(arr, axis, sizes, op), t)
     work_dt, mpi_t, mpi_op = _reduce_args(arr, op)
     src = _front(arr, axis)
     if src.dtype != work_dt:
@@ -585,7 +530,7 @@ def broadcast(tensor, src=0, group=None, group_src=None):
     _check_member(g, "broadcast")
     root = g.group_rank(src) if group_src is None else int(group_src)
     if _is_cupy(arr):
-        _nccl(g, arr).broadcast(arr, root)
+        nccl.backend_for(g, arr).broadcast(arr, root)
     else:
         buf = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         g.comm.Bcast(_mpi_raw(buf), root=root)
@@ -626,7 +571,7 @@ def all_to_all(tensor, group=None, split_axis=0, concat_axis=0, split_sizes_=Non
         concat_sizes = _gather_extents(g, arr.shape[concat_axis])
     csizes = [int(s) for s in concat_sizes]
     if _is_cupy(arr):
-        return _wrap(_nccl(g, arr).all_to_all(arr, split_axis, concat_axis, ssizes, csizes), t)
+        return _wrap(nccl.backend_for(g, arr).all_to_all(arr, split_axis, concat_axis, ssizes, csizes), t)
     # x: (concat, split, rest...) view of the local tensor
     x = np.moveaxis(arr, (concat_axis, split_axis), (0, 1))
     rest = x.shape[2:]
@@ -649,43 +594,6 @@ def all_to_all(tensor, group=None, split_axis=0, concat_axis=0, split_sizes_=Non
 
 
 # ------------------------------------------------------------------------- point to point
-class Request:
-    """A pending isend/irecv. Buffers stay referenced here until `wait()` returns."""
-
-    def __init__(self, mpi_request=None, buf=None, target=None, result=None, finish=None):
-        self._req = mpi_request
-        self._buf = buf          # keeps the transfer buffer alive
-        self._target = target    # array to copy into after completion (non-contiguous recv)
-        self._result = result    # what wait() returns (the received tensor for irecv)
-        self._finish = finish    # callable run once on completion (CUDA backend)
-        self._done = False
-
-    def _complete(self):
-        if self._done:
-            return
-        self._done = True
-        if self._finish is not None:
-            self._finish()
-        if self._target is not None:
-            self._target[...] = self._buf
-        self._buf = self._target = None
-
-    def wait(self):
-        if not self._done:
-            if self._req is not None:
-                self._req.Wait()
-            self._complete()
-        return self._result
-
-    def is_completed(self):
-        if self._done:
-            return True
-        if self._req is None or self._req.Test():
-            self._complete()
-            return True
-        return False
-
-
 def _p2p_peer(g, rank, what):
     _check_member(g, what)
     return g.group_rank(rank)
@@ -711,7 +619,7 @@ def send(tensor, dst, tag=0, group=None):
     arr, _ = _unwrap(tensor)
     peer = _p2p_peer(g, dst, "send")
     if _is_cupy(arr):
-        _nccl(g, arr).send(arr, peer)
+        nccl.backend_for(g, arr).send(arr, peer)
     else:
         g.comm.Send(_mpi_raw(np.ascontiguousarray(arr)), dest=peer, tag=tag)
     stats.record("send", arr.nbytes)
@@ -726,7 +634,7 @@ def recv(tensor, src=None, tag=0, group=None):
     if _is_cupy(arr):
         if src is None:
             raise ValueError("recv from any source is not supported on CUDA (NCCL)")
-        _nccl(g, arr).recv(arr, g.group_rank(src))
+        nccl.backend_for(g, arr).recv(arr, g.group_rank(src))
     else:
         peer = MPI.ANY_SOURCE if src is None else g.group_rank(src)
         buf = arr if arr.flags.c_contiguous else np.empty(arr.shape, arr.dtype)
@@ -745,7 +653,7 @@ def isend(tensor, dst, tag=0, group=None):
     peer = _p2p_peer(g, dst, "isend")
     stats.record("send", arr.nbytes)
     if _is_cupy(arr):
-        return _nccl(g, arr).isend(arr, peer)
+        return nccl.backend_for(g, arr).isend(arr, peer)
     buf = np.ascontiguousarray(arr)
     return Request(g.comm.Isend(_mpi_raw(buf), dest=peer, tag=tag), buf=buf)
 
@@ -759,209 +667,9 @@ def irecv(tensor, src=None, tag=0, group=None):
     if _is_cupy(arr):
         if src is None:
             raise ValueError("irecv from any source is not supported on CUDA (NCCL)")
-        return _nccl(g, arr).irecv(arr, g.group_rank(src), result)
+        return nccl.backend_for(g, arr).irecv(arr, g.group_rank(src), result)
     peer = MPI.ANY_SOURCE if src is None else g.group_rank(src)
     if arr.flags.c_contiguous:
         return Request(g.comm.Irecv(_mpi_raw(arr), source=peer, tag=tag), buf=arr, result=result)
     buf = np.empty(arr.shape, arr.dtype)
     return Request(g.comm.Irecv(_mpi_raw(buf), source=peer, tag=tag), buf=buf, target=arr, result=result)
-
-
-# ------------------------------------------------------------------------- CUDA (NCCL)
-def _nccl(g, arr):
-    """The NCCL backend of group `g` for the device holding `arr` (created on first use)."""
-    dev = arr.device.id
-    if g._nccl is None:
-        g._nccl = {}
-    be = g._nccl.get(dev)
-    if be is None:
-        be = g._nccl[dev] = _NcclBackend(g, dev)
-    return be
-
-
-class _NcclBackend:
-    """NCCL collectives for CuPy arrays over one ProcessGroup on one device.
-
-    Bootstrapped by creating the NCCL unique id on group rank 0 and broadcasting it over the
-    group's MPI communicator (a one-off pickled bcast of a few bytes). Every call runs on the
-    current CuPy stream. Uneven all-gather / reduce-scatter pad to the largest chunk, since
-    NCCL's collectives take one count for all ranks.
-
-    Point-to-point: NCCL sends block until the matching receive is posted, so an isend followed
-    by an irecv on the same stream would deadlock in a ring. isend/irecv are therefore queued
-    and launched together inside one `groupStart/groupEnd` when any of their requests is waited
-    on (or `flush()` is called): NCCL then matches them all at once.
-
-    This path cannot be exercised on a CPU-only machine; it is written against CuPy's
-    `cupy.cuda.nccl` API and kept apart so the CPU path never imports CuPy.
-    """
-
-    def __init__(self, group, device_id):
-        from .. import backend
-
-        self.cp = cp = backend.cupy()
-        from cupy.cuda import nccl
-
-        self.nccl = nccl
-        self.group = group
-        self.device_id = device_id
-        uid = nccl.get_unique_id() if group.rank == 0 else None
-        uid = group.comm.bcast(uid, root=0)
-        with cp.cuda.Device(device_id):
-            self.comm = nccl.NcclCommunicator(group.size, uid, group.rank)
-        self._pending = []
-        self._types = {
-            np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
-            np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int64): nccl.NCCL_INT64,
-            np.dtype(np.int32): nccl.NCCL_INT32, np.dtype(np.int8): nccl.NCCL_INT8,
-            np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.uint64): nccl.NCCL_UINT64,
-            np.dtype(np.uint32): nccl.NCCL_UINT32,
-        }
-        if hasattr(nccl, "NCCL_BFLOAT16"):
-            self._types[_dtypes.bfloat16.np] = nccl.NCCL_BFLOAT16
-        self._ops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN, "prod": nccl.NCCL_PROD}
-
-    # helpers
-    def _stream(self):
-        return self.cp.cuda.get_current_stream().ptr
-
-    def _dtype(self, arr):
-        dt = arr.dtype
-        if dt == np.bool_:
-            return self.nccl.NCCL_UINT8
-        try:
-            return self._types[dt]
-        except KeyError:
-            raise TypeError(f"NCCL cannot move arrays of dtype {dt}") from None
-
-    def _raw_type(self, arr):
-        """Data movement type: same-width raw type (so any dtype travels unchanged)."""
-        return {1: self.nccl.NCCL_UINT8, 2: self.nccl.NCCL_FLOAT16, 4: self.nccl.NCCL_UINT32,
-                8: self.nccl.NCCL_UINT64}[arr.dtype.itemsize]
-
-    def _front(self, arr, axis):
-        cp = self.cp
-        return cp.ascontiguousarray(cp.moveaxis(arr, axis, 0) if axis else arr)
-
-    def _back(self, arr, axis):
-        cp = self.cp
-        return arr if axis == 0 else cp.ascontiguousarray(cp.moveaxis(arr, 0, axis))
-
-    # collectives
-    def all_reduce(self, arr, op):
-        cp = self.cp
-        with cp.cuda.Device(self.device_id):
-            buf = arr if arr.flags.c_contiguous and arr.dtype != np.bool_ else cp.ascontiguousarray(
-                arr, dtype=np.uint8 if arr.dtype == np.bool_ else arr.dtype)
-            nop = self._ops["max" if arr.dtype == np.bool_ and op == "sum" else op]
-            self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._dtype(buf), nop, self._stream())
-            if buf is not arr:
-                arr[...] = buf.astype(arr.dtype)
-        n = self.group.size
-        stats.record("all_reduce", 2 * (n - 1) * arr.nbytes // n)
-
-    def all_gather(self, arr, axis, sizes):
-        cp = self.cp
-        n, m = self.group.size, max(sizes)
-        with cp.cuda.Device(self.device_id):
-            src = self._front(arr, axis)
-            rest = src.shape[1:]
-            if src.shape[0] != m:  # pad to the largest extent
-                padded = cp.zeros((m,) + rest, dtype=src.dtype)
-                padded[: src.shape[0]] = src
-                src = padded
-            out = cp.empty((n * m,) + rest, dtype=arr.dtype)
-            self.comm.allGather(src.data.ptr, out.data.ptr, src.size, self._raw_type(src), self._stream())
-            if any(s != m for s in sizes):
-                out = cp.concatenate([out[i * m: i * m + s] for i, s in enumerate(sizes)])
-            stats.record("all_gather", arr.nbytes * (n - 1))
-            return self._back(out, axis)
-
-    def reduce_scatter(self, arr, axis, sizes, op):
-        cp = self.cp
-        n, m = self.group.size, max(sizes)
-        with cp.cuda.Device(self.device_id):
-            src = self._front(arr, axis)
-            rest = src.shape[1:]
-            if any(s != m for s in sizes):  # pad every chunk to the largest
-                padded = cp.zeros((n * m,) + rest, dtype=src.dtype)
-                for i, (o, s) in enumerate(zip(_offsets(sizes), sizes)):
-                    padded[i * m: i * m + s] = src[o: o + s]
-                src = padded
-            out = cp.empty((m,) + rest, dtype=arr.dtype)
-            self.comm.reduceScatter(src.data.ptr, out.data.ptr, out.size, self._dtype(out), self._ops[op],
-                                    self._stream())
-            out = out[: sizes[self.group.rank]]
-            stats.record("reduce_scatter", (n - 1) * arr.nbytes // n)
-            return self._back(out, axis)
-
-    def broadcast(self, arr, root):
-        cp = self.cp
-        with cp.cuda.Device(self.device_id):
-            buf = arr if arr.flags.c_contiguous else cp.ascontiguousarray(arr)
-            self.comm.broadcast(buf.data.ptr, buf.data.ptr, buf.size, self._raw_type(buf), root, self._stream())
-            if buf is not arr:
-                arr[...] = buf
-        if self.group.rank == root:
-            stats.record("broadcast", arr.nbytes)
-
-    def all_to_all(self, arr, split_axis, concat_axis, ssizes, csizes):
-        cp, nccl = self.cp, self.nccl
-        me = self.group.rank
-        with cp.cuda.Device(self.device_id):
-            x = cp.moveaxis(arr, (concat_axis, split_axis), (0, 1))
-            rest = x.shape[2:]
-            chunks, off = [], 0
-            for s in ssizes:
-                chunks.append(cp.ascontiguousarray(x[:, off:off + s]))
-                off += s
-            recvs = [cp.empty((c, ssizes[me]) + rest, dtype=arr.dtype) for c in csizes]
-            st = self._stream()
-            nccl.groupStart()
-            for peer in range(self.group.size):
-                if chunks[peer].size:
-                    self.comm.send(chunks[peer].data.ptr, chunks[peer].size, self._raw_type(arr), peer, st)
-                if recvs[peer].size:
-                    self.comm.recv(recvs[peer].data.ptr, recvs[peer].size, self._raw_type(arr), peer, st)
-            nccl.groupEnd()
-            out = cp.concatenate(recvs, axis=0)
-            stats.record("all_to_all", sum(c.nbytes for i, c in enumerate(chunks) if i != me))
-            return cp.ascontiguousarray(cp.moveaxis(out, (0, 1), (concat_axis, split_axis)))
-
-    def send(self, arr, peer):
-        with self.cp.cuda.Device(self.device_id):
-            buf = self.cp.ascontiguousarray(arr)
-            self.comm.send(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
-
-    def recv(self, arr, peer):
-        cp = self.cp
-        with cp.cuda.Device(self.device_id):
-            buf = arr if arr.flags.c_contiguous else cp.empty(arr.shape, arr.dtype)
-            self.comm.recv(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
-            if buf is not arr:
-                arr[...] = buf
-
-    def isend(self, arr, peer):
-        buf = self.cp.ascontiguousarray(arr)
-        self._pending.append(("send", buf, peer))
-        return Request(finish=self.flush, buf=buf)
-
-    def irecv(self, arr, peer, result):
-        buf = arr if arr.flags.c_contiguous else self.cp.empty(arr.shape, arr.dtype)
-        self._pending.append(("recv", buf, peer))
-        return Request(finish=self.flush, buf=buf, target=arr if buf is not arr else None, result=result)
-
-    def flush(self):
-        """Launch all queued isend/irecv in one NCCL group and wait for them."""
-        if not self._pending:
-            return
-        cp, nccl = self.cp, self.nccl
-        pending, self._pending = self._pending, []
-        with cp.cuda.Device(self.device_id):
-            st = self._stream()
-            nccl.groupStart()
-            for kind, buf, peer in pending:
-                fn = self.comm.send if kind == "send" else self.comm.recv
-                fn(buf.data.ptr, buf.size, self._raw_type(buf), peer, st)
-            nccl.groupEnd()
-            cp.cuda.get_current_stream().synchronize()

@@ -1,0 +1,203 @@
+"""NCCL collectives for CuPy arrays: the CUDA transport behind engine.distributed.comm.
+
+Bootstrapped by creating the NCCL unique id on group rank 0 and broadcasting it over the group's
+MPI communicator (a one-off pickled bcast of a few bytes). Every call runs on the current CuPy
+stream. Uneven all-gather / reduce-scatter pad to the largest chunk, since NCCL's collectives
+take one count for all ranks.
+
+Point-to-point: NCCL sends block until the matching receive is posted, so an isend followed by
+an irecv on the same stream would deadlock in a ring. isend/irecv are therefore queued and
+launched together inside one `groupStart/groupEnd` when any of their requests is waited on (or
+`flush()` is called): NCCL then matches them all at once.
+
+This path cannot be exercised on a CPU-only machine; it is written against CuPy's
+`cupy.cuda.nccl` API, and CuPy is imported only when a CUDA array is first communicated.
+"""
+import numpy as np
+
+from .. import backend
+from ..backend import dtypes as _dtypes
+from .transport import Request, offsets, stats
+
+
+def backend_for(group, arr):
+    """The NCCL backend of `group` for the device holding `arr` (created on first use)."""
+    dev = arr.device.id
+    if group._nccl is None:
+        group._nccl = {}
+    be = group._nccl.get(dev)
+    if be is None:
+        be = group._nccl[dev] = NcclBackend(group, dev)
+    return be
+
+
+class NcclBackend:
+    """NCCL collectives for CuPy arrays over one ProcessGroup on one device."""
+
+    def __init__(self, group, device_id):
+        self.cp = cp = backend.cupy()
+        from cupy.cuda import nccl
+
+        self.nccl = nccl
+        self.group = group
+        self.device_id = device_id
+        uid = nccl.get_unique_id() if group.rank == 0 else None
+        uid = group.comm.bcast(uid, root=0)
+        with cp.cuda.Device(device_id):
+            self.comm = nccl.NcclCommunicator(group.size, uid, group.rank)
+        self._pending = []
+        self._types = {
+            np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
+            np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int64): nccl.NCCL_INT64,
+            np.dtype(np.int32): nccl.NCCL_INT32, np.dtype(np.int8): nccl.NCCL_INT8,
+            np.dtype(np.uint8): nccl.NCCL_UINT8, np.dtype(np.uint64): nccl.NCCL_UINT64,
+            np.dtype(np.uint32): nccl.NCCL_UINT32,
+        }
+        if hasattr(nccl, "NCCL_BFLOAT16"):
+            self._types[_dtypes.bfloat16.np] = nccl.NCCL_BFLOAT16
+        self._ops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN, "prod": nccl.NCCL_PROD}
+
+    # helpers
+    def _stream(self):
+        return self.cp.cuda.get_current_stream().ptr
+
+    def _dtype(self, arr):
+        dt = arr.dtype
+        if dt == np.bool_:
+            return self.nccl.NCCL_UINT8
+        try:
+            return self._types[dt]
+        except KeyError:
+            raise TypeError(f"NCCL cannot move arrays of dtype {dt}") from None
+
+    def _raw_type(self, arr):
+        """Data movement type: same-width raw type (so any dtype travels unchanged)."""
+        return {1: self.nccl.NCCL_UINT8, 2: self.nccl.NCCL_FLOAT16, 4: self.nccl.NCCL_UINT32,
+                8: self.nccl.NCCL_UINT64}[arr.dtype.itemsize]
+
+    def _front(self, arr, axis):
+        cp = self.cp
+        return cp.ascontiguousarray(cp.moveaxis(arr, axis, 0) if axis else arr)
+
+    def _back(self, arr, axis):
+        cp = self.cp
+        return arr if axis == 0 else cp.ascontiguousarray(cp.moveaxis(arr, 0, axis))
+
+    # collectives
+    def all_reduce(self, arr, op):
+        cp = self.cp
+        with cp.cuda.Device(self.device_id):
+            buf = arr if arr.flags.c_contiguous and arr.dtype != np.bool_ else cp.ascontiguousarray(
+                arr, dtype=np.uint8 if arr.dtype == np.bool_ else arr.dtype)
+            nop = self._ops["max" if arr.dtype == np.bool_ and op == "sum" else op]
+            self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._dtype(buf), nop, self._stream())
+            if buf is not arr:
+                arr[...] = buf.astype(arr.dtype)
+        n = self.group.size
+        stats.record("all_reduce", 2 * (n - 1) * arr.nbytes // n)
+
+    def all_gather(self, arr, axis, sizes):
+        cp = self.cp
+        n, m = self.group.size, max(sizes)
+        with cp.cuda.Device(self.device_id):
+            src = self._front(arr, axis)
+            rest = src.shape[1:]
+            if src.shape[0] != m:  # pad to the largest extent
+                padded = cp.zeros((m,) + rest, dtype=src.dtype)
+                padded[: src.shape[0]] = src
+                src = padded
+            out = cp.empty((n * m,) + rest, dtype=arr.dtype)
+            self.comm.allGather(src.data.ptr, out.data.ptr, src.size, self._raw_type(src), self._stream())
+            if any(s != m for s in sizes):
+                out = cp.concatenate([out[i * m: i * m + s] for i, s in enumerate(sizes)])
+            stats.record("all_gather", arr.nbytes * (n - 1))
+            return self._back(out, axis)
+
+    def reduce_scatter(self, arr, axis, sizes, op):
+        cp = self.cp
+        n, m = self.group.size, max(sizes)
+        with cp.cuda.Device(self.device_id):
+            src = self._front(arr, axis)
+            rest = src.shape[1:]
+            if any(s != m for s in sizes):  # pad every chunk to the largest
+                padded = cp.zeros((n * m,) + rest, dtype=src.dtype)
+                for i, (o, s) in enumerate(zip(offsets(sizes), sizes)):
+                    padded[i * m: i * m + s] = src[o: o + s]
+                src = padded
+            out = cp.empty((m,) + rest, dtype=arr.dtype)
+            self.comm.reduceScatter(src.data.ptr, out.data.ptr, out.size, self._dtype(out), self._ops[op],
+                                    self._stream())
+            out = out[: sizes[self.group.rank]]
+            stats.record("reduce_scatter", (n - 1) * arr.nbytes // n)
+            return self._back(out, axis)
+
+    def broadcast(self, arr, root):
+        cp = self.cp
+        with cp.cuda.Device(self.device_id):
+            buf = arr if arr.flags.c_contiguous else cp.ascontiguousarray(arr)
+            self.comm.broadcast(buf.data.ptr, buf.data.ptr, buf.size, self._raw_type(buf), root, self._stream())
+            if buf is not arr:
+                arr[...] = buf
+        if self.group.rank == root:
+            stats.record("broadcast", arr.nbytes)
+
+    def all_to_all(self, arr, split_axis, concat_axis, ssizes, csizes):
+        cp, nccl = self.cp, self.nccl
+        me = self.group.rank
+        with cp.cuda.Device(self.device_id):
+            x = cp.moveaxis(arr, (concat_axis, split_axis), (0, 1))
+            rest = x.shape[2:]
+            chunks, off = [], 0
+            for s in ssizes:
+                chunks.append(cp.ascontiguousarray(x[:, off:off + s]))
+                off += s
+            recvs = [cp.empty((c, ssizes[me]) + rest, dtype=arr.dtype) for c in csizes]
+            st = self._stream()
+            nccl.groupStart()
+            for peer in range(self.group.size):
+                if chunks[peer].size:
+                    self.comm.send(chunks[peer].data.ptr, chunks[peer].size, self._raw_type(arr), peer, st)
+                if recvs[peer].size:
+                    self.comm.recv(recvs[peer].data.ptr, recvs[peer].size, self._raw_type(arr), peer, st)
+            nccl.groupEnd()
+            out = cp.concatenate(recvs, axis=0)
+            stats.record("all_to_all", sum(c.nbytes for i, c in enumerate(chunks) if i != me))
+            return cp.ascontiguousarray(cp.moveaxis(out, (0, 1), (concat_axis, split_axis)))
+
+    def send(self, arr, peer):
+        with self.cp.cuda.Device(self.device_id):
+            buf = self.cp.ascontiguousarray(arr)
+            self.comm.send(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
+
+    def recv(self, arr, peer):
+        cp = self.cp
+        with cp.cuda.Device(self.device_id):
+            buf = arr if arr.flags.c_contiguous else cp.empty(arr.shape, arr.dtype)
+            self.comm.recv(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
+            if buf is not arr:
+                arr[...] = buf
+
+    def isend(self, arr, peer):
+        buf = self.cp.ascontiguousarray(arr)
+        self._pending.append(("send", buf, peer))
+        return Request(finish=self.flush, buf=buf)
+
+    def irecv(self, arr, peer, result):
+        buf = arr if arr.flags.c_contiguous else self.cp.empty(arr.shape, arr.dtype)
+        self._pending.append(("recv", buf, peer))
+        return Request(finish=self.flush, buf=buf, target=arr if buf is not arr else None, result=result)
+
+    def flush(self):
+        """Launch all queued isend/irecv in one NCCL group and wait for them."""
+        if not self._pending:
+            return
+        cp, nccl = self.cp, self.nccl
+        pending, self._pending = self._pending, []
+        with cp.cuda.Device(self.device_id):
+            st = self._stream()
+            nccl.groupStart()
+            for kind, buf, peer in pending:
+                fn = self.comm.send if kind == "send" else self.comm.recv
+                fn(buf.data.ptr, buf.size, self._raw_type(buf), peer, st)
+            nccl.groupEnd()
+            cp.cuda.get_current_stream().synchronize()
