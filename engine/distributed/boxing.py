@@ -1,5 +1,5 @@
 """Boxing: converting the local shards of a global tensor from one SBP (or placement) to another
-with the textbook collective for each case (DESIGN.md, "Boxing").
+with the textbook collective for each case (docs/global_tensor.md, "The boxing table").
 
 Per mesh axis, inside the sub-group of ranks that differ only on that axis:
 

@@ -30,7 +30,7 @@ from .sbp import Signature, all_broadcast_signature, broadcast, partial_sum
 
 # ------------------------------------------------------------------ cost of boxing
 def box_cost(src, dst, nbytes, n):
-    """Bytes one conversion moves per rank (DESIGN.md's cost table)."""
+    """Bytes one conversion moves per rank (docs/global_tensor.md, "The boxing table")."""
     if src == dst or n == 1:
         return 0.0
     if src.is_broadcast:

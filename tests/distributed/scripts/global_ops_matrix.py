@@ -52,8 +52,9 @@ SKIP = {
 
 # Cases whose inputs are never made partial (P), with the reason.
 NO_PARTIAL = {
-    # x / 0.0 on a P input: the P / B -> P signature (DESIGN.md: "mul/div by a B factor keeps
-    # P") is exact for finite results only; the zero shards of the other ranks give 0/0 = nan
+    # x / 0.0 on a P input: the P / B -> P signature (rules/elementwise.py: a partial dividend over a
+    # broadcast divisor stays partial) is exact for finite results only; the zero shards of the
+    # other ranks give 0/0 = nan
     "isnan-inf": "P / 0.0 turns the other shards' zeros into nan (P/B is exact for finite values)",
     "isinf-inf": "as isnan-inf",
     "isfinite-inf": "as isnan-inf",
