@@ -6,13 +6,14 @@ from .arguments import default_argument_parser
 from .batch_size import BatchSizes, resolve_batch_sizes
 from .config import configurable, get_config, get_config_root, try_get_key
 from .instantiate import InstantiationError, instantiate, locate
-from .lazy import ConfigKeyError, LazyCall, LazyConfig
+from .lazy import ConfigKeyError, LazyCall, LazyConfig, unknown_key_error
 from .train_config import resolve_train_config
 
 __all__ = [
     "LazyCall",
     "LazyConfig",
     "ConfigKeyError",
+    "unknown_key_error",
     "instantiate",
     "InstantiationError",
     "locate",

@@ -257,7 +257,7 @@ def _close_keys(key, all_keys):
     return matches
 
 
-def _unknown_key_error(key, container, note=""):
+def unknown_key_error(key, container, note=""):
     """ConfigKeyError for `key` (dotted) missing from `container` (a to_container'ed config),
     naming the closest keys of `container`; `note` ends the message."""
     close = _close_keys(key, _flat_keys(container))
@@ -462,7 +462,7 @@ class LazyConfig:
 
         if o.is_delete():
             if not exists:
-                raise _unknown_key_error(key, container)
+                raise unknown_key_error(key, container)
             if value is not None and value != current:
                 raise ValueError(
                     f"override {raw!r}: cannot delete {key!r}, its value is {current!r}, not {value!r}"
@@ -479,7 +479,7 @@ class LazyConfig:
                 f"{key}=... to change it or ++{key}=... to set it either way"
             )
         if not exists and not (o.is_add() or o.is_force_add()):
-            raise _unknown_key_error(key, container, " (use +key=value to add a new key)")
+            raise unknown_key_error(key, container, " (use +key=value to add a new key)")
         OmegaConf.update(cfg, key, value, merge=True)
 
     @staticmethod

@@ -17,7 +17,7 @@ It is idempotent and changes `cfg.train` in place. See docs/config.md.
 from omegaconf import DictConfig, OmegaConf
 
 from .config import get_config
-from .lazy import ConfigKeyError, _unknown_key_error
+from .lazy import ConfigKeyError, unknown_key_error
 
 __all__ = ["resolve_train_config", "NOT_IMPLEMENTED"]
 
@@ -98,7 +98,7 @@ def resolve_train_config(cfg, defaults=None):
     if unknown:
         schema = {"train": plain_defaults}
         raise ConfigKeyError("\n".join(
-            str(_unknown_key_error(f"train.{k}", schema, " (the train keys are those of configs/common/train.py, "
+            str(unknown_key_error(f"train.{k}", schema, " (the train keys are those of configs/common/train.py, "
                                                          "docs/config.md)"))
             for k in unknown))
     missing = _missing_keys(OmegaConf.to_container(train, resolve=False), "train")

@@ -28,8 +28,7 @@ import inspect
 
 import engine as flow
 import engine.nn as nn
-from libai.config import ConfigKeyError, configurable
-from libai.config.lazy import _unknown_key_error
+from libai.config import ConfigKeyError, configurable, unknown_key_error
 from libai.layers import (
     Embedding, LayerNorm, LMLogits, ParallelCrossEntropyLoss, TransformerLayer, VocabEmbedding,
     dropout, init_method_normal, scaled_init_method_normal,
@@ -150,7 +149,7 @@ class GPTModel(nn.Module):
         unknown = [k for k in cfg if k not in known]
         if unknown:
             schema = {"model": {"cfg": dict.fromkeys(known)}}
-            raise ConfigKeyError("GPTModel: " + "\n".join(str(_unknown_key_error(f"model.cfg.{k}", schema))
+            raise ConfigKeyError("GPTModel: " + "\n".join(str(unknown_key_error(f"model.cfg.{k}", schema))
                                                            for k in unknown))
         args = {k: cfg[k] for k in cfg}
         missing = [k for k in _REQUIRED_KEYS if args.get(k) is None]
