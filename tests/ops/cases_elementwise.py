@@ -1,4 +1,4 @@
-"""Parity cases for engine/ops/elementwise.py (binary arithmetic, broadcasting, promotion)."""
+"""Parity cases for engine/ops/elementwise.py (arithmetic with broadcasting and promotion, pow, lerp)."""
 from harness import Input as I, OpCase
 
 F = I((3, 4))
@@ -37,4 +37,34 @@ CASES += [
     OpCase("negative", lambda m, a: m.negative(a), [F]),
     OpCase("reciprocal", lambda m, a: m.reciprocal(a), [I((3, 4), kind="positive")]),
     OpCase("square", lambda m, a: m.square(a), [F]),
+]
+
+
+# ---------------------------------------------------------------- pow
+NC = I((4, 3), noncontig=True)
+POS = I((3, 4), kind="positive")
+CASES += [
+    OpCase("pow", lambda m, x: m.pow(x, 2), [F], name="sq"),
+    OpCase("pow", lambda m, x: x ** 3, [NC], name="cube"),
+    OpCase("pow", lambda m, x: x ** 0.5, [POS], name="sqrt"),
+    OpCase("pow", lambda m, x: x ** -1, [POS], name="recip"),
+    OpCase("pow", lambda m, x: x ** -0.5, [POS], name="rsqrt"),
+    OpCase("pow", lambda m, x: x ** 1, [F], name="one"),
+    OpCase("pow", lambda m, x: x ** 0, [F], name="zero"),
+    OpCase("pow", lambda m, x: x ** 2.7, [POS], name="general"),
+    OpCase("pow", lambda m, x: 2.5 ** x, [F], name="rpow"),
+    OpCase("pow", lambda m, x: m.pow(x, 2), [I((5,), "int64", "int", -5, 5)], name="int"),
+    OpCase("pow", lambda m, x: x ** 1.5, [I((5,), "int64", "int", 1, 5)], name="int-float-exp"),
+    OpCase("pow", lambda m, x: 2 ** x, [I((5,), "int64", "int", 0, 5)], name="int-rpow"),
+    OpCase("pow", lambda m, x: 2.0 ** x, [I((5,), "int64", "int", 0, 5)], name="int-rpow-float"),
+    OpCase("pow", lambda m, a, b: m.pow(a, b), [POS, I((3, 4))], name="tensor"),
+    OpCase("pow", lambda m, a, b: a ** b, [I((2, 1, 4), kind="positive"), I((3, 1))], name="bcast"),
+    OpCase("pow", lambda m, a, b: a ** b, [I((3, 4), "float64", "positive"), I((), "float32")], name="promote"),
+    OpCase("pow", lambda m, x: x.clone().pow_(2), [I((3, 4))], name="inplace"),
+]
+
+# ---------------------------------------------------------------- lerp
+CASES += [
+    OpCase("lerp", lambda m, a, b: m.lerp(a, b, 0.3), [F, F]),
+    OpCase("lerp", lambda m, a, b, w: m.lerp(a, b, w), [I((3, 4)), I((4,)), I((3, 1), kind="unit")], name="tensor-weight"),
 ]

@@ -1,11 +1,9 @@
-"""Parity cases for engine/ops/nn_ops.py (softmax family, layer_norm, losses, normalize)."""
+"""Parity cases for engine/ops/loss.py: cross_entropy, nll_loss and the pointwise losses."""
 import numpy as np
-import torch
 
 from harness import Input as I, OpCase
 
 CASES = []
-COVERED_ELSEWHERE = {"dropout": "tests/test_dropout.py::test_fraction_and_scale"}
 
 
 def _noweight(shape):
@@ -23,67 +21,6 @@ def _mask(value):
 
 def _target(shape, c, **kw):
     return I(shape, "int64", "int", 0, c, **kw)
-
-
-# ------------------------------------------------------------------ softmax / log_softmax
-for op in ("softmax", "log_softmax"):
-    CASES += [
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1), [I((3, 5))], name="2d"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((2, 3, 4))], name="last"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I((4, 3))], name="dim0"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1), [I((2, 4, 3))], name="middle"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((3, 6), noncontig=True)], name="noncontig"),
-        OpCase(op, lambda m, x, op=op: getattr(x, op)(1), [I((2, 5, 3), noncontig=True)], name="method-noncontig"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, -1), [I((3, 1))], name="size1"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I((0, 3))], name="empty", gradcheck=False),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 0), [I(())], name="scalar"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x * 50, -1), [I((4, 7))], name="large-values"),
-        OpCase(op, lambda m, x, op=op: getattr(m, op)(x, 1, dtype=m.float64), [I((3, 4))], name="dtype"),
-        OpCase(op, lambda m, x, op=op: getattr(m.nn.functional, op)(x, dim=-1), [I((3, 4))], name="F"),
-    ]
-
-
-# ------------------------------------------------------------------ fused attention softmax
-def _sms(m, x, mask, scale=0.5, fill=-10000.0):
-    if m is torch:
-        return torch.softmax((x * scale).masked_fill(mask, fill), -1)
-    return m.scale_mask_softmax(x, mask, scale, fill)
-
-
-_CAUSAL = np.triu(np.ones((5, 5), dtype=bool), 1)
-_FULL_ROW = np.array([[False, True, False], [True, True, True]])
-CASES += [
-    OpCase("scale_mask_softmax", _sms, [I((2, 3, 5, 5)), _mask(_CAUSAL)], name="causal"),
-    OpCase("scale_mask_softmax", lambda m, x, k: _sms(m, x, k, 1.0, float("-inf")),
-           [I((2, 5, 5)), _mask(_CAUSAL)], name="neg-inf"),
-    OpCase("scale_mask_softmax", _sms, [I((4, 2, 3)), _mask(_FULL_ROW)], name="fully-masked-row"),
-    OpCase("scale_mask_softmax", lambda m, x, k: _sms(m, x, k), [I((2, 5, 5), noncontig=True), _mask(_CAUSAL)],
-           name="noncontig"),
-    OpCase("scale_mask_softmax",
-           lambda m, x: m.softmax(x * 0.25, -1) if m is torch else m.scale_mask_softmax(x, scale=0.25),
-           [I((3, 6))], name="nomask"),
-    OpCase("scale_mask_softmax",
-           lambda m, x, a: m.softmax(x + a, -1) if m is torch else m.scale_mask_softmax(x, a),
-           [I((2, 3, 4)), I((3, 4), requires_grad=False)], name="additive"),
-]
-
-
-# ------------------------------------------------------------------ layer_norm
-def _ln(shape, *args, **kw):
-    return lambda m, x, *p: m.nn.functional.layer_norm(x, shape, *p, **kw)
-
-
-CASES += [
-    OpCase("layer_norm", _ln((6,)), [I((4, 6))], name="plain"),
-    OpCase("layer_norm", _ln((6,)), [I((2, 3, 6)), I((6,)), I((6,))], name="affine"),
-    OpCase("layer_norm", _ln((3, 4)), [I((2, 3, 4)), I((3, 4)), I((3, 4))], name="2d-shape"),
-    OpCase("layer_norm", lambda m, x, w: m.nn.functional.layer_norm(x, (5,), w), [I((3, 5)), I((5,))], name="weight-only"),
-    OpCase("layer_norm", lambda m, x, b: m.nn.functional.layer_norm(x, (5,), None, b), [I((3, 5)), I((5,))], name="bias-only"),
-    OpCase("layer_norm", _ln((4,), eps=1e-3), [I((3, 4), noncontig=True), I((4,)), I((4,))], name="noncontig-eps"),
-    OpCase("layer_norm", _ln((4,)), [I((1, 4)), I((4,)), I((4,))], name="one-row"),
-    OpCase("layer_norm", _ln((4,)), [I((0, 4)), I((4,)), I((4,))], name="empty", gradcheck=False),
-    OpCase("layer_norm", _ln((32,)), [I((3, 32)), I((32,)), I((32,))], name="wide"),
-]
 
 
 # ------------------------------------------------------------------ cross_entropy
@@ -182,22 +119,4 @@ CASES += [
            [I((2, 5)), I((2, 5), kind="uniform"), _noweight((5,)), _noweight((5,))], name="large-weight-pos"),
     OpCase("kl_div", _loss("kl_div", reduction="batchmean"), [I((3, 4)), I((3, 4), kind="positive")], name="batchmean"),
     OpCase("kl_div", _loss("kl_div", reduction="sum", log_target=True), [I((3, 4)), I((3, 4))], name="log-target"),
-]
-
-
-# ------------------------------------------------------------------ normalize / cosine_similarity
-CASES += [
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x), [I((3, 4))], name="default"),
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, dim=-1), [I((2, 3, 4), noncontig=True)], name="last"),
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=1, dim=0), [I((3, 4))], name="p1"),
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=3, dim=1), [I((3, 4))], name="p3"),
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x, p=float("inf"), dim=1), [I((3, 4), kind="distinct")],
-           name="pinf"),
-    OpCase("normalize", lambda m, x: m.nn.functional.normalize(x * 1e-14, dim=1), [I((3, 4))], name="clamped",
-           gradcheck=False),  # values ~1e-14: finite differences at eps=1e-6 are meaningless
-    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b), [I((3, 4)), I((3, 4))]),
-    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b, dim=-1),
-           [I((2, 3, 4), noncontig=True), I((3, 4))], name="bcast-noncontig"),
-    OpCase("cosine_similarity", lambda m, a, b: m.nn.functional.cosine_similarity(a, b, dim=0), [I((5,)), I((5,))],
-           name="1d"),
 ]

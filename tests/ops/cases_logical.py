@@ -1,0 +1,31 @@
+"""Parity cases for engine/ops/logical.py: logical and bitwise ops."""
+from harness import Input as I, OpCase
+
+F = I((3, 4))
+IA = I((3, 4), "int64", "int", -2, 3)
+CASES = []
+
+# ---------------------------------------------------------------- logical / bitwise
+B = I((3, 4), "bool", "bool")
+for op in ("logical_and", "logical_or", "logical_xor"):
+    CASES += [
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [B, I((4,), "bool", "bool")]),
+        OpCase(op, lambda m, a, b, op=op: getattr(a, op)(b), [F, IA], name="numbers"),
+    ]
+CASES += [
+    OpCase("logical_not", lambda m, a: m.logical_not(a), [B]),
+    OpCase("logical_not", lambda m, a: a.logical_not(), [F], name="float"),
+]
+for op, sym in (("bitwise_and", "&"), ("bitwise_or", "|"), ("bitwise_xor", "^")):
+    CASES += [
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [B, I((4,), "bool", "bool")]),
+        OpCase(op, eval(f"lambda m, a, b: a {sym} b"), [IA, I((4,), "int64", "int", 0, 7)], name="int"),
+        OpCase(op, eval(f"lambda m, a: a {sym} 3"), [IA], name="scalar"),
+        OpCase(op, eval(f"lambda m, a: 3 {sym} a"), [IA], name="reflected"),
+        OpCase(op, eval(f"lambda m, a, b: a {sym} b"), [B, IA], name="promote"),
+        OpCase(op, eval(f"lambda m, a: (a > 0) {sym} (a < 0.5)"), [F], name="masks"),
+    ]
+CASES += [
+    OpCase("bitwise_not", lambda m, a: ~a, [B]),
+    OpCase("bitwise_not", lambda m, a: m.bitwise_not(a), [IA], name="int"),
+]
