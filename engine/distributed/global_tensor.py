@@ -421,7 +421,6 @@ def _box_leaf_grad(leaf, grad):
     return global_to_global(grad, lm.placement, lm.sbp)
 
 
-
 @contextlib.contextmanager
 def no_grad_sync():
     """Inside this context, gradients of broadcast (data-parallel) parameters stay partial sums:

@@ -43,6 +43,7 @@ def row_dot(a, b, axis):
         return xp.einsum("...i,...i->...", a, b)[..., None]
     return (a * b).sum(axis=axis, keepdims=True, dtype=a.dtype)
 
+
 _UINT_OF_SIZE = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 

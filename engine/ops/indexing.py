@@ -850,7 +850,6 @@ class VocabParallelEmbeddingBackward(Op):
                                             stop=ctx.start + ctx.num), None
 
 
-
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
     if not isinstance(input, Tensor) or input._data.dtype.kind not in "iu":

@@ -178,7 +178,6 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return LayerNorm.apply(input, weight, bias, k=k, eps=float(eps))[0]
 
 
-
 # ------------------------------------------------------------------ normalize / cosine_similarity
 class Normalize(Op):
     """y = x / max(||x||_p, eps) along `axis`."""

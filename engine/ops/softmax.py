@@ -152,7 +152,7 @@ class LogSoftmax(_SoftmaxBase):
     grad_op = LogSoftmaxGrad
 
 
-def _softmax_dim(ndim):
+def implicit_softmax_dim(ndim):
     """PyTorch's implicit softmax dim (deprecated there, kept for compatibility)."""
     return 0 if ndim in (0, 1, 3) else 1
 
@@ -163,7 +163,7 @@ def _softmax_common(op_cls, input, dim, dtype, name):
     if not input.is_floating_point():
         raise RuntimeError(f"{name}: expected a floating point input (or pass dtype=), got {input.dtype.name}")
     if dim is None:
-        dim = _softmax_dim(input.ndim)
+        dim = implicit_softmax_dim(input.ndim)
     axis = _check_dim(dim, max(input.ndim, 1))
     if input.ndim == 0:
         return _scalar_softmax(op_cls, input)

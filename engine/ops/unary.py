@@ -841,6 +841,8 @@ def _inplace_method(name, fn):
 for _name in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
               "abs", "sign", "floor", "ceil", "trunc", "round", "erf"):
     setattr(Tensor, _name + "_", _inplace_method(_name + "_", globals()[_name]))
+
+
 @tensor_method("clamp_", "clip_")
 def clamp_(self, min=None, max=None):
     inplace.check_inplace_allowed(self, "clamp_")

@@ -15,10 +15,6 @@ def _ids(value):
     return I(value=np.asarray(value, dtype=np.int64), dtype="int64")
 
 
-def _mask(value):
-    return I(value=value, dtype="bool")
-
-
 def _target(shape, c, **kw):
     return I(shape, "int64", "int", 0, c, **kw)
 

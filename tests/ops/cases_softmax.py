@@ -7,21 +7,8 @@ from harness import Input as I, OpCase
 CASES = []
 
 
-def _noweight(shape):
-    """A class-weight / pos_weight input: positive, no gradient (PyTorch does not differentiate it)."""
-    return I(shape, kind="positive", requires_grad=False)
-
-
-def _ids(value):
-    return I(value=np.asarray(value, dtype=np.int64), dtype="int64")
-
-
 def _mask(value):
     return I(value=value, dtype="bool")
-
-
-def _target(shape, c, **kw):
-    return I(shape, "int64", "int", 0, c, **kw)
 
 
 # ------------------------------------------------------------------ softmax / log_softmax

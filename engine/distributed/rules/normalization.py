@@ -8,7 +8,6 @@ from ..sbp import Signature, broadcast as B, split as S
 from .base import Rule, sbp_rule
 
 
-
 @sbp_rule(normalization.LayerNorm)
 class LayerNormRule(Rule):
     """x split on axis 0 with weight and bias broadcast -> y, mean, rstd and the normalised

@@ -1,5 +1,5 @@
 """Activation modules: thin wrappers over engine.nn.functional, with torch's reprs."""
-from ...ops.softmax import _softmax_dim
+from ...ops.softmax import implicit_softmax_dim
 from .. import functional as F
 from ..module import Module
 
@@ -68,7 +68,7 @@ class _SoftmaxModule(Module):
     def forward(self, input):
         dim = self.dim
         if dim is None:
-            dim = _softmax_dim(input.dim())
+            dim = implicit_softmax_dim(input.dim())
         return type(self).function(input, dim)
 
     def extra_repr(self):
