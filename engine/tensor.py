@@ -17,7 +17,7 @@ import numpy as np
 
 from . import autograd
 from .autograd.graph import AccumulateGrad, RemovableHandle
-from .backend import array_from_data, default_device, dtypes, as_device, xp_for, xp_of
+from .backend import array_from_data, as_device, default_device, dtypes, xp_for, xp_of
 
 
 class Size(tuple):

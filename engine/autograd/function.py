@@ -128,8 +128,8 @@ class Function:
         non_diff = ctx.__dict__.get("_non_diff", set())
         materialize = ctx.__dict__.get("_materialize", True)
         # outputs are fresh tensors sharing the returned arrays: never rewire one the caller holds
-        res = [o.detach() if is_tensor(o) else o for o in outs]
-        zeros = [_zeros_maker(r) if is_tensor(r) else None for r in res]
+        outputs = [o.detach() if is_tensor(o) else o for o in outs]
+        zeros = [_zeros_maker(o) if is_tensor(o) else None for o in outputs]
 
         def backward_fn(c, *grads):
             if materialize:
@@ -150,12 +150,12 @@ class Function:
         node = Node(cls.__name__, backward_fn, ctx,
                     tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args),
                     len(outs))
-        for i, o in enumerate(res):
+        for i, o in enumerate(outputs):
             if is_tensor(o) and o.dtype.is_floating_point and id(outs[i]) not in non_diff:
                 o._requires_grad = True
                 o.grad_fn = node
                 o._output_nr = i
-        return res[0] if single else tuple(res)
+        return outputs[0] if single else tuple(outputs)
 
 
 def _zeros_maker(t):

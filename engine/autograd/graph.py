@@ -163,7 +163,10 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
         if isinstance(node, AccumulateGrad):
             g = grads[0]
             if capture is None and g is not None:
-                node.accumulate(g) if create_graph else node.accumulate(g.detach(), _sole_owner(g))
+                if create_graph:
+                    node.accumulate(g)
+                else:
+                    node.accumulate(g.detach(), _sole_owner(g))
             continue
         if all(g is None for g in grads):
             in_grads = (None,) * len(node.next_edges)
