@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """Train or evaluate a model described by a LazyConfig file.
 
-    python tools/train_net.py --config-file CONFIG [--resume] [--eval-only] [--fast-dev-run]
-                              [--stop-iter N] [key=value ...]
+    python tools/train_net.py --config-file CONFIG [--resume] [--overwrite-output-dir] [--eval-only]
+                              [--fast-dev-run] [--stop-iter N] [key=value ...]
+
+Flags and overrides may come in any order. After a SIGINT or SIGTERM the run finishes its
+iteration, writes a checkpoint and exits with status 128 + the signal number.
 """
 import logging
 import os
@@ -13,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from libai.config import LazyConfig  # noqa: E402
 from libai.engine import DefaultTrainer, default_argument_parser, default_setup, write_eval_results  # noqa: E402
 from libai.utils.checkpoint import Checkpointer  # noqa: E402
+from libai.utils.output_dir import release_output_dir  # noqa: E402
 
 logger = logging.getLogger("libai.tools.train_net")
 
@@ -37,8 +41,14 @@ def main(args):
         return results
 
     trainer = DefaultTrainer(cfg)
-    return trainer.train(stop_iter=args.stop_iter)
+    results = trainer.train(stop_iter=args.stop_iter)
+    if trainer.interrupted:
+        sys.exit(128 + trainer.interrupted)
+    return results
 
 
 if __name__ == "__main__":
-    main(default_argument_parser().parse_args())
+    try:
+        main(default_argument_parser().parse_args())
+    finally:
+        release_output_dir()

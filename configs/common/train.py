@@ -40,8 +40,12 @@ train = dict(
     # The start iteration (not settable: --resume continues after the checkpoint's iteration)
     start_iter=0,
 
-    # Resume from the last checkpoint in output_dir (set by the --resume command-line flag)
+    # Resume from the newest valid checkpoint in output_dir (set by the --resume flag)
     resume=False,
+    # Delete a previous run found in output_dir (checkpoints, last_checkpoint, metrics.json,
+    # TensorBoard events) and start over (set by --overwrite-output-dir); without it, a run that
+    # is not resumed refuses to start in a directory holding a previous run
+    overwrite_output_dir=False,
 
     # Automatic mixed precision for training (not implemented: only False is accepted)
     amp=dict(enabled=False),
@@ -110,9 +114,9 @@ train = dict(
     # a GPU is an error)
     input_placement_device="cpu",
 
-    # OneFlow's RDMA for pipeline parallelism: the engine never uses RDMA, so both values hold
-    # (True, LiBai's default, is accepted so that LiBai configs load)
-    rdma_enabled=True,
+    # OneFlow's RDMA between pipeline stages (LiBai's default is True): not implemented, the
+    # engine's collectives go over MPI or NCCL, so only False is accepted
+    rdma_enabled=False,
 
     # Seed for all random generators; a fixed seed increases reproducibility
     seed=1234,

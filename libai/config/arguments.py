@@ -1,14 +1,37 @@
 """`default_argument_parser`: the command line shared by tools/train_net.py and projects."""
 import argparse
+import os
 import sys
 
 __all__ = ["default_argument_parser"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Flags may stand anywhere among the `key=value` overrides (`... a=1 --resume b=2`), and
+    `--config-file` must name an existing file."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if getattr(self, "_intermixing", False):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            ns, extra = self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+        config_file = getattr(ns, "config_file", None)
+        if config_file is not None:
+            if not config_file:
+                self.error("--config-file is required: the LazyConfig recipe to run (e.g. configs/gpt2_pretrain.py)")
+            if not os.path.isfile(config_file):
+                self.error(f"--config-file {config_file!r} does not exist")
+        return ns, extra
+
+
 def default_argument_parser(epilog=None):
-    """--config-file, --resume, --eval-only, --fast-dev-run and trailing `key=value` overrides."""
+    """--config-file, --resume, --overwrite-output-dir, --eval-only, --fast-dev-run and
+    `key=value` overrides (flags and overrides in any order)."""
     prog = sys.argv[0] if sys.argv and sys.argv[0] else "train_net.py"
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         epilog=epilog
         or f"""
 Examples:
@@ -30,6 +53,12 @@ Several processes:
         action="store_true",
         help="resume from the last checkpoint in train.output_dir (sets train.resume)",
     )
+    parser.add_argument(
+        "--overwrite-output-dir",
+        action="store_true",
+        help="delete the previous run (checkpoints, last_checkpoint, metrics.json, TensorBoard events) found in "
+             "train.output_dir and start over (sets train.overwrite_output_dir)",
+    )
     parser.add_argument("--eval-only", action="store_true", help="perform evaluation only")
     parser.add_argument(
         "--fast-dev-run",
@@ -38,8 +67,8 @@ Several processes:
     )
     parser.add_argument(
         "opts",
-        help="config overrides at the end of the command, as key=value (hydra override grammar)",
-        default=None,
-        nargs=argparse.REMAINDER,
+        help="config overrides as key=value (hydra override grammar), anywhere on the command line",
+        default=[],
+        nargs="*",
     )
     return parser

@@ -10,16 +10,21 @@ trainer, `default_setup` and the tools carry no fallback values of their own. Re
    `train.eval_perod`), naming them and their closest known keys, as overrides do;
 3. refuses a value left at OmegaConf's MISSING (`"???"`): a required key, named;
 4. refuses a non-default value of a LiBai key that is not implemented here (NOT_IMPLEMENTED)
-   with NotImplementedError; the defaults are accepted, so LiBai configs load.
+   with NotImplementedError; the defaults are accepted, so LiBai configs load;
+5. checks the type and range of every plain value (VALUE_CHECKS): `train.train_iter=abc` or
+   `train.test_micro_batch_size=0` is a ValueError naming the key and what it must be, before
+   anything is built.
 
 It is idempotent and changes `cfg.train` in place. See docs/config.md.
 """
+from numbers import Integral, Real
+
 from omegaconf import DictConfig, OmegaConf
 
 from .config import get_config
 from .lazy import ConfigKeyError, unknown_key_error
 
-__all__ = ["resolve_train_config", "NOT_IMPLEMENTED"]
+__all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "VALUE_CHECKS"]
 
 # LiBai `train` keys not implemented here: a value other than configs/common/train.py's default
 # would be silently ignored (pipeline_parallel_size > 1 would fail deep inside the model), so it
@@ -38,9 +43,63 @@ NOT_IMPLEMENTED = {
     "consumed_valid_samples": "starting from a validation sample count",
     "train_samples": "sizing the training by samples (use train_iter or train_epoch)",
     "start_iter": "starting at a chosen iteration (--resume continues after the checkpoint's)",
+    "rdma_enabled": "OneFlow's RDMA transport between pipeline stages (collectives go over MPI or NCCL)",
 }
 
 INPUT_PLACEMENT_DEVICES = ("cpu", "cuda")
+
+
+def _is_int(v):
+    return isinstance(v, Integral) and not isinstance(v, bool)
+
+
+def _int_at_least(low):
+    return (lambda v: _is_int(v) and v >= low), f"an integer >= {low}"
+
+
+def _optional(check):
+    test, what = check
+    return (lambda v: v is None or test(v)), f"{what} or None"
+
+
+_POSITIVE = _int_at_least(1)
+_COUNT = _int_at_least(0)
+_INT = (_is_int, "an integer")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_STR = (lambda v: isinstance(v, str), "a string")
+
+# The type and range of each plain `train` value (LazyCall nodes and NOT_IMPLEMENTED keys are
+# not listed). A value outside is a ValueError naming the key before anything is built.
+VALUE_CHECKS = {
+    "output_dir": ((lambda v: isinstance(v, str) and v != ""), "a non-empty path"),
+    "train_micro_batch_size": _optional(_POSITIVE),
+    "global_batch_size": _optional(_POSITIVE),
+    "num_accumulation_steps": _optional(_POSITIVE),
+    "train_iter": _COUNT,
+    "train_epoch": _COUNT,
+    "warmup_ratio": ((lambda v: isinstance(v, Real) and not isinstance(v, bool) and 0 <= v < 1),
+                     "a number in [0, 1)"),
+    "resume": _BOOL,
+    "overwrite_output_dir": _BOOL,
+    "checkpointer.period": (_INT[0], "an integer (<= 0 disables checkpoints)"),
+    "checkpointer.max_to_keep": _optional((_INT[0], "an integer (<= 0 keeps every checkpoint)")),
+    "test_micro_batch_size": _POSITIVE,
+    "evaluation.enabled": _BOOL,
+    "evaluation.eval_period": (_INT[0], "an integer (<= 0: evaluate only after the last iteration)"),
+    "evaluation.eval_iter": _optional(_POSITIVE),
+    "evaluation.eval_metric": _STR,
+    "evaluation.eval_mode": ((lambda v: v in ("max", "min")), "'max' or 'min'"),
+    "load_weight": _optional(_STR),
+    "log_period": _POSITIVE,
+    "dist.data_parallel_size": _POSITIVE,
+    "dist.tensor_parallel_size": _POSITIVE,
+    "dist.pipeline_num_layers": _optional(_POSITIVE),
+    "dist.custom_pipeline_stage_id": _optional(
+        ((lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x >= 0 for x in v)),
+         "a list of stage ids (integers >= 0)")),
+    "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
+    "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),
+}
 
 
 def _is_section(value):
@@ -78,13 +137,25 @@ def _check_not_implemented(train, defaults):
         raise NotImplementedError("; ".join(refused) + " -- see docs/config.md")
 
 
+def _check_values(train):
+    errors = []
+    for key, (test, what) in VALUE_CHECKS.items():
+        value = OmegaConf.select(train, key, default=None)
+        if isinstance(value, DictConfig) or OmegaConf.is_list(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        if not test(value):
+            errors.append(f"train.{key} must be {what}, got {value!r}")
+    if errors:
+        raise ValueError("; ".join(errors) + " (docs/config.md lists every train key)")
+
+
 def resolve_train_config(cfg, defaults=None):
     """Check and complete `cfg.train` in place (see the module docstring); returns it.
 
     `defaults`: the `train` node to resolve against (default: configs/common/train.py's), for
     projects whose train section has keys of their own. Raises ConfigKeyError for a missing
     `train` section, unknown or required keys, NotImplementedError for a non-default value of
-    a NOT_IMPLEMENTED key, ValueError for an unknown `input_placement_device`.
+    a NOT_IMPLEMENTED key, ValueError for a value of the wrong type or range (VALUE_CHECKS).
     """
     if "train" not in cfg or not isinstance(cfg.train, DictConfig):
         raise ConfigKeyError("the config has no `train` section: start from configs/common/train.py "
@@ -106,7 +177,5 @@ def resolve_train_config(cfg, defaults=None):
         raise ConfigKeyError(f"required config key(s) not set: {', '.join(missing)} (set them in the recipe or "
                              f"on the command line, e.g. {missing[0]}=...)")
     _check_not_implemented(train, defaults)
-    if train.input_placement_device not in INPUT_PLACEMENT_DEVICES:
-        raise ValueError(f"train.input_placement_device must be one of {INPUT_PLACEMENT_DEVICES}, "
-                         f"got {train.input_placement_device!r}")
+    _check_values(train)
     return train

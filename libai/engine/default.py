@@ -3,6 +3,7 @@ import logging
 import math
 import os
 import random
+import signal
 import weakref
 from collections import OrderedDict
 
@@ -17,6 +18,7 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
 from libai.utils.logger import setup_logger
+from libai.utils.output_dir import OutputDirError, check_previous_run, prepare_output_dir, previous_run_artifacts
 
 from . import hooks
 from .trainer import EagerTrainer, TrainerBase
@@ -36,56 +38,67 @@ def default_argument_parser(epilog=None):
     return parser
 
 
-def _apply_fast_dev_run(cfg, logger):
-    """A few iterations of training and evaluation; no checkpoints are written. `cfg.train` is
-    resolved; a train_iter of 0 (a recipe sized by epochs) and an eval_iter of None (every
-    batch) count as unbounded."""
+def _apply_fast_dev_run(cfg):
+    """A few iterations of training and evaluation, no checkpoints, written into
+    `output_dir/fast_dev_run` (replacing the previous fast-dev-run there, never touching the
+    recipe's real run). `cfg.train` is resolved; a train_iter of 0 (a recipe sized by epochs)
+    and an eval_iter of None (every batch) count as unbounded. Returns the log line."""
     train, ev = cfg.train, cfg.train.evaluation
     train_iter = min(train.train_iter or FAST_DEV_RUN_ITERS, FAST_DEV_RUN_ITERS)
-    train.update(train_epoch=0, train_iter=train_iter, log_period=1)
+    train.update(train_epoch=0, train_iter=train_iter, log_period=1, resume=False, overwrite_output_dir=True,
+                 output_dir=os.path.join(train.output_dir, "fast_dev_run"))
     train.checkpointer.period = 0
     ev.update(eval_period=max(1, train_iter // 2), eval_iter=min(ev.eval_iter or 5, 5))
-    logger.info(f"--fast-dev-run: train.train_epoch=0, train.train_iter={train_iter}, train.log_period=1, "
-                f"train.checkpointer.period=0, train.evaluation.eval_period={ev.eval_period}, "
-                f"train.evaluation.eval_iter={ev.eval_iter}")
+    return (f"--fast-dev-run: train.output_dir={train.output_dir}, train.train_epoch=0, "
+            f"train.train_iter={train_iter}, train.log_period=1, train.checkpointer.period=0, "
+            f"train.evaluation.eval_period={ev.eval_period}, train.evaluation.eval_iter={ev.eval_iter}")
 
 
 def default_setup(cfg, args):
     """The common start of a job:
 
     0. resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
-       defaults filled in, unknown keys and unimplemented values refused)
-    1. create train.output_dir; set up the `libai` logger (console on rank 0 + output_dir/log.txt)
+       defaults filled in, unknown keys, bad values and unimplemented values refused); apply
+       --resume / --overwrite-output-dir / --fast-dev-run to the config
+    1. claim train.output_dir (libai.utils.output_dir.prepare_output_dir): it must be a
+       writable directory, no other live run may hold its lock, and a training run that does
+       not resume refuses a previous run there (or deletes it with --overwrite-output-dir);
+       set up the `libai` logger (console on rank 0 + output_dir/log.txt)
     2. log rank/world size, the command line and the config file
-    3. apply --resume / --fast-dev-run to the config
-    4. build the distributed topology from cfg.train.dist (checked against the world size)
-    5. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size);
+    3. build the distributed topology from cfg.train.dist (checked against the world size)
+    4. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size);
        with a `tokenization` section: fill unset GPT-2 data paths with the default corpus and
        set model.cfg.vocab_size to the tokenizer's padded size (DefaultTrainer.build_tokenizer)
-    6. save the full config to output_dir/config.yaml (rank 0)
-    7. seed the RNGs: numpy and python `random` with train.seed + rank (LiBai's per-rank
+    5. save the full config to output_dir/config.yaml (rank 0; not for --eval-only, which must
+       not replace the training run's config)
+    6. seed the RNGs: numpy and python `random` with train.seed + rank (LiBai's per-rank
        offset, for data-side randomness); engine's generator with train.seed on every rank,
        because the engine's global tensors draw random values in lockstep on all ranks (a
        per-rank engine seed would make replicated parameters differ between ranks)
     """
     resolve_train_config(cfg)
-    output_dir = cfg.train.output_dir
+    train = cfg.train
+    eval_only = bool(getattr(args, "eval_only", False))
+    if hasattr(args, "resume"):
+        train.resume = bool(args.resume)
+    if getattr(args, "overwrite_output_dir", False):
+        train.overwrite_output_dir = True
+    fast_dev_run = _apply_fast_dev_run(cfg) if getattr(args, "fast_dev_run", False) else None
+    output_dir = train.output_dir
+    deleted = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite_output_dir,
+                                 training=not eval_only)
     rank = dist.get_rank()
-    if rank == 0 and output_dir:
-        os.makedirs(output_dir, exist_ok=True)
-    dist.synchronize()
     logger = setup_logger(output_dir, distributed_rank=rank)
     logger.info(f"Rank of current process: {rank}. World size: {dist.get_world_size()}")
     logger.info("Command line arguments: " + str(args))
+    if fast_dev_run:
+        logger.info(fast_dev_run)
+    if deleted:
+        logger.warning(f"--overwrite-output-dir: deleted the previous run in {output_dir}: {', '.join(deleted)}")
     config_file = getattr(args, "config_file", "")
     if config_file:
         with open(config_file, "r") as f:
             logger.info(f"Contents of args.config_file={config_file}:\n{f.read()}")
-
-    if hasattr(args, "resume"):
-        cfg.train.resume = bool(args.resume)
-    if getattr(args, "fast_dev_run", False):
-        _apply_fast_dev_run(cfg, logger)
 
     dist.setup_dist_util(cfg.train.dist)
     sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
@@ -93,7 +106,7 @@ def default_setup(cfg, args):
     # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size
     DefaultTrainer.build_tokenizer(cfg)
 
-    if rank == 0 and output_dir:
+    if rank == 0 and not eval_only:
         path = os.path.join(output_dir, "config.yaml")
         LazyConfig.save(cfg, path)
         logger.info(f"Full config saved to {path}")
@@ -122,10 +135,15 @@ class DefaultTrainer(TrainerBase):
     2. model = instantiate(cfg.model), optimizer = build_optimizer(cfg.optim, model), scheduler
        from cfg.train.scheduler (max_iter = train.train_iter, warmup_iter =
        int(train.warmup_ratio * train.train_iter))
-    3. resume (train.resume: every state from output_dir/last_checkpoint) or load
-       train.load_weight (model weights only)
-    4. hooks: IterationTimer, LRScheduler, PeriodicCheckpointer, EvalHook + BestCheckpointer (when
-       evaluation is enabled), PeriodicWriter (CommonMetricPrinter, JSONWriter, TensorboardXWriter)
+    3. resume (train.resume: every state from the newest valid checkpoint in output_dir) or
+       load train.load_weight (model weights only)
+    4. hooks: IterationTimer, LRScheduler, EvalHook + BestCheckpointer (when evaluation is
+       enabled), PeriodicWriter (CommonMetricPrinter, JSONWriter, TensorboardXWriter),
+       PeriodicCheckpointer
+
+    train.output_dir is claimed first (libai.utils.output_dir.prepare_output_dir: its lock,
+    and no fresh run on top of a previous one); default_setup already did it, claiming again
+    in the same process changes nothing.
 
     One iteration is one optimizer step over train.num_accumulation_steps micro-batches, i.e.
     train.global_batch_size samples over all data-parallel ranks.
@@ -145,6 +163,7 @@ class DefaultTrainer(TrainerBase):
         self._logger = logging.getLogger(__name__)
 
         resolve_train_config(cfg)
+        prepare_output_dir(cfg.train.output_dir, resume=cfg.train.resume, overwrite=cfg.train.overwrite_output_dir)
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
         self.tokenizer = self.build_tokenizer(cfg)
         self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg)
@@ -181,38 +200,53 @@ class DefaultTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ resume / load
     def resume_or_load(self, resume=True):
-        """With `resume` and a checkpoint in train.output_dir (`last_checkpoint`), restore model,
-        optimizer, scheduler, data position, RNG states and the trainer's state (iteration, hook
-        states) and continue after its iteration; otherwise load train.load_weight (model
-        weights only; missing/unexpected keys are logged, mismatched shapes are errors) and
-        start from iteration 0."""
-        weight_path = self.cfg.train.load_weight
-        if resume and self.checkpointer.has_checkpoint():
-            extra = self.checkpointer.load(self.checkpointer.get_checkpoint_file())  # sets self.iter
-            self.start_iter = self.iter + 1 if "iteration" in extra else 0
-            self._logger.info(f"Resumed from {self.checkpointer.get_checkpoint_file()}: "
-                              f"continuing at iteration {self.start_iter}")
-            return
-        if resume:
-            self._logger.warning(f"--resume: no checkpoint in {self.cfg.train.output_dir}; starting from scratch")
-        if weight_path:
-            self.checkpointer.load(weight_path, checkpointables=[])
+        """With `resume`, restore model, optimizer, scheduler, data position, RNG states and the
+        trainer's state (iteration, hook states) from the newest valid checkpoint in
+        train.output_dir (Checkpointer.resume: `last_checkpoint`'s, else the newest one that
+        verifies) and continue after its iteration. A resume that finds no valid checkpoint
+        in a directory holding a previous run is an error (OutputDirError) unless
+        train.overwrite_output_dir, which deletes that run; in an empty directory it starts
+        from scratch. Without `resume` (or starting from scratch): load train.load_weight
+        (model weights only; missing/unexpected keys are logged, mismatched shapes are errors)
+        and start from iteration 0."""
+        train = self.cfg.train
         self.start_iter = 0
+        if resume:
+            path, extra = self.checkpointer.resume()  # sets self.iter
+            if path is not None:
+                self.start_iter = self.iter + 1 if "iteration" in extra else 0
+                self._logger.info(f"Resumed from {path}: continuing at iteration {self.start_iter}")
+                return
+            self._start_fresh_after_failed_resume(train.output_dir, train.overwrite_output_dir)
+        if train.load_weight:
+            self.checkpointer.load(train.load_weight, checkpointables=[])
+
+    def _start_fresh_after_failed_resume(self, output_dir, overwrite):
+        notes = self.checkpointer.resume_notes
+        leftovers = dist.broadcast_object(previous_run_artifacts(output_dir) if dist.is_main_process() else None)
+        if not leftovers:
+            self._logger.info(f"--resume: {output_dir} holds no previous run; starting from scratch")
+            return
+        found = "; ".join(notes) or "no checkpoint directory"
+        if any("another rank" in n for n in notes):  # some ranks hold a checkpoint others rejected
+            raise OutputDirError(f"--resume: the checkpoints in {output_dir} loaded on some ranks only ({found})")
+        if not overwrite:
+            raise OutputDirError(
+                f"--resume: train.output_dir={output_dir!r} holds a previous run ({', '.join(leftovers)}) but no "
+                f"valid checkpoint to resume from ({found}). Restore a checkpoint, or add --overwrite-output-dir "
+                f"to delete the previous run and start over")
+        if dist.is_main_process():
+            check_previous_run(output_dir, resume=False, overwrite=True)
+        dist.synchronize()
+        self._logger.warning(f"--resume --overwrite-output-dir: no valid checkpoint in {output_dir} ({found}); "
+                             f"deleted {', '.join(leftovers)} and starting from scratch")
 
     # ------------------------------------------------------------------ hooks and writers
     def build_hooks(self):
         cfg = self.cfg
         train, ev = cfg.train, cfg.train.evaluation
-        ret = [
-            hooks.IterationTimer(),
-            hooks.LRScheduler(),
-            hooks.PeriodicCheckpointer(self.checkpointer, train.checkpointer.period,
-                                       max_to_keep=train.checkpointer.max_to_keep),
-        ]
+        ret = [hooks.IterationTimer(), hooks.LRScheduler()]
         if ev.enabled and self.test_loader:
-            if ev.eval_iter is not None and ev.eval_iter <= 0:
-                raise ValueError("train.evaluation.eval_iter must be a positive number")
-
             def test_and_save_results():
                 self._last_eval_results = self.test(self.cfg, self.test_loader, self.model)
                 return self._last_eval_results
@@ -221,8 +255,11 @@ class DefaultTrainer(TrainerBase):
             ret.append(hooks.BestCheckpointer(ev.eval_period, self.checkpointer, val_metric=ev.eval_metric,
                                               mode=ev.eval_mode))
         if dist.is_main_process():
-            # writers run last, so that evaluation results of an iteration are written with it
+            # writers after evaluation, so that an iteration's evaluation results are written with it
             ret.append(hooks.PeriodicWriter(self.build_writers(), train.log_period))
+        # the checkpointer last: a checkpoint of iteration k follows everything iteration k did
+        ret.append(hooks.PeriodicCheckpointer(self.checkpointer, train.checkpointer.period,
+                                              max_to_keep=train.checkpointer.max_to_keep))
         return ret
 
     def build_writers(self):
@@ -241,6 +278,13 @@ class DefaultTrainer(TrainerBase):
             self._logger.info(f"Training already finished (start_iter {self.start_iter} >= train_iter {self.max_iter})")
             return self._last_eval_results
         super().train(self.start_iter, self.max_iter, stop_iter)
+        if self.interrupted:
+            saved = self.checkpointer.enabled and self.checkpointer.save_dir
+            self._logger.warning(
+                f"Interrupted by {signal.Signals(self.interrupted).name} after iteration {self.iter - 1}: "
+                + (f"checkpoint {self.checkpointer.get_checkpoint_file()} written, continue with --resume"
+                   if saved else "no checkpoint written (train.checkpointer.period <= 0)"))
+        dist.synchronize()  # every rank has finished its hooks (and writes) before any exits
         return self._last_eval_results
 
     def run_step(self):

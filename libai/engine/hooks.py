@@ -1,10 +1,13 @@
 """Default hooks (detectron2/LiBai). DefaultTrainer registers, in this order:
 
-    IterationTimer, LRScheduler, PeriodicCheckpointer, EvalHook, BestCheckpointer, PeriodicWriter
+    IterationTimer, LRScheduler, EvalHook, BestCheckpointer, PeriodicWriter, PeriodicCheckpointer
 
 so each iteration's after_step: records the step time, records the lr and steps the scheduler,
-checkpoints (including the already-stepped scheduler), evaluates, keeps the best model, and
-finally writes the logs (which therefore include that iteration's evaluation results).
+evaluates, keeps the best model, writes the logs (with that iteration's evaluation results),
+and last checkpoints. Checkpointing last makes a checkpoint of iteration k describe everything
+iteration k did: the best value of its evaluation is in its trainer state, and metrics.json
+already holds every record up to k, so a run killed at any point and resumed from its newest
+checkpoint rewrites exactly the records after k (detectron2 writes logs last instead).
 
 Hooks reach the trainer only through its public attributes (iter, start_iter, max_iter,
 storage, failed, ...). A hook's own state goes through state_dict()/load_state_dict(): of
@@ -114,8 +117,12 @@ class LRScheduler(HookBase):
 class PeriodicCheckpointer(HookBase):
     """Saves `model_{iter:07d}` every `period` iterations (keeping at most `max_to_keep`) and
     `model_final` after the last iteration. `period <= 0` saves nothing. When a run stops
-    early (`stop_iter`) a checkpoint of the last finished iteration is written so that
-    `--resume` continues from there."""
+    early (`stop_iter`, SIGINT/SIGTERM) a checkpoint of the last finished iteration is written
+    so that `--resume` continues from there (not after an exception: the state may be broken).
+
+    Pruning counts the periodic checkpoints already in the directory only when the run was
+    resumed (start_iter > 0): they are this run's. A run that starts at iteration 0 prunes
+    only what it wrote itself."""
 
     def __init__(self, checkpointer, period, max_to_keep=None, file_prefix="model"):
         self.checkpointer = checkpointer
@@ -126,7 +133,8 @@ class PeriodicCheckpointer(HookBase):
 
     def before_train(self):
         self._core = _PeriodicCheckpointer(self.checkpointer, self.period, max_iter=self.trainer.max_iter,
-                                           max_to_keep=self.max_to_keep, file_prefix=self.file_prefix)
+                                           max_to_keep=self.max_to_keep, file_prefix=self.file_prefix,
+                                           adopt_existing=self.trainer.start_iter > 0)
 
     def after_step(self):
         self._core.step(self.trainer.iter)
@@ -141,8 +149,9 @@ class PeriodicCheckpointer(HookBase):
 
 class EvalHook(HookBase):
     """Runs `eval_function()` every `eval_period` iterations and after the last iteration; its
-    (nested) dict of results is flattened ("a/b") and put into the storage (so the writers send
-    it to metrics.json and TensorBoard)."""
+    (nested) dict of results is flattened ("a/b") and put into the storage, which is asked to
+    write them at once (so the writers send them to metrics.json and TensorBoard before the
+    iteration's checkpoint)."""
 
     def __init__(self, eval_period, eval_function):
         self._period = int(eval_period)
@@ -164,6 +173,7 @@ class EvalHook(HookBase):
                         f"[EvalHook] eval_function should return a nested dict of float. Got '{k}: {v}' "
                         "instead.") from e
             self.trainer.storage.put_scalars(**flattened, smoothing_hint=False)
+            self.trainer.storage.request_write()
         dist.synchronize()
 
     def after_step(self):
@@ -183,9 +193,8 @@ class BestCheckpointer(HookBase):
 
     The best value and its iteration are the hook's state_dict(), saved with every checkpoint
     and restored on resume (a state saved for another metric or mode is ignored, with a
-    warning). The evaluation of an iteration runs after that iteration's periodic checkpoint,
-    so a new best refreshes that checkpoint's trainer state (Checkpointer.refresh_trainer_state);
-    a resume from it then compares with the same best as the uninterrupted run."""
+    warning). It runs before the iteration's periodic checkpoint, so a resume from that
+    checkpoint compares with the same best as the uninterrupted run."""
 
     def __init__(self, eval_period, checkpointer, val_metric, mode="max", file_prefix="model_best"):
         if mode not in ("max", "min"):
@@ -231,7 +240,6 @@ class BestCheckpointer(HookBase):
             if self._checkpointer.enabled and self._checkpointer.save_dir and self._period >= 0:
                 self._checkpointer.save(self._file_prefix, tag_last=False, iteration=metric_iter,
                                         best_metric=value, best_metric_name=self._val_metric)
-                self._checkpointer.refresh_trainer_state(metric_iter)
             self._logger.info(
                 f"Saved best model as latest eval score for {self._val_metric} is {value:0.5f}"
                 + (f", better than last best score {previous:0.5f}" if previous is not None else "")
@@ -248,8 +256,12 @@ class BestCheckpointer(HookBase):
 
 
 class PeriodicWriter(HookBase):
-    """Calls every writer's write() every `period` iterations, after the last iteration, and
-    at the end of training (then closes them). Register it last."""
+    """Calls every writer's write() every `period` iterations, after the last iteration, at an
+    iteration whose scalars asked for it (`storage.request_write()`: evaluation results) and
+    after a finished (or failed) training; then closes them. A run that stops early (stop_iter,
+    a signal) writes no extra record, so that the resumed run's metrics.json is the
+    uninterrupted run's. A resumed run first tells each writer to drop what an abandoned
+    attempt wrote after its checkpoint (`EventWriter.start_at`)."""
 
     def __init__(self, writers, period=20):
         self._writers = list(writers)
@@ -258,12 +270,24 @@ class PeriodicWriter(HookBase):
                 raise TypeError(f"writers must be EventWriter instances, got {type(w).__name__}")
         self._period = max(int(period), 1)
 
-    def after_step(self):
-        if (self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1:
+    def before_train(self):
+        if self.trainer.start_iter > 0:
             for writer in self._writers:
-                writer.write()
+                writer.start_at(self.trainer.start_iter)
 
-    def after_train(self):
+    def after_step(self):
+        storage = self.trainer.storage
+        if ((self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1
+                or storage.write_requested):
+            self._write()
+
+    def _write(self):
         for writer in self._writers:
             writer.write()
+        self.trainer.storage.write_requested = False
+
+    def after_train(self):
+        if self.trainer.iter >= self.trainer.max_iter or self.trainer.failed:
+            self._write()
+        for writer in self._writers:
             writer.close()

@@ -6,11 +6,22 @@
         hook.before_step()               # every hook, in order
         trainer.run_step()
         hook.after_step()                # every hook, in order
+        if SIGINT or SIGTERM arrived (on any rank): break
     iter += 1
     storage.iter = iter
     hook.after_train()                   # every hook, in order (also after an exception)
+
+Signals: during train() the first SIGINT (Ctrl-C) or SIGTERM (`kill`, `timeout`, a scheduler)
+only asks the loop to stop after the step in progress; the ranks agree on that iteration (an
+all-reduce after every step), so after_train sees a finished iteration and the checkpointer
+writes a checkpoint whose model, optimizer, scheduler, RNG and data position all describe it.
+A second signal abandons the step at once (KeyboardInterrupt): no checkpoint is written then.
+`trainer.interrupted` holds the signal number (tools/train_net.py exits with 128 + it).
 """
 import logging
+import os
+import signal
+import threading
 import time
 import weakref
 
@@ -19,7 +30,39 @@ import engine.distributed as _edist
 from libai.utils import distributed as dist
 from libai.utils.events import EventStorage, get_event_storage
 
-__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer"]
+__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "StopSignals"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """While open (in the main thread): the first SIGINT/SIGTERM is recorded in `signum`, a
+    second raises KeyboardInterrupt. The previous handlers are restored on exit."""
+
+    def __init__(self):
+        self.signum = 0
+        self._previous = {}
+
+    def __enter__(self):
+        self.signum = 0
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.signum:
+            raise KeyboardInterrupt(f"second stop signal ({name}): the step in progress is abandoned, "
+                                    "no checkpoint is written")
+        self.signum = signum
+        # os.write, not logging: a signal handler may interrupt a logging call in this thread
+        os.write(2, f"\n{name} received: stopping after the current iteration and writing a checkpoint "
+                    f"(send it again to abort at once, without a checkpoint)\n".encode())
 
 
 class HookBase:
@@ -71,6 +114,7 @@ class TrainerBase:
         self.max_iter = 0
         self.storage = None
         self._failed = False
+        self.interrupted = 0
 
     @property
     def failed(self):
@@ -90,23 +134,31 @@ class TrainerBase:
     def train(self, start_iter, max_iter, stop_iter=None):
         """Run iterations start_iter .. max_iter-1. `stop_iter` (< max_iter) ends this run early
         after iteration stop_iter-1, as if the job were interrupted there (the schedule and
-        `max_iter` are unchanged, so a resumed run continues the same training)."""
+        `max_iter` are unchanged, so a resumed run continues the same training). A SIGINT or
+        SIGTERM ends it after the current iteration (see the module docstring)."""
         logger = logging.getLogger(__name__)
         logger.info(f"Starting training from iteration {start_iter}")
         self.iter = self.start_iter = start_iter
         self.max_iter = max_iter
         self._failed = False
+        self.interrupted = 0
         end = max_iter if stop_iter is None else min(max_iter, stop_iter)
-        with EventStorage(start_iter) as self.storage:
+        with EventStorage(start_iter) as self.storage, StopSignals() as stop:
             try:
                 self.before_train()
                 for self.iter in range(start_iter, end):
                     self.before_step()
                     self.run_step()
                     self.after_step()
+                    # every rank stops after the same iteration (a collective when distributed)
+                    self.interrupted = dist.max_over_ranks(stop.signum)
+                    if self.interrupted:
+                        logger.warning(f"{signal.Signals(self.interrupted).name}: stopping after iteration "
+                                       f"{self.iter}")
+                        break
                 # iter == max_iter tells after_train that training finished (not an exception)
                 self.iter += 1
-            except Exception:
+            except BaseException:  # KeyboardInterrupt too: an abandoned step is not checkpointed
                 self._failed = True
                 logger.exception("Exception during training:")
                 raise

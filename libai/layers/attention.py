@@ -29,7 +29,7 @@ import engine.nn.functional as F
 from libai.utils import distributed as dist
 
 from .linear import Linear
-from .utils import dropout, split_on_dp
+from .utils import dropout, note_kernel_flags, split_on_dp
 
 __all__ = ["MultiheadAttention", "AttnMaskType"]
 
@@ -77,8 +77,10 @@ class MultiheadAttention(nn.Module):
         self.output_dropout_prob = float(output_dropout_prob)
         self.attn_mask_type = _mask_type(attn_mask_type)
         # apply_query_key_layer_scaling (Megatron: divide by layer_number before an fp16
-        # softmax, multiply back inside it) gives the same values in float32; accepted as a no-op
+        # softmax, multiply back inside it) gives the same values in float32; noted in the log
         self.apply_query_key_layer_scaling = apply_query_key_layer_scaling
+        note_kernel_flags(bias_dropout_fusion=bias_dropout_fusion, scale_mask_softmax_fusion=scale_mask_softmax_fusion,
+                          apply_query_key_layer_scaling=apply_query_key_layer_scaling)
         self.norm_factor = 1.0 / math.sqrt(self.head_size)
         self.layer_idx = layer_idx
         output_layer_init_method = output_layer_init_method or init_method

@@ -5,7 +5,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 
 from .linear import Linear
-from .utils import dropout
+from .utils import dropout, note_kernel_flags
 
 __all__ = ["MLP"]
 
@@ -18,6 +18,7 @@ class MLP(nn.Module):
         if activation not in ("gelu_tanh", "gelu", "relu"):
             raise ValueError(f"MLP: activation must be 'gelu_tanh', 'gelu' or 'relu', got {activation!r}")
         self.activation = activation
+        note_kernel_flags(bias_gelu_fusion=bias_gelu_fusion, bias_dropout_fusion=bias_dropout_fusion)
         self.output_dropout_prob = float(output_dropout_prob)
         output_layer_init_method = output_layer_init_method or init_method
         self.dense_h_to_4h = Linear(hidden_size, ffn_hidden_size, parallel="col", init_method=init_method,

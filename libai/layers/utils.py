@@ -6,6 +6,7 @@ same generator state and keeps its shard (the engine's random global creation wo
 way), so a model built with the same seed has the same weights on 1 rank and on any dp x tp
 layout. That is what makes the tensor-parallel parity tests possible.
 """
+import logging
 import math
 
 import engine as flow
@@ -15,11 +16,31 @@ from libai.utils import distributed as dist
 
 __all__ = [
     "init_method_normal", "scaled_init_method_normal", "make_parameter", "to_placement",
-    "settle", "dropout", "hidden_sbp_for", "split_on_dp",
+    "settle", "dropout", "hidden_sbp_for", "split_on_dp", "note_kernel_flags",
 ]
 
 B = flow.sbp.broadcast
 S = flow.sbp.split
+
+# LiBai's flags that only choose how a value is computed, never which value: accepted, with one
+# log line per flag and process saying what runs instead (docs/config.md)
+KERNEL_FLAGS = {
+    "bias_gelu_fusion": "bias add and GeLU run as two ops (no fused kernel here); same values",
+    "bias_dropout_fusion": "bias add, dropout and residual add run as separate ops (no fused kernel here); "
+                           "same values",
+    "scale_mask_softmax_fusion": "scale, mask and softmax run as separate ops (no fused kernel here); same values",
+    "apply_query_key_layer_scaling": "a float16 overflow guard; in float32 the scores are the same, so it "
+                                     "changes nothing",
+}
+_noted = set()
+
+
+def note_kernel_flags(**flags):
+    """Log once per process, for each KERNEL_FLAGS flag given as True, what runs instead."""
+    for name, value in flags.items():
+        if value and name not in _noted:
+            _noted.add(name)
+            logging.getLogger("libai.layers").info(f"{name}=True: {KERNEL_FLAGS[name]}")
 
 
 def init_method_normal(sigma, mean=0.0):

@@ -191,7 +191,7 @@ class Checkpointer:
         for k, v in checkpointables.items():
             self.add_checkpointable(k, v)
         self.logger = logging.getLogger(__name__)
-        self._last_tagged = None  # (name, extra) of the last save that `last_checkpoint` points to
+        self.resume_notes = []  # set by resume(): the checkpoints passed over, and why
 
     def add_checkpointable(self, key, obj):
         if key in self.checkpointables or key in ("model", "trainer_state") or key.startswith("rng_state"):
@@ -240,8 +240,6 @@ class Checkpointer:
             if tag_last:
                 self.tag_last_checkpoint(name)
             self.logger.info(f"Saved checkpoint to {final}")
-        if tag_last:
-            self._last_tagged = (name, dict(kwargs))
         dist.synchronize()
 
     def _trainer_state(self, extra):
@@ -250,19 +248,6 @@ class Checkpointer:
         state["checkpointables"] = sorted(self.checkpointables)
         state["world_size"] = dist.get_world_size()
         return state
-
-    def refresh_trainer_state(self, iteration):
-        """Rewrite (atomically) the trainer state of the checkpoint that `last_checkpoint` points
-        to, if this checkpointer saved it at `iteration`. Hooks that run after the periodic
-        checkpoint of an iteration and change their state in it (BestCheckpointer after that
-        iteration's evaluation) call this, so that a resume from the checkpoint knows the
-        iteration's complete state. Returns whether the checkpoint was of `iteration`."""
-        if self._last_tagged is None or self._last_tagged[1].get("iteration") != iteration:
-            return False
-        name, extra = self._last_tagged
-        if self.save_to_disk:
-            flow.save(self._trainer_state(extra), os.path.join(self.save_dir, name, STATE_FILE))
-        return True
 
     def tag_last_checkpoint(self, name):
         _write_text_atomic(os.path.join(self.save_dir, LAST_CHECKPOINT), name)
@@ -288,13 +273,96 @@ class Checkpointer:
             os.path.join(self.save_dir, d) for d in os.listdir(self.save_dir)
             if not d.startswith(".") and os.path.isfile(os.path.join(self.save_dir, d, MODEL_FILE)))
 
+    # ------------------------------------------------------------------ resuming
+    def _pointer_problem(self):
+        """Why `last_checkpoint` cannot be followed (None when it names a checkpoint directory)."""
+        pointer = os.path.join(self.save_dir, LAST_CHECKPOINT)
+        if not os.path.exists(pointer):
+            return f"{pointer} does not exist"
+        try:
+            with open(pointer, encoding="utf-8") as f:
+                name = f.read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            return f"{pointer} cannot be read ({e})"
+        if not name or os.sep in name or "\n" in name or not os.path.isfile(os.path.join(self.save_dir, name,
+                                                                                           MODEL_FILE)):
+            return f"{pointer} names {name[:80]!r}, which is not a checkpoint directory in {self.save_dir}"
+        return None
+
+    def _saved_iteration(self, path):
+        """The iteration in `path`'s trainer state; raises when it is missing or unreadable."""
+        state_file = os.path.join(path, STATE_FILE)
+        if not os.path.isfile(os.path.join(path, MODEL_FILE)) or not os.path.isfile(state_file):
+            raise CheckpointError(f"incomplete: no {MODEL_FILE} or {STATE_FILE}")
+        iteration = flow.load(state_file).get("iteration")
+        if not isinstance(iteration, int):
+            raise CheckpointError(f"{state_file} holds no iteration")
+        return iteration
+
+    def resume_candidates(self):
+        """(checkpoint directories to resume from, best first; notes on what was passed over).
+
+        The one `last_checkpoint` names comes first; then every other complete checkpoint,
+        newest iteration first (periodic and final before `model_best` of the same iteration).
+        Computed on the writing rank and broadcast, so every rank tries the same sequence."""
+        result = None
+        if self.save_to_disk:
+            notes, found = [], []
+            problem = self._pointer_problem()
+            pointed = None if problem else self.get_checkpoint_file()
+            if problem and os.path.exists(os.path.join(self.save_dir, LAST_CHECKPOINT)):
+                notes.append(problem)
+            for path in self.get_all_checkpoint_files():
+                try:
+                    iteration = self._saved_iteration(path)
+                except Exception as e:  # any unreadable state: passed over, with the reason
+                    notes.append(f"{path}: {e}")
+                    continue
+                first = pointed is not None and os.path.abspath(path) == os.path.abspath(pointed)
+                found.append((not first, -iteration, os.path.basename(path).startswith("model_best"), path))
+            result = ([f[-1] for f in sorted(found)], notes, problem)
+        return dist.broadcast_object(result, src=0)
+
+    def resume(self):
+        """Load the newest complete, valid checkpoint of save_dir (see `resume_candidates`).
+
+        Each candidate is verified completely by `load` (every checksum, every key and shape);
+        one that fails on any rank is passed over on every rank, with the reason logged, and
+        the next is tried (a failed `load` changes nothing). Returns (path, extra state), or
+        (None, {}) when none loads; `self.resume_notes` then says what was found and why it
+        was not used."""
+        candidates, notes, pointer_problem = self.resume_candidates()
+        self.resume_notes = list(notes)
+        for path in candidates:
+            error = None
+            try:
+                extra = self.load(path)
+            except Exception as e:  # CheckpointError, a file gone meanwhile, a bad state
+                error = e
+            if dist.max_over_ranks(error is not None):
+                self.resume_notes.append(f"{path}: {error or 'failed to load on another rank'}")
+                self.logger.warning(f"not resuming from {path}: {error or 'failed to load on another rank'}")
+                continue
+            if pointer_problem or path != candidates[0]:
+                why = pointer_problem or "; ".join(self.resume_notes)
+                self.logger.warning(f"last_checkpoint was not used ({why}): resumed from {path}, the newest valid "
+                                    f"checkpoint (iteration {extra.get('iteration')})")
+            return path, extra
+        return None, {}
+
     # ------------------------------------------------------------------ loading
     def resume_or_load(self, path, *, resume=True):
-        """With `resume` and a `last_checkpoint`, load everything from it (exact resume);
-        otherwise load model weights from `path` (if given). Returns the extra state
-        ({"iteration": ...} after a resume, {} otherwise)."""
-        if resume and self.has_checkpoint():
-            return self.load(self.get_checkpoint_file())
+        """With `resume`, load everything from the newest valid checkpoint (`resume`: exact
+        resume); with no checkpoint at all, or without `resume`, load model weights from
+        `path` (if given). Returns the extra state ({"iteration": ...} after a resume, {}
+        otherwise). Raises CheckpointError when there are checkpoints but none is valid."""
+        if resume:
+            found, extra = self.resume()
+            if found is not None:
+                return extra
+            if self.resume_notes:
+                raise CheckpointError(f"Checkpointer: no valid checkpoint in {self.save_dir}: "
+                                      + "; ".join(self.resume_notes))
         if path:
             return self.load(path, checkpointables=[])
         return {}
@@ -402,10 +470,13 @@ class Checkpointer:
 
 class PeriodicCheckpointer:
     """Saves `{prefix}_{iteration:07d}` every `period` iterations (and `{prefix}_final` at the
-    last iteration), keeping at most `max_to_keep` of the periodic ones (oldest removed first;
-    checkpoints already in save_dir count too, so the bound holds across resumes)."""
+    last iteration), keeping at most `max_to_keep` of the periodic ones (oldest removed first).
+    With `adopt_existing` (a resumed run) the periodic checkpoints already in save_dir count
+    too, so the bound holds across resumes; otherwise only what this object saved is ever
+    pruned."""
 
-    def __init__(self, checkpointer, period, max_iter=None, max_to_keep=None, file_prefix="model"):
+    def __init__(self, checkpointer, period, max_iter=None, max_to_keep=None, file_prefix="model",
+                 adopt_existing=False):
         self.checkpointer = checkpointer
         self.period = int(period)
         self.max_iter = max_iter
@@ -413,7 +484,7 @@ class PeriodicCheckpointer:
             max_to_keep = None
         self.max_to_keep = max_to_keep
         self.file_prefix = file_prefix
-        self.recent_checkpoints = self._existing()
+        self.recent_checkpoints = self._existing() if adopt_existing else []
         self.last_saved_iter = None
 
     def _existing(self):

@@ -27,7 +27,7 @@ __all__ = [
     "get_layer_ranks", "get_layer_stage_id", "get_nd_sbp", "get_hidden_sbp",
     "is_data_parallel", "is_tensor_model_parallel", "is_pipeline_model_parallel",
     "is_data_model_parallel", "all_reduce_sum_numpy", "check_tensor_parallel_divisible",
-    "get_world_placement",
+    "get_world_placement", "broadcast_object", "max_over_ranks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,20 @@ def synchronize():
     """A barrier over all ranks (nothing in a single process)."""
     if get_world_size() > 1:
         _edist.barrier()
+
+
+def broadcast_object(obj, src=0):
+    """Rank `src`'s picklable `obj` on every rank (`obj` itself in one process)."""
+    if get_world_size() == 1:
+        return obj
+    return _edist.comm.get_world_group().comm.bcast(obj, root=src)
+
+
+def max_over_ranks(value):
+    """The largest of every rank's int `value` (collective; `value` itself in one process)."""
+    if get_world_size() == 1:
+        return int(value)
+    return int(_edist.comm.get_world_group().comm.allreduce(int(value), op=_edist.comm.MPI.MAX))
 
 
 def _cfg_get(cfg, key, default=None):

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from engine.serialization import atomic_write
+
 __all__ = ["HistoryBuffer", "EventStorage", "get_event_storage", "EventWriter", "JSONWriter",
            "TensorboardXWriter", "CommonMetricPrinter"]
 
@@ -77,6 +79,8 @@ class EventStorage:
         self._latest_scalars = {}
         self._iter = start_iter
         self._current_prefix = ""
+        # set by request_write(): PeriodicWriter writes at this iteration, not at the next period
+        self.write_requested = False
 
     def put_scalar(self, name, value, smoothing_hint=True):
         """Record `value` (a number or a 0-d tensor) for `name` at the current iteration.
@@ -126,6 +130,12 @@ class EventStorage:
     def smoothing_hints(self):
         return self._smoothing_hints
 
+    def request_write(self):
+        """Ask PeriodicWriter to write this iteration's scalars now rather than at the next log
+        period: for values that are not put every iteration (evaluation results), so that a
+        crash before the next period cannot lose them."""
+        self.write_requested = True
+
     def step(self):
         self._iter += 1
 
@@ -158,13 +168,19 @@ class EventStorage:
 
 
 class EventWriter:
-    """Base class: `write()` reports the current storage; `close()` releases resources."""
+    """Base class: `write()` reports the current storage; `close()` releases resources;
+    `start_at(iteration)` is called when a resumed run continues at `iteration`."""
 
     def write(self):
         raise NotImplementedError
 
     def close(self):
         pass
+
+    def start_at(self, iteration):
+        """The run continues at `iteration` (a resume): what this writer wrote earlier for
+        iterations >= `iteration` came from an attempt that was abandoned after its last
+        checkpoint and is to be dropped (the default: nothing to drop)."""
 
 
 class JSONWriter(EventWriter):
@@ -173,16 +189,41 @@ class JSONWriter(EventWriter):
 
     Only scalars put since the last write are written, grouped by the iteration they were put
     at. `window_size=1` (the default) writes raw values; larger windows write the median of
-    values with a smoothing hint."""
+    values with a smoothing hint. The file is opened (for appending) at the first write."""
 
     def __init__(self, json_file, window_size=1):
         self._path = json_file
-        os.makedirs(os.path.dirname(os.path.abspath(json_file)) or ".", exist_ok=True)
-        self._file_handle = open(json_file, "a", encoding="utf-8")
+        self._file_handle = None
         self._window_size = window_size
         self._last_write = -1
 
+    def start_at(self, iteration):
+        """Rewrite the file (atomically) without the records of iterations >= `iteration`, and
+        without a torn last line (a record cut short by a kill)."""
+        if self._file_handle is not None:
+            raise RuntimeError("JSONWriter.start_at must come before the first write")
+        if not os.path.isfile(self._path):
+            return
+        with open(self._path, encoding="utf-8") as f:
+            lines = f.readlines()
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("iteration", -1) < iteration:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        if len(kept) != len(lines):
+            atomic_write(self._path, [line.encode("utf-8") for line in kept])
+            logging.getLogger(__name__).info(
+                f"{self._path}: dropped {len(lines) - len(kept)} record(s) of iterations >= {iteration} "
+                "(written after the checkpoint this run resumes from)")
+
     def write(self):
+        if self._file_handle is None:
+            os.makedirs(os.path.dirname(os.path.abspath(self._path)) or ".", exist_ok=True)
+            self._file_handle = open(self._path, "a", encoding="utf-8")
         storage = get_event_storage()
         to_save = defaultdict(dict)
         for k, (v, itr) in storage.latest_with_smoothing_hint(self._window_size).items():
@@ -201,7 +242,9 @@ class JSONWriter(EventWriter):
             pass
 
     def close(self):
-        self._file_handle.close()
+        if self._file_handle is not None:
+            self._file_handle.close()
+            self._file_handle = None
 
 
 class TensorboardXWriter(EventWriter):
@@ -224,6 +267,14 @@ class TensorboardXWriter(EventWriter):
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
         event = Event(summary=summary, step=int(step), wall_time=time.time() if wall_time is None else wall_time)
         self._writer.add_event(event)
+
+    def start_at(self, iteration):
+        """A `SessionLog.START` event at `iteration`: TensorBoard then discards the events of
+        steps >= `iteration` written before it (by the abandoned attempt)."""
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        self._writer.add_event(Event(step=int(iteration), wall_time=time.time(),
+                                     session_log=SessionLog(status=SessionLog.START)))
 
     def write(self):
         storage = get_event_storage()

@@ -249,7 +249,25 @@ def test_resolve_batch_sizes_on_shipped_train_config():
 # ------------------------------------------------------------------ argument parser
 def test_default_argument_parser():
     args = default_argument_parser().parse_args(
-        ["--config-file", "c.py", "--resume", "train.seed=1", "+a.b=2", "~train.amp"]
+        ["--config-file", __file__, "--resume", "train.seed=1", "+a.b=2", "~train.amp"]
     )
-    assert args.config_file == "c.py" and args.resume and not args.eval_only
+    assert args.config_file == __file__ and args.resume and not args.eval_only
     assert args.opts == ["train.seed=1", "+a.b=2", "~train.amp"]
+
+
+def test_flags_may_follow_or_split_the_overrides():
+    args = default_argument_parser().parse_args(
+        ["train.seed=1", "--config-file", __file__, "+a.b=2", "--resume", "~train.amp", "--overwrite-output-dir"])
+    assert args.resume and args.overwrite_output_dir and args.config_file == __file__
+    assert args.opts == ["train.seed=1", "+a.b=2", "~train.amp"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train.seed=1"], "--config-file is required"),
+    (["--config-file", "no/such/recipe.py"], "--config-file 'no/such/recipe.py' does not exist"),
+    (["--config-file", __file__, "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+])
+def test_a_missing_config_file_or_unknown_flag_is_named(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        default_argument_parser().parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

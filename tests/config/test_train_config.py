@@ -96,7 +96,7 @@ NON_DEFAULT = {
     "amp.enabled": "true", "activation_checkpoint.enabled": "true", "zero_optimization.enabled": "true",
     "zero_optimization.stage": "2", "dist.pipeline_parallel_size": "2", "nccl_fusion_threshold_mb": "32",
     "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
-    "train_samples": "1000", "start_iter": "5",
+    "train_samples": "1000", "start_iter": "5", "rdma_enabled": "true",
 }
 
 
@@ -114,6 +114,45 @@ def test_libai_defaults_of_not_implemented_keys_are_accepted():
     train = resolve_train_config(recipe("train.amp.enabled=false", "train.rdma_enabled=false",
                                         "train.dist.pipeline_num_layers=4"))
     assert train.amp.enabled is False and train.rdma_enabled is False  # no RDMA is ever used
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.train_iter=abc", "train.train_iter must be an integer >= 0, got 'abc'"),
+    ("train.train_iter=-3", "train.train_iter must be an integer >= 0, got -3"),
+    ("train.test_micro_batch_size=0", "train.test_micro_batch_size must be an integer >= 1, got 0"),
+    ("train.train_micro_batch_size=2.5", "train.train_micro_batch_size must be an integer >= 1 or None, got 2.5"),
+    ("train.log_period=0", "train.log_period must be an integer >= 1, got 0"),
+    ("train.warmup_ratio=1.5", "train.warmup_ratio must be a number in [0, 1), got 1.5"),
+    ("train.evaluation.eval_iter=0", "train.evaluation.eval_iter must be an integer >= 1 or None, got 0"),
+    ("train.evaluation.eval_mode=best", "train.evaluation.eval_mode must be 'max' or 'min', got 'best'"),
+    ("train.checkpointer.period=often", "train.checkpointer.period must be an integer"),
+    ("train.dist.tensor_parallel_size=0", "train.dist.tensor_parallel_size must be an integer >= 1, got 0"),
+    ("train.resume=maybe", "train.resume must be true or false, got 'maybe'"),
+    ("train.output_dir=''", "train.output_dir must be a non-empty path"),
+    ("train.input_placement_device=tpu", "train.input_placement_device must be one of ('cpu', 'cuda'), got 'tpu'"),
+    ("train.seed=1.5", "train.seed must be an integer (< 0: do not seed) or None, got 1.5"),
+])
+def test_a_value_of_the_wrong_type_or_range_is_named(override, message):
+    with pytest.raises(ValueError) as e:
+        resolve_train_config(recipe(override))
+    assert message in str(e.value)
+
+
+def test_every_plain_train_key_has_a_value_check_or_is_not_implemented():
+    """A key added to configs/common/train.py gets a type check (VALUE_CHECKS) or a refusal."""
+    from libai.config.train_config import VALUE_CHECKS
+
+    defaults = OmegaConf.to_container(get_config("common/train.py").train, resolve=False)
+
+    def leaves(node, prefix=""):
+        for k, v in node.items():
+            if isinstance(v, dict) and "_target_" not in v:
+                yield from leaves(v, f"{prefix}{k}.")
+            elif not (isinstance(v, dict) and "_target_" in v):
+                yield prefix + k
+
+    unchecked = [k for k in leaves(defaults) if k not in VALUE_CHECKS and k not in NOT_IMPLEMENTED]
+    assert unchecked == []
 
 
 def test_docs_list_every_not_implemented_key():

@@ -67,7 +67,7 @@ def check_trains_end_to_end_with_logs_metrics_and_checkpoints(full_run):
     names = sorted(d for d in os.listdir(out) if d.startswith("model_"))
     assert names == ["model_0000014", "model_0000019", "model_best", "model_final"]
     assert open(os.path.join(out, "last_checkpoint")).read().strip() == "model_final"
-    assert not [d for d in os.listdir(out) if d.startswith(".")]  # no temp directories left
+    assert [d for d in os.listdir(out) if d.startswith(".")] == [".lock"]  # no temp directories left
     files = sorted(os.listdir(os.path.join(out, "model_0000019")))
     assert files == ["lr_scheduler.safetensors", "model.safetensors", "optimizer.safetensors",
                      "rng_state_rank0.safetensors", "train_loader.safetensors", "trainer_state.safetensors"]
@@ -135,14 +135,21 @@ def check_eval_only_reproduces_the_trained_metric(full_run, tmp_path):
 
 
 def test_fast_dev_run(tmp_path):
+    """Into output_dir/fast_dev_run, replacing the previous fast-dev-run there; the recipe's
+    own output_dir (here holding a real run's metrics) is not touched."""
     out = str(tmp_path / "fast")
-    proc = train_net("--fast-dev-run", f"train.output_dir={out}", "train.train_iter=1000")
-    recs = records(out)
-    assert max(r["iteration"] for r in recs if "total_loss" in r) == 19  # 20 iterations, log every one
-    assert len([r for r in recs if "total_loss" in r]) == 20
-    assert any("Acc@1" in r for r in recs)
-    assert not [d for d in os.listdir(out) if d.startswith("model_")]  # no checkpoints kept
-    assert "--fast-dev-run" in proc.stdout
+    os.makedirs(out)
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        f.write('{"iteration": 0, "total_loss": 1.0}\n')
+    for _ in range(2):
+        proc = train_net("--fast-dev-run", f"train.output_dir={out}", "train.train_iter=1000")
+        recs = records(os.path.join(out, "fast_dev_run"))
+        assert max(r["iteration"] for r in recs if "total_loss" in r) == 19  # 20 iterations, log every one
+        assert len([r for r in recs if "total_loss" in r]) == 20
+        assert any("Acc@1" in r for r in recs)
+        assert not [d for d in os.listdir(out) if d.startswith("model_")]  # no checkpoints kept
+        assert "--fast-dev-run" in proc.stdout
+    assert records(out) == [{"iteration": 0, "total_loss": 1.0}]
 
 
 def test_unknown_or_unimplemented_train_key_stops_before_training(tmp_path):

@@ -94,8 +94,8 @@ def test_default_trainer_hook_order(tmp_path):
     cfg = load_cfg(str(tmp_path), "train.train_iter=2")
     trainer = DefaultTrainer(cfg)
     kinds = [type(h) for h in trainer._hooks]
-    assert kinds == [hooks.IterationTimer, hooks.LRScheduler, hooks.PeriodicCheckpointer, hooks.EvalHook,
-                     hooks.BestCheckpointer, hooks.PeriodicWriter]
+    assert kinds == [hooks.IterationTimer, hooks.LRScheduler, hooks.EvalHook, hooks.BestCheckpointer,
+                     hooks.PeriodicWriter, hooks.PeriodicCheckpointer]
 
 
 # ---------------------------------------------------------------------- gradient accumulation
@@ -190,11 +190,17 @@ def test_periodic_checkpointer_max_to_keep_and_atomic_pointer(tmp_path):
         pc.step(it)
     names = sorted(os.listdir(str(tmp_path)))
     assert names == ["last_checkpoint", "model_0000007", "model_0000009", "model_final"]
-    # a later run (resume) sees the existing checkpoints and keeps the bound
-    pc2 = PeriodicCheckpointer(ck, period=2, max_iter=20, max_to_keep=2)
+    # a resumed run adopts the existing checkpoints and keeps the bound
+    pc2 = PeriodicCheckpointer(ck, period=2, max_iter=20, max_to_keep=2, adopt_existing=True)
     pc2.step(11)
     assert sorted(d for d in os.listdir(str(tmp_path)) if d.startswith("model_0")) == ["model_0000009", "model_0000011"]
     assert open(os.path.join(str(tmp_path), "last_checkpoint")).read() == "model_0000011"
+    # a run that did not resume prunes only what it wrote itself
+    pc3 = PeriodicCheckpointer(ck, period=2, max_iter=20, max_to_keep=1)
+    pc3.step(13)
+    pc3.step(15)
+    assert sorted(d for d in os.listdir(str(tmp_path)) if d.startswith("model_0")) == [
+        "model_0000009", "model_0000011", "model_0000015"]
 
 
 # ---------------------------------------------------------------------- data
