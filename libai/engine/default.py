@@ -18,12 +18,13 @@ from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
 from libai.utils.logger import setup_logger
-from libai.utils.output_dir import OutputDirError, check_previous_run, prepare_output_dir, previous_run_artifacts
+from libai.utils.output_dir import (OutputDirError, check_previous_run, describe, prepare_output_dir,
+                                    previous_run_artifacts)
 
 from . import hooks
 from .trainer import EagerTrainer, TrainerBase
 
-__all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results"]
+__all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results", "save_config"]
 
 FAST_DEV_RUN_ITERS = 20
 
@@ -69,8 +70,9 @@ def default_setup(cfg, args):
     4. resolve the batch sizes (libai.config.resolve_batch_sizes with the data-parallel size);
        with a `tokenization` section: fill unset GPT-2 data paths with the default corpus and
        set model.cfg.vocab_size to the tokenizer's padded size (DefaultTrainer.build_tokenizer)
-    5. save the full config to output_dir/config.yaml (rank 0; not for --eval-only, which must
-       not replace the training run's config)
+    5. save the full config to output_dir/config.yaml (`save_config`; not for --eval-only,
+       which must not replace the training run's config, and for --resume only once the
+       trainer has found a checkpoint to resume from: a refused resume changes nothing)
     6. seed the RNGs: numpy and python `random` with train.seed + rank (LiBai's per-rank
        offset, for data-side randomness); engine's generator with train.seed on every rank,
        because the engine's global tensors draw random values in lockstep on all ranks (a
@@ -94,7 +96,7 @@ def default_setup(cfg, args):
     if fast_dev_run:
         logger.info(fast_dev_run)
     if deleted:
-        logger.warning(f"--overwrite-output-dir: deleted the previous run in {output_dir}: {', '.join(deleted)}")
+        logger.warning(f"--overwrite-output-dir: deleted the previous run in {output_dir}: {describe(deleted, limit=1000)}")
     config_file = getattr(args, "config_file", "")
     if config_file:
         with open(config_file, "r") as f:
@@ -106,10 +108,8 @@ def default_setup(cfg, args):
     # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size
     DefaultTrainer.build_tokenizer(cfg)
 
-    if rank == 0 and not eval_only:
-        path = os.path.join(output_dir, "config.yaml")
-        LazyConfig.save(cfg, path)
-        logger.info(f"Full config saved to {path}")
+    if not eval_only and not train.resume:  # a resume saves it once it has found its checkpoint
+        save_config(cfg)
 
     seed = cfg.train.seed
     if seed is not None and seed >= 0:
@@ -119,6 +119,14 @@ def default_setup(cfg, args):
         random.seed(seed_for_rank)
         logger.info(f"Seeded engine with {seed} (train.seed), numpy and random with {seed_for_rank} "
                     "(train.seed + rank)")
+
+
+def save_config(cfg):
+    """Rank 0 writes the full config to train.output_dir/config.yaml."""
+    if dist.is_main_process():
+        path = os.path.join(cfg.train.output_dir, "config.yaml")
+        LazyConfig.save(cfg, path)
+        logging.getLogger("libai").info(f"Full config saved to {path}")
 
 
 def _unpack_loaders(result):
@@ -216,8 +224,10 @@ class DefaultTrainer(TrainerBase):
             if path is not None:
                 self.start_iter = self.iter + 1 if "iteration" in extra else 0
                 self._logger.info(f"Resumed from {path}: continuing at iteration {self.start_iter}")
+                save_config(self.cfg)
                 return
             self._start_fresh_after_failed_resume(train.output_dir, train.overwrite_output_dir)
+            save_config(self.cfg)
         if train.load_weight:
             self.checkpointer.load(train.load_weight, checkpointables=[])
 
@@ -232,14 +242,14 @@ class DefaultTrainer(TrainerBase):
             raise OutputDirError(f"--resume: the checkpoints in {output_dir} loaded on some ranks only ({found})")
         if not overwrite:
             raise OutputDirError(
-                f"--resume: train.output_dir={output_dir!r} holds a previous run ({', '.join(leftovers)}) but no "
+                f"--resume: train.output_dir={output_dir!r} holds a previous run ({describe(leftovers)}) but no "
                 f"valid checkpoint to resume from ({found}). Restore a checkpoint, or add --overwrite-output-dir "
                 f"to delete the previous run and start over")
         if dist.is_main_process():
             check_previous_run(output_dir, resume=False, overwrite=True)
         dist.synchronize()
         self._logger.warning(f"--resume --overwrite-output-dir: no valid checkpoint in {output_dir} ({found}); "
-                             f"deleted {', '.join(leftovers)} and starting from scratch")
+                             f"deleted {describe(leftovers)} and starting from scratch")
 
     # ------------------------------------------------------------------ hooks and writers
     def build_hooks(self):

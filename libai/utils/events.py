@@ -250,15 +250,23 @@ class JSONWriter(EventWriter):
 class TensorboardXWriter(EventWriter):
     """Scalars to a TensorBoard event file in `log_dir` (tag = the scalar's name, step = its
     iteration), using tensorboard's `EventFileWriter` and v1 `Summary(simple_value=...)` protos,
-    which TensorBoard and its `EventAccumulator` read as scalars."""
+    which TensorBoard and its `EventAccumulator` read as scalars. The event file is created at
+    the first event (nothing is written into log_dir before the run has started)."""
 
     def __init__(self, log_dir, window_size=1, flush_secs=10):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
         self._window_size = window_size
-        self._writer = EventFileWriter(log_dir, flush_secs=flush_secs)
+        self._flush_secs = flush_secs
+        self._event_file = None
         self._last_write = -1
         self.log_dir = log_dir
+
+    @property
+    def _writer(self):
+        if self._event_file is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            self._event_file = EventFileWriter(self.log_dir, flush_secs=self._flush_secs)
+        return self._event_file
 
     def add_scalar(self, tag, value, step, wall_time=None):
         from tensorboard.compat.proto.event_pb2 import Event
@@ -287,7 +295,9 @@ class TensorboardXWriter(EventWriter):
         self._writer.flush()
 
     def close(self):
-        self._writer.close()
+        if self._event_file is not None:
+            self._event_file.close()
+            self._event_file = None
 
 
 class CommonMetricPrinter(EventWriter):

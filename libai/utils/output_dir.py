@@ -30,7 +30,7 @@ import sys
 from . import distributed as dist
 
 __all__ = ["OutputDirError", "OutputDirLocked", "lock_output_dir", "release_output_dir", "check_writable",
-           "previous_run_artifacts", "check_previous_run", "prepare_output_dir"]
+           "previous_run_artifacts", "describe", "check_previous_run", "prepare_output_dir"]
 
 LOCK_FILE = ".lock"
 METRICS_FILE = "metrics.json"
@@ -124,6 +124,17 @@ def previous_run_artifacts(output_dir):
     return found
 
 
+def describe(artifacts, limit=8):
+    """`previous_run_artifacts` for a message: TensorBoard event files counted, not named."""
+    events = [a for a in artifacts if a.startswith("events.out.tfevents.")]
+    shown = [a for a in artifacts if a not in events]
+    more = len(shown) - limit
+    text = ", ".join(shown[:limit]) + (f" and {more} more" if more > 0 else "")
+    if events:
+        text += f"{', ' if shown else ''}{len(events)} TensorBoard event file(s)"
+    return text
+
+
 def check_previous_run(output_dir, *, resume, overwrite):
     """The start of a training run in `output_dir`: without `resume` a previous run there is an
     error, unless `overwrite`, which deletes its artifacts (logged). Returns the deleted names."""
@@ -131,9 +142,8 @@ def check_previous_run(output_dir, *, resume, overwrite):
     if not found or resume:
         return []
     if not overwrite:
-        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
         raise OutputDirError(
-            f"train.output_dir={output_dir!r} holds a previous run ({shown}). To continue it, add --resume; "
+            f"train.output_dir={output_dir!r} holds a previous run ({describe(found)}). To continue it, add --resume; "
             f"to keep it and start a new run, set another train.output_dir; to delete it and start over, "
             f"add --overwrite-output-dir")
     for name in found:

@@ -152,13 +152,22 @@ def test_fast_dev_run(tmp_path):
     assert records(out) == [{"iteration": 0, "total_loss": 1.0}]
 
 
-def test_unknown_or_unimplemented_train_key_stops_before_training(tmp_path):
+def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_path):
     out = str(tmp_path / "typo")
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    for override, error in (("+train.eval_perod=5", "'train.eval_perod' does not exist; did you mean"),
-                            ("train.amp.enabled=true", "NotImplementedError: train.amp.enabled=True")):
+    for args, error in (
+            (["+train.eval_perod=5"], "'train.eval_perod' does not exist; did you mean"),
+            (["train.amp.enabled=true"], "NotImplementedError: train.amp.enabled=True"),
+            (["train.rdma_enabled=true"], "NotImplementedError: train.rdma_enabled=True"),
+            (["train.train_iter=abc"], "train.train_iter must be an integer >= 0, got 'abc'"),
+            (["train.test_micro_batch_size=0"], "train.test_micro_batch_size must be an integer >= 1, got 0"),
+            ([f"train.output_dir={afile}"], f"train.output_dir='{afile}' is a file, not a directory"),
+            (["--config-file", ""], "--config-file is required"),
+    ):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", CONFIG,
-                               f"train.output_dir={out}", override], cwd=ROOT, env=env, capture_output=True,
+                               f"train.output_dir={out}", *args], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)
-        assert proc.returncode != 0 and error in proc.stderr, proc.stderr[-2000:]
+        assert proc.returncode != 0 and error in proc.stderr, (args, proc.stderr[-2000:])
         assert not os.path.exists(os.path.join(out, "metrics.json"))

@@ -2,6 +2,7 @@
 topology and evaluators."""
 import logging
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -88,6 +89,48 @@ def test_after_train_runs_after_an_exception_and_stop_iter():
     t.train(0, 10, stop_iter=2)
     assert [e for e in log if e[0] == "trainer"] == [("trainer", "run_step", 0), ("trainer", "run_step", 1)]
     assert t.max_iter == 10 and log[-1] == ("a", "after_train", 2)
+
+
+class SignallingTrainer(CountingTrainer):
+    """Sends itself `signals` (a list of signal numbers) during the step of iteration 2."""
+
+    def __init__(self, log, signals):
+        super().__init__(log)
+        self.signals = signals
+
+    def run_step(self):
+        super().run_step()
+        if self.iter == 2:
+            for sig in self.signals:
+                os.kill(os.getpid(), sig)
+            self.log.append(("trainer", "step finished", self.iter))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_the_loop_after_the_current_step(tmp_path, sig):
+    log = []
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    t = SignallingTrainer(log, [sig])
+    t.register_hooks([Recorder("a", log), hooks.PeriodicCheckpointer(Checkpointer(model, str(tmp_path)), 100)])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    t.train(0, 10)
+    assert ("trainer", "step finished", 2) in log and ("a", "after_step", 2) in log
+    assert ("trainer", "run_step", 3) not in log and log[-1] == ("a", "after_train", 3)
+    assert t.interrupted == sig and not t.failed
+    # the checkpoint of the last finished iteration, and the previous handlers are back
+    assert open(os.path.join(str(tmp_path), "last_checkpoint")).read() == "model_0000002"
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+def test_a_second_signal_abandons_the_step_without_a_checkpoint(tmp_path):
+    log = []
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    t = SignallingTrainer(log, [signal.SIGTERM, signal.SIGINT])
+    t.register_hooks([Recorder("a", log), hooks.PeriodicCheckpointer(Checkpointer(model, str(tmp_path)), 100)])
+    with pytest.raises(KeyboardInterrupt, match="second stop signal"):
+        t.train(0, 10)
+    assert ("trainer", "step finished", 2) not in log and log[-1] == ("a", "after_train", 2)
+    assert t.failed and os.listdir(str(tmp_path)) == []
 
 
 def test_default_trainer_hook_order(tmp_path):
