@@ -96,7 +96,8 @@ def default_setup(cfg, args):
     if fast_dev_run:
         logger.info(fast_dev_run)
     if deleted:
-        logger.warning(f"--overwrite-output-dir: deleted the previous run in {output_dir}: {describe(deleted, limit=1000)}")
+        logger.warning(f"--overwrite-output-dir: deleted the previous run in {output_dir}: "
+                       f"{describe(deleted, limit=1000)}")
     config_file = getattr(args, "config_file", "")
     if config_file:
         with open(config_file, "r") as f:
