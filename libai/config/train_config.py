@@ -91,7 +91,7 @@ VALUE_CHECKS = {
     "evaluation.eval_mode": ((lambda v: v in ("max", "min")), "'max' or 'min'"),
     "load_weight": _optional(_STR),
     "log_period": _POSITIVE,
-    "dist.data_parallel_size": _POSITIVE,
+    "dist.data_parallel_size": _optional(_POSITIVE),  # None: inferred from the world size
     "dist.tensor_parallel_size": _POSITIVE,
     "dist.pipeline_num_layers": _optional(_POSITIVE),
     "dist.custom_pipeline_stage_id": _optional(
