@@ -12,6 +12,12 @@ One pool, ours, for everything avoids it at no cost to the products themselves.
 
 Threads: `ENGINE_NUM_THREADS` if set, else the CPUs this process may use, capped at 8. The
 launcher (engine.distributed.launch) sets it per rank so ranks don't oversubscribe cores.
+
+Determinism: the ranges depend only on the sizes and the thread count, never on timing, and
+`parallel_for` hands back the results in range order. A kernel that reduces over ranges (or over
+the blocks of engine.ops._kernels.blocked) returns its partial results and combines them in that
+order; a shared accumulator or a list appended to from the threads would follow whichever
+thread finishes first, and the same run would round differently from one time to the next.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -70,7 +76,9 @@ def parallel_for(fn, n, work=None, grain=1):
     """Call `fn(start, stop)` over [0, n) split into contiguous ranges, one per thread.
 
     `work` is the number of elements touched (defaults to n) and decides whether threads are
-    worth it; ranges are multiples of `grain`. Returns the list of `fn` results in range order.
+    worth it; ranges are multiples of `grain`. Returns the list of `fn` results in range order
+    (the ranges depend on n, grain and the thread count only): combine partial results in that
+    order, never in shared state from `fn`.
     """
     global _pool
     work = n if work is None else work

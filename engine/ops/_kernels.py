@@ -101,17 +101,22 @@ def row_blocks(shape, target=BLOCK_ELEMENTS):
 
 
 def blocked(fn, shape):
-    """Run `fn(sel)` for every block selector of `shape`, the blocks spread over threads."""
+    """Run `fn(sel)` for every block selector of `shape`, the blocks spread over threads, and
+    return the results of `fn` in block order.
+
+    The blocks depend on `shape` only (not on the thread count), so a reduction that combines
+    the per-block results in this list's order gives the same bits on every run and with any
+    number of threads. `fn` must only write its own block's outputs: combining results in a
+    shared accumulator (or a list appended to) from `fn` would follow the threads' timing."""
     blocks = row_blocks(tuple(shape))
     size = 1
     for d in shape:
         size *= d
 
     def run(s, e):
-        for sel in blocks[s:e]:
-            fn(sel)
+        return [fn(sel) for sel in blocks[s:e]]
 
-    parallel_for(run, len(blocks), work=size)
+    return [r for part in parallel_for(run, len(blocks), work=size) for r in part]
 
 
 def rows_of(a, shape):

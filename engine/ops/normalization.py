@@ -112,27 +112,26 @@ class LayerNormGrad(NoDoubleBackward, Op):
         w2 = work_array(w).reshape(d) if w is not None else None
         dx = xp.empty((m, d), dtype=xhat.dtype)
 
-        parts = []  # partial (dw, db) per block; list.append is atomic across threads
-
         def rows(sel):
-            parts.append(_layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b))
+            return _layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b)
 
-        if xp is np:
-            blocked(rows, (m, d))
-        else:
-            rows((Ellipsis,))
+        # partial (dw, db) per row block, in block order: summed in that order, whatever thread
+        # finished first, so dw and db have the same bits on every run and for any thread count
+        parts = blocked(rows, (m, d)) if xp is np else [rows((Ellipsis,))]
         dw = db = empty
         if w is not None:
-            dw = parts[0][0]
-            for p in parts[1:]:
-                dw += p[0]
-            dw = dw.reshape(wshape).astype(w.dtype, copy=False)
+            dw = _sum_in_order([p[0] for p in parts]).reshape(wshape).astype(w.dtype, copy=False)
         if has_b:
-            db = parts[0][1]
-            for p in parts[1:]:
-                db += p[1]
-            db = db.reshape(wshape).astype(dtype, copy=False)
+            db = _sum_in_order([p[1] for p in parts]).reshape(wshape).astype(dtype, copy=False)
         return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
+
+
+def _sum_in_order(arrays):
+    """arrays[0] + arrays[1] + ... left to right, into arrays[0]."""
+    total = arrays[0]
+    for a in arrays[1:]:
+        total += a
+    return total
 
 
 def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
