@@ -216,6 +216,45 @@ def get_train_valid_test_split_(size, splits):
     return index
 
 
+def _split_bounds(n_docs, split, source):
+    """get_train_valid_test_split_, and a ValueError naming dataloader.train.splits when the train
+    split gets no documents (`source` names the data)."""
+    bounds = get_train_valid_test_split_(n_docs, split)
+    if bounds[1] <= bounds[0]:
+        ratios = split if isinstance(split, str) else [float(x) for x in split]
+        counts = [max(0, bounds[k + 1] - max(bounds[k], 0)) for k in range(3)]
+        raise ValueError(f"the train split is empty: dataloader.train.splits {ratios} splits the {n_docs} documents "
+                         f"of {source} into {counts[0]} train / {counts[1]} valid / {counts[2]} test documents; give "
+                         f"train a larger share (e.g. [[949.0, 50.0, 1.0]]) or use more documents")
+    return bounds
+
+
+# above this many repetitions of a valid/test split in the samples asked of it, a warning
+EVAL_REPEAT_WARNING = 100
+
+
+def _warn_repeated_eval_split(dataset, split, index, requested, test_batch_size):
+    """Log a warning naming the keys when `requested` samples repeat a valid/test GPT2Dataset
+    split more than EVAL_REPEAT_WARNING times (e.g. LiBai's default eval_iter, 1e5 batches, on a
+    small corpus: every evaluation then runs that many batches over the same few samples)."""
+    seq_length, documents = getattr(dataset, "seq_length", None), getattr(dataset, "documents", None)
+    if not requested or seq_length is None or documents is None:
+        return
+    tokens = int(np.sum(np.asarray(dataset.indexed_dataset.sizes)[documents], dtype=np.int64))
+    per_epoch = max(1, (tokens - 1) // seq_length)
+    if requested <= EVAL_REPEAT_WARNING * per_epoch:
+        return
+    batches = -(-per_epoch // int(test_batch_size or 1))
+    logging.getLogger(__name__).warning(
+        f"the {split} split {dataset.name!r} holds {per_epoch} samples of seq_length + 1 = {seq_length + 1} tokens "
+        f"({tokens} tokens in {len(documents)} documents), but {requested} samples were asked of it "
+        f"(dataloader.train.train_val_test_num_samples[{index}]): each is repeated about {requested // per_epoch} "
+        f"times. The trainer asks train.evaluation.eval_iter x train.test_micro_batch_size x data-parallel size x "
+        f"(train.train_iter // train.evaluation.eval_period + 1) samples, and each evaluation runs up to "
+        f"train.evaluation.eval_iter batches: lower train.evaluation.eval_iter ({batches} batches of "
+        f"{test_batch_size} cover the split once) or give the split more documents (dataloader.train.splits).")
+
+
 def train_val_test_num_samples(train_iter, global_batch_size, eval_iter=0, test_global_batch_size=None,
                                eval_period=None):
     """Samples each split must provide (Megatron): train_iter * global_batch_size for training;
@@ -269,7 +308,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
             if not hasattr(dst, "subset"):
                 raise TypeError(f"build_nlp_train_val_test_loader: dataset {type(dst).__name__} is neither a "
                                 f"LazyCall nor has subset(documents, num_samples, name)")
-            bounds = get_train_valid_test_split_(len(dst.indexed_dataset.sizes), split)
+            bounds = _split_bounds(len(dst.indexed_dataset.sizes), split, getattr(dst, "data_prefix", None))
             base = getattr(dst, "name", "gpt-2") + (str(k) if len(datasets) > 1 else "")
             for s in range(3):
                 if bounds[s + 1] > bounds[s]:
@@ -286,7 +325,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
                 raise ValueError("each dataset of build_nlp_train_val_test_loader needs data_prefix or indexed_dataset")
             indexed = MMapIndexedDataset(prefix)
         n_docs = len(indexed.sizes)
-        bounds = get_train_valid_test_split_(n_docs, split)
+        bounds = _split_bounds(n_docs, split, getattr(indexed, "path_prefix", None))
         base = dst.get("name", None) or "gpt-2"
         if len(datasets) > 1:
             base = f"{base}{k}"
@@ -297,6 +336,9 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
             per_split[s].append(instantiate(dst, indexed_dataset=indexed,
                                             documents=np.arange(bounds[s], bounds[s + 1], dtype=np.int64),
                                             num_samples=ns, name=f"{base}_{names[s]}"))
+    for s in (1, 2):
+        for d in per_split[s]:
+            _warn_repeated_eval_split(d, names[s], s, nums[s], test_batch_size or train_batch_size)
     mixer = dataset_mixer or ConcatDataset
     merged = [None if not d else (d[0] if len(d) == 1 else mixer(d)) for d in per_split]
     if merged[0] is None:

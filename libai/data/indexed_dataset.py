@@ -14,6 +14,12 @@
 
 `PREFIX.bin` holds the sequences back to back in that dtype. With one sequence per document
 (no sentence splitting, as for GPT) sequence i is document i and doc_idx = [0, 1, ..., N].
+
+Both files are checked when a dataset is opened, and every error names the file (full path) and
+what is wrong: an `.idx` too short for its header or for the counts it declares, a bad magic, an
+unsupported version or dtype code; a `.bin` shorter than the index describes (the end of the
+last sequence, `pointers[-1] + sizes[-1] * itemsize`). A `.bin` longer than that is accepted,
+as Megatron does: the trailing bytes are never read.
 """
 import os
 import shutil
@@ -53,25 +59,42 @@ def data_file_path(prefix_path):
     return prefix_path + ".bin"
 
 
+_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences N, document boundaries D
+
+
+def _dtype_codes():
+    return ", ".join(f"{k} {np.dtype(v).name}" for k, v in DTYPES.items())
+
+
 class _Index:
-    """The parsed `.idx` file; sizes, pointers and doc_idx are read-only views of a memmap."""
+    """The parsed `.idx` file; sizes, pointers and doc_idx are read-only views of a memmap.
+    Every failure to parse it raises a ValueError naming the file."""
 
     def __init__(self, path):
+        path = os.path.abspath(str(path))
+        self.path = path
         with open(path, "rb") as f:
-            magic = f.read(9)
-            if magic != _HDR_MAGIC:
-                raise ValueError(f"{path} is not an MMapIndexedDataset index (bad magic {magic!r}); "
-                                 f"was it written with --dataset-impl mmap?")
-            (version,) = struct.unpack("<Q", f.read(8))
-            if version != _VERSION:
-                raise ValueError(f"{path}: unsupported index version {version}")
-            (dtype_code,) = struct.unpack("<B", f.read(1))
-            if dtype_code not in DTYPES:
-                raise ValueError(f"{path}: unknown dtype code {dtype_code}")
-            self.dtype = np.dtype(DTYPES[dtype_code])
-            (self._len,) = struct.unpack("<Q", f.read(8))
-            (self._doc_count,) = struct.unpack("<Q", f.read(8))
-            offset = f.tell()
+            header = f.read(_HEADER.size)
+        what = f"MMapIndexedDataset index {path}"
+        if not _HDR_MAGIC.startswith(header[:9]):
+            raise ValueError(f"{what}: bad magic {header[:9]!r}, expected {_HDR_MAGIC!r}: not a Megatron "
+                             f"mmap index (was it written with --dataset-impl mmap?)")
+        if len(header) < _HEADER.size:
+            raise ValueError(f"{what} is truncated: {len(header)} bytes, shorter than the {_HEADER.size}-byte "
+                             f"header (magic, version, dtype code, counts)")
+        _, version, dtype_code, self._len, self._doc_count = _HEADER.unpack(header)
+        if version != _VERSION:
+            raise ValueError(f"{what}: unsupported index version {version} (expected {_VERSION})")
+        if dtype_code not in DTYPES:
+            raise ValueError(f"{what}: unknown dtype code {dtype_code} (known codes: {_dtype_codes()})")
+        self.dtype = np.dtype(DTYPES[dtype_code])
+        offset = _HEADER.size
+        need = offset + self._len * (4 + 8) + self._doc_count * 8
+        size = os.path.getsize(path)
+        if size < need:
+            raise ValueError(f"{what} is truncated: it declares {self._len} sequences and {self._doc_count} document "
+                             f"boundaries, which need {need} bytes ({offset} header + {self._len} x (4 + 8) + "
+                             f"{self._doc_count} x 8), but the file has {size} bytes")
         self._mmap = np.memmap(path, mode="r", order="C")
         buf = memoryview(self._mmap)
         self.sizes = np.frombuffer(buf, dtype=np.int32, count=self._len, offset=offset)
@@ -79,6 +102,12 @@ class _Index:
         self.pointers = np.frombuffer(buf, dtype=np.int64, count=self._len, offset=offset)
         offset += self.pointers.nbytes
         self.doc_idx = np.frombuffer(buf, dtype=np.int64, count=self._doc_count, offset=offset)
+
+    def data_nbytes(self):
+        """Bytes of `.bin` the index describes: the end of the last sequence."""
+        if not self._len:
+            return 0
+        return int(self.pointers[-1]) + int(self.sizes[-1]) * self.dtype.itemsize
 
     def __len__(self):
         return self._len
@@ -111,13 +140,22 @@ class MMapIndexedDataset:
 
     def __init__(self, path, skip_warmup=True):
         self._path = str(path)
-        if not self.exists(self._path):
-            raise FileNotFoundError(f"MMapIndexedDataset: {self._path}.idx / .bin not found")
-        self._index = _Index(index_file_path(self._path))
+        full = os.path.abspath(self._path)
+        missing = [p for p in (index_file_path(full), data_file_path(full)) if not os.path.isfile(p)]
+        if missing:
+            raise FileNotFoundError(f"MMapIndexedDataset: {' and '.join(missing)} not found (a dataset is the pair "
+                                    f"PREFIX.bin / PREFIX.idx of tools/preprocess_data.py; PREFIX = {full})")
+        self._index = _Index(index_file_path(full))
         self._doc_idx_override = None
-        bin_path = data_file_path(self._path)
+        bin_path = data_file_path(full)
+        bin_size, expected = os.path.getsize(bin_path), self._index.data_nbytes()
+        if bin_size < expected:  # trailing bytes are tolerated (Megatron); missing ones are not
+            raise ValueError(f"MMapIndexedDataset: {bin_path} has {bin_size} bytes, but its index {self._index.path} "
+                             f"describes {expected} bytes ({len(self._index)} sequences of {self._index.dtype}, the "
+                             f"last ending at byte {expected}): the .bin is truncated or belongs to another index; "
+                             f"regenerate both (tools/preprocess_data.py)")
         # numpy cannot map an empty file (a dataset of empty sequences)
-        self._bin = (np.memmap(bin_path, mode="r", order="C") if os.path.getsize(bin_path)
+        self._bin = (np.memmap(bin_path, mode="r", order="C") if bin_size
                      else np.zeros(0, dtype=np.uint8))
         if not skip_warmup:  # touch the pages once (Megatron's warmup)
             _ = int(self._bin.sum(dtype=np.int64)) if self._bin.size else 0
@@ -247,7 +285,7 @@ class MMapIndexedDatasetBuilder:
 
     def merge_file_(self, another_prefix):
         """Append the sequences and documents of another mmap dataset of the same dtype."""
-        index = _Index(index_file_path(another_prefix))
+        index = MMapIndexedDataset(another_prefix)._index  # both files checked
         if index.dtype != self._dtype:
             raise ValueError(f"cannot merge {another_prefix} ({index.dtype}) into a {self._dtype} dataset")
         offset = len(self._sizes)

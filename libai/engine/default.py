@@ -234,13 +234,13 @@ class DefaultTrainer(TrainerBase):
 
     def _start_fresh_after_failed_resume(self, output_dir, overwrite):
         notes = self.checkpointer.resume_notes
+        found = "; ".join(notes) or "no checkpoint directory"
+        if dist.max_over_ranks(self.checkpointer.resume_partial):  # some ranks now hold a checkpoint's state
+            raise OutputDirError(f"--resume: the checkpoints in {output_dir} load on some ranks only ({found})")
         leftovers = dist.broadcast_object(previous_run_artifacts(output_dir) if dist.is_main_process() else None)
         if not leftovers:
             self._logger.info(f"--resume: {output_dir} holds no previous run; starting from scratch")
             return
-        found = "; ".join(notes) or "no checkpoint directory"
-        if any("another rank" in n for n in notes):  # some ranks hold a checkpoint others rejected
-            raise OutputDirError(f"--resume: the checkpoints in {output_dir} loaded on some ranks only ({found})")
         if not overwrite:
             raise OutputDirError(
                 f"--resume: train.output_dir={output_dir!r} holds a previous run ({describe(leftovers)}) but no "

@@ -13,7 +13,7 @@ import os
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-__all__ = ["GPT2Tokenizer", "vocab_size_with_padding"]
+__all__ = ["GPT2Tokenizer", "vocab_size_with_padding", "read_vocab_file", "read_merges_file"]
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.json", "merges_file": "merges.txt", "tokenizer_file": "tokenizer.json"}
 ENDOFTEXT = "<|endoftext|>"
@@ -46,6 +46,66 @@ def _to_id_list(ids):
     return [int(i) for i in ids]
 
 
+def _existing_file(path, key):
+    """The full path of `path` (argument `key`), or FileNotFoundError naming both."""
+    full = os.path.abspath(os.path.expanduser(str(path)))
+    if not os.path.isfile(full):
+        raise FileNotFoundError(f"GPT2Tokenizer: {key} {full} does not exist")
+    return full
+
+
+def _read_text(path, key):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"GPT2Tokenizer: {key} {path} is not UTF-8 text ({e})") from None
+
+
+def read_vocab_file(path):
+    """GPT-2's vocab.json as a dict token -> id; ValueError naming the file and the problem
+    (not JSON, not an object, an id that is not a non-negative integer)."""
+    path = _existing_file(path, "vocab_file")
+    try:
+        vocab = json.loads(_read_text(path, "vocab_file"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"GPT2Tokenizer: vocab_file {path} is not valid JSON ({e.msg}: line {e.lineno} column "
+                         f"{e.colno}); expected a JSON object mapping each token to its integer id, as GPT-2's "
+                         f"vocab.json") from None
+    if not isinstance(vocab, dict):
+        kind = {list: "list", str: "string"}.get(type(vocab), type(vocab).__name__)
+        raise ValueError(f"GPT2Tokenizer: vocab_file {path}: expected a JSON object mapping each token to its "
+                         f"integer id, got a {kind}")
+    for token, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 2 ** 32:
+            raise ValueError(f"GPT2Tokenizer: vocab_file {path}: token {token!r} has the id {i!r}; expected a "
+                             f"non-negative integer")
+    return vocab
+
+
+def read_merges_file(path, vocab, vocab_path=None):
+    """GPT-2's merges.txt as a list of (left, right) pairs: lines "left right" in rank order,
+    `#version` lines and blank lines skipped. ValueError naming the file and the line when a line
+    is not two tokens, or a token or the merged token is not in `vocab`."""
+    path = _existing_file(path, "merges_file")
+    where = f" (vocab_file {vocab_path})" if vocab_path else ""
+    merges = []
+    for n, line in enumerate(_read_text(path, "merges_file").split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line or line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"GPT2Tokenizer: merges_file {path}, line {n}: expected two tokens separated by a "
+                             f"space, got {line!r}")
+        for token, what in ((parts[0], ""), (parts[1], ""), (parts[0] + parts[1], "the merged token ")):
+            if token not in vocab:
+                raise ValueError(f"GPT2Tokenizer: merges_file {path}, line {n}: {what}{token!r} is not in the "
+                                 f"vocabulary{where}")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
 class GPT2Tokenizer:
     """Byte-level BPE tokenizer of GPT-2.
 
@@ -72,10 +132,17 @@ class GPT2Tokenizer:
                  additional_special_tokens=None, model_max_length=1024, padding_side="right",
                  truncation_side="right", **kwargs):
         if tokenizer_file is not None:
-            self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            path = _existing_file(tokenizer_file, "tokenizer_file")
+            try:
+                self._tokenizer = Tokenizer.from_file(path)
+            except Exception as e:  # the library raises a bare Exception without the path
+                raise ValueError(f"GPT2Tokenizer: tokenizer_file {path} is not a valid tokenizer.json ({e})") from None
         elif vocab_file is not None and merges_file is not None:
-            bpe = models.BPE.from_file(str(vocab_file), str(merges_file), dropout=None,
-                                       continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+            # read here rather than by BPE.from_file, whose errors name neither the file nor the line
+            vocab = read_vocab_file(vocab_file)
+            merges = read_merges_file(merges_file, vocab, os.path.abspath(str(vocab_file)))
+            bpe = models.BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="",
+                             fuse_unk=False)
             self._tokenizer = Tokenizer(bpe)
             self._tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
             self._tokenizer.decoder = decoders.ByteLevel()

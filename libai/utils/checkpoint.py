@@ -192,6 +192,7 @@ class Checkpointer:
             self.add_checkpointable(k, v)
         self.logger = logging.getLogger(__name__)
         self.resume_notes = []  # set by resume(): the checkpoints passed over, and why
+        self.resume_partial = False
 
     def add_checkpointable(self, key, obj):
         if key in self.checkpointables or key in ("model", "trainer_state") or key.startswith("rng_state"):
@@ -330,9 +331,11 @@ class Checkpointer:
         one that fails on any rank is passed over on every rank, with the reason logged, and
         the next is tried (a failed `load` changes nothing). Returns (path, extra state), or
         (None, {}) when none loads; `self.resume_notes` then says what was found and why it
-        was not used."""
+        was not used, and `self.resume_partial` whether this rank loaded a checkpoint that
+        another rank rejected (its state is then that checkpoint's, not the initial one)."""
         candidates, notes, pointer_problem = self.resume_candidates()
         self.resume_notes = list(notes)
+        self.resume_partial = False
         for path in candidates:
             error = None
             try:
@@ -340,6 +343,8 @@ class Checkpointer:
             except Exception as e:  # CheckpointError, a file gone meanwhile, a bad state
                 error = e
             if dist.max_over_ranks(error is not None):
+                # this rank may hold that checkpoint's state while another rank does not
+                self.resume_partial = self.resume_partial or error is None
                 self.resume_notes.append(f"{path}: {error or 'failed to load on another rank'}")
                 self.logger.warning(f"not resuming from {path}: {error or 'failed to load on another rank'}")
                 continue

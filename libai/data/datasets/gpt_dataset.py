@@ -27,7 +27,7 @@ from ..structures import DistTensorData, Instance
 logger = logging.getLogger(__name__)
 
 __all__ = ["GPT2Dataset", "build_index_mappings", "build_doc_idx", "build_sample_idx", "build_shuffle_idx",
-           "num_epochs_for"]
+           "num_epochs_for", "check_enough_tokens"]
 
 
 class GPT2Dataset:
@@ -84,8 +84,6 @@ class GPT2Dataset:
             raise ValueError(f"GPT2Dataset {name!r}: document indices must be in [0, {len(sizes)})")
         self.documents = documents
         tokens = int(np.sum(sizes[documents], dtype=np.int64))
-        if tokens == 0:
-            raise ValueError(f"GPT2Dataset {name!r}: the {len(documents)} documents are empty")
         if num_samples is None or int(num_samples) <= 0:
             num_samples = max(1, (tokens - 1) // self.seq_length)  # one epoch
         self.num_samples = int(num_samples)
@@ -131,6 +129,21 @@ class GPT2Dataset:
 
 
 # ---------------------------------------------------------------------- index mappings
+def check_enough_tokens(name, data_prefix, n_documents, tokens, seq_length):
+    """ValueError naming the split unless its `tokens` make one sample (seq_length + 1 tokens).
+
+    (Megatron would build such a split by repeating it within a sample.)"""
+    if tokens >= seq_length + 1:
+        return
+    of = f" of {os.path.abspath(str(data_prefix))}" if data_prefix is not None else ""
+    raise ValueError(
+        f"GPT2Dataset {name!r}: the split has {tokens} tokens in {n_documents} documents{of}, but one sample "
+        f"needs seq_length + 1 = {seq_length + 1} tokens. Give the split more text (more or longer documents, or "
+        f"a larger share of them in dataloader.train.splits) or use a shorter seq_length "
+        f"(dataloader.train.dataset[0].seq_length; configs/gpt2_pretrain.py sets it from "
+        f"model.cfg.max_seq_length).")
+
+
 def num_epochs_for(tokens_per_epoch, seq_length, num_samples):
     """Epochs needed for num_samples samples (each uses seq_length new tokens, + 1 overall)."""
     tokens_per_epoch = int(tokens_per_epoch)
@@ -192,7 +205,9 @@ def _compute(documents, sizes, num_samples, seq_length, seed):
         from_epochs_minus_one = ((num_epochs - 1) * tokens_per_epoch - 1) // seq_length
         last_epoch_num_samples = num_samples - from_epochs_minus_one
         per_epoch = (tokens_per_epoch - 1) // seq_length
-        assert 0 <= last_epoch_num_samples < per_epoch + 1
+        # 1 <= last_epoch_num_samples <= per_epoch + 1 always holds (num_epochs is the smallest that
+        # suffices, and an epoch adds at most ceil(tokens / seq_length) = per_epoch + 1 samples):
+        # Megatron asserts that bound; an assert of < per_epoch + 1 failed on valid sizes
         separate_last_epoch = last_epoch_num_samples < int(0.80 * per_epoch)
     doc_idx = build_doc_idx(documents, num_epochs, np_rng, separate_last_epoch)
     sample_idx = build_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch)
@@ -222,6 +237,7 @@ def build_index_mappings(name, data_prefix, documents, sizes, num_samples, seq_l
     """(doc_idx, sample_idx, shuffle_idx, cache_files): loaded from the .npy cache when present,
     else built (under a file lock, written atomically, so concurrent ranks/processes build once)."""
     sizes = np.asarray(sizes)
+    check_enough_tokens(name, data_prefix, len(documents), int(np.sum(sizes[documents], dtype=np.int64)), seq_length)
     base = _cache_base(name, data_prefix, documents, sizes, num_samples, seq_length, seed, cache_dir)
     if base is None:
         doc_idx, sample_idx, shuffle_idx, _ = _compute(documents, sizes, num_samples, seq_length, seed)

@@ -1,7 +1,11 @@
-"""A data-parallel training job under the launcher, stopped by SIGTERM (what `timeout`, `docker
-stop` and schedulers send) or SIGINT: every rank finishes the same iteration, the checkpoint is
-written, the launcher returns 128 + the signal, no process is left, and `--resume` continues to
-the uninterrupted 2-process run's metrics and weights bit for bit."""
+"""Interrupted data-parallel training jobs under the launcher, resumed to the uninterrupted
+2-process run's metrics and weights bit for bit:
+
+* stopped by SIGTERM (what `timeout`, `docker stop` and schedulers send) or SIGINT: every rank
+  finishes the same iteration, the checkpoint is written, the launcher returns 128 + the
+  signal and no process is left;
+* resumed when the newest checkpoint is readable on one rank only (rank 1's RNG file is
+  corrupted): both ranks pass over it together and resume from the previous one."""
 import json
 import os
 import random
@@ -116,6 +120,23 @@ def test_a_signal_to_the_launcher_stops_every_rank_at_one_iteration_and_resume_i
 
     code, log = finish(launch(out, "--resume"))
     assert code == 0, log[-3000:]
+    assert comparable(out) == comparable(reference)
+    w, w_ref = weights(out), weights(reference)
+    assert all(np.array_equal(w[k], w_ref[k]) for k in w_ref)
+
+
+def test_a_checkpoint_that_only_one_rank_can_load_is_passed_over_by_both(tmp_path, reference):
+    out = str(tmp_path / "run")
+    code, log = finish(launch(out, "--stop-iter", "50"))  # checkpoints 19, 39 and 49
+    assert code == 0, log[-3000:]
+    path = os.path.join(out, "model_0000049", "rng_state_rank1.safetensors")
+    data = bytearray(open(path, "rb").read())
+    data[-4] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    code, log = finish(launch(out, "--resume"))
+    assert code == 0, log[-3000:]
+    assert "model_0000049: failed to load on another rank" in log  # rank 0 read it; rank 1 could not
+    assert "continuing at iteration 40" in log
     assert comparable(out) == comparable(reference)
     w, w_ref = weights(out), weights(reference)
     assert all(np.array_equal(w[k], w_ref[k]) for k in w_ref)
