@@ -60,9 +60,10 @@ class StopSignals:
             raise KeyboardInterrupt(f"second stop signal ({name}): the step in progress is abandoned, "
                                     "no checkpoint is written")
         self.signum = signum
-        # os.write, not logging: a signal handler may interrupt a logging call in this thread
-        os.write(2, f"\n{name} received: stopping after the current iteration and writing a checkpoint "
-                    f"(send it again to abort at once, without a checkpoint)\n".encode())
+        if dist.is_main_process():
+            # os.write, not logging: a signal handler may interrupt a logging call in this thread
+            os.write(2, f"\n{name} received: stopping after the current iteration (send it again to abort "
+                        f"at once, without a checkpoint)\n".encode())
 
 
 class HookBase:
