@@ -13,7 +13,7 @@ import os
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-__all__ = ["GPT2Tokenizer", "vocab_size_with_padding", "read_vocab_file", "read_merges_file"]
+__all__ = ["GPT2Tokenizer", "read_merges_file", "read_vocab_file", "vocab_size_with_padding"]
 
 VOCAB_FILES_NAMES = {"vocab_file": "vocab.json", "merges_file": "merges.txt", "tokenizer_file": "tokenizer.json"}
 ENDOFTEXT = "<|endoftext|>"
@@ -74,8 +74,9 @@ def read_vocab_file(path):
                          f"vocab.json") from None
     if not isinstance(vocab, dict):
         kind = {list: "list", str: "string"}.get(type(vocab), type(vocab).__name__)
-        raise ValueError(f"GPT2Tokenizer: vocab_file {path}: expected a JSON object mapping each token to its "
-                         f"integer id, got a {kind}")
+        msg = (f"GPT2Tokenizer: vocab_file {path}: expected a JSON object mapping each token to its integer id, "
+               f"got a {kind}")
+        raise ValueError(msg)  # noqa: TRY004 (the file's content is wrong, not an argument's type)
     for token, i in vocab.items():
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < 2 ** 32:
             raise ValueError(f"GPT2Tokenizer: vocab_file {path}: token {token!r} has the id {i!r}; expected a "
@@ -135,12 +136,13 @@ class GPT2Tokenizer:
             path = _existing_file(tokenizer_file, "tokenizer_file")
             try:
                 self._tokenizer = Tokenizer.from_file(path)
-            except Exception as e:  # the library raises a bare Exception without the path
+            except Exception as e:  # noqa: BLE001 (tokenizers raises a bare Exception, without the path)
                 raise ValueError(f"GPT2Tokenizer: tokenizer_file {path} is not a valid tokenizer.json ({e})") from None
         elif vocab_file is not None and merges_file is not None:
             # read here rather than by BPE.from_file, whose errors name neither the file nor the line
-            vocab = read_vocab_file(vocab_file)
-            merges = read_merges_file(merges_file, vocab, os.path.abspath(str(vocab_file)))
+            vocab_path = _existing_file(vocab_file, "vocab_file")
+            vocab = read_vocab_file(vocab_path)
+            merges = read_merges_file(merges_file, vocab, vocab_path)
             bpe = models.BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="",
                              fuse_unk=False)
             self._tokenizer = Tokenizer(bpe)

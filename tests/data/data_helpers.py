@@ -30,3 +30,17 @@ def oracle(tok_dir, tmp_path):
     shutil.copy(os.path.join(tok_dir, "vocab.json"), d / "vocab.json")
     shutil.copy(os.path.join(tok_dir, "merges.txt"), d / "merges.txt")
     return GPT2TokenizerFast.from_pretrained(str(d))
+
+
+def write_indexed(prefix, docs, dtype="uint16"):
+    """PREFIX.bin / PREFIX.idx holding `docs` (lists of token ids), one sequence per document."""
+    import numpy as np
+
+    from libai.data import indexed_dataset as ix
+
+    b = ix.MMapIndexedDatasetBuilder(ix.data_file_path(str(prefix)), dtype=dtype)
+    for d in docs:
+        b.add_item(np.asarray(d))
+        b.end_document()
+    b.finalize(ix.index_file_path(str(prefix)))
+    return str(prefix)

@@ -26,8 +26,8 @@ from ..structures import DistTensorData, Instance
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GPT2Dataset", "build_index_mappings", "build_doc_idx", "build_sample_idx", "build_shuffle_idx",
-           "num_epochs_for", "check_enough_tokens"]
+__all__ = ["GPT2Dataset", "build_doc_idx", "build_index_mappings", "build_sample_idx", "build_shuffle_idx",
+           "check_enough_tokens", "num_epochs_for"]
 
 
 class GPT2Dataset:
