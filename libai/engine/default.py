@@ -259,15 +259,16 @@ class DefaultTrainer(TrainerBase):
         ret = [hooks.IterationTimer(), hooks.LRScheduler()]
         if ev.enabled and self.test_loader:
             def test_and_save_results():
-                self._last_eval_results = self.test(self.cfg, self.test_loader, self.model)
+                self._last_eval_results = self.test(self.cfg, self.test_loader, self.model,
+                                                    should_stop=self.stop_requested)
                 return self._last_eval_results
 
             ret.append(hooks.EvalHook(ev.eval_period, test_and_save_results))
             ret.append(hooks.BestCheckpointer(ev.eval_period, self.checkpointer, val_metric=ev.eval_metric,
                                               mode=ev.eval_mode))
-        if dist.is_main_process():
-            # writers after evaluation, so that an iteration's evaluation results are written with it
-            ret.append(hooks.PeriodicWriter(self.build_writers(), train.log_period))
+        # writers after evaluation, so that an iteration's evaluation results are written with it
+        # (on every rank, so that every rank restores the same hook states; writers on rank 0)
+        ret.append(hooks.PeriodicWriter(self.build_writers() if dist.is_main_process() else [], train.log_period))
         # the checkpointer last: a checkpoint of iteration k follows everything iteration k did
         ret.append(hooks.PeriodicCheckpointer(self.checkpointer, train.checkpointer.period,
                                               max_to_keep=train.checkpointer.max_to_keep))
@@ -437,11 +438,12 @@ class DefaultTrainer(TrainerBase):
         self._logger.info(f"train.train_iter={train_iter}, warmup_iter={self.warmup_iter}")
 
     @classmethod
-    def test(cls, cfg, test_loaders=None, model=None, evaluator=None):
+    def test(cls, cfg, test_loaders=None, model=None, evaluator=None, should_stop=None):
         """Evaluate `model` on each test loader (at most train.evaluation.eval_iter batches each)
         with `evaluator` (default: instantiate(train.evaluation.evaluator)). Returns the results
         dict (for several loaders, {dataset name: results}). `test(cfg, model)` builds the test
-        loaders from the config."""
+        loaders from the config. `should_stop` (the trainer's stop_requested) may end it early
+        with EvaluationInterrupted (inference_on_dataset)."""
         if isinstance(test_loaders, flow.nn.Module):
             test_loaders, model, evaluator = None, test_loaders, model
         if test_loaders is None:
@@ -455,7 +457,7 @@ class DefaultTrainer(TrainerBase):
             if name in results:
                 name = f"{name}_{idx}"
             res = inference_on_dataset(model, loader, ev, cfg.train.evaluation.eval_iter,
-                                       get_batch=lambda data: cls.get_batch(data, device))
+                                       get_batch=lambda data: cls.get_batch(data, device), should_stop=should_stop)
             results[name] = res
             if dist.is_main_process():
                 logger.info(f"Evaluation results for {name} in csv format:")

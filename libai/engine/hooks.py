@@ -18,6 +18,7 @@ import logging
 import math
 import time
 
+from libai.evaluation import EvaluationInterrupted
 from libai.evaluation.utils import flatten_results_dict
 from libai.utils import distributed as dist
 from libai.utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointer
@@ -151,15 +152,49 @@ class EvalHook(HookBase):
     """Runs `eval_function()` every `eval_period` iterations and after the last iteration; its
     (nested) dict of results is flattened ("a/b") and put into the storage, which is asked to
     write them at once (so the writers send them to metrics.json and TensorBoard before the
-    iteration's checkpoint)."""
+    iteration's checkpoint).
+
+    An evaluation cut short by a stop signal (`eval_function` raises EvaluationInterrupted)
+    leaves its iteration's scalars unwritten (`storage.hold_writes()`) and is remembered in the
+    hook's state (`pending_iter`): the checkpoint of that iteration carries it, and the resumed
+    run evaluates it first (before_train), so its record, its best model and everything after it
+    are those of the uninterrupted run."""
 
     def __init__(self, eval_period, eval_function):
         self._period = int(eval_period)
         self._func = eval_function
         self.last_results = None
+        self.pending_iter = None
+
+    def state_dict(self):
+        return {} if self.pending_iter is None else {"pending_iter": int(self.pending_iter)}
+
+    def load_state_dict(self, state):
+        self.pending_iter = int(state["pending_iter"])
+
+    def before_train(self):
+        if self.pending_iter is None:
+            return
+        storage = self.trainer.storage
+        start = storage.iter
+        storage.iter = self.pending_iter  # its results belong to the interrupted iteration
+        try:
+            logging.getLogger(__name__).info(f"Running the evaluation of iteration {self.pending_iter}, "
+                                             "interrupted before the checkpoint this run resumes from")
+            self._do_eval()
+        finally:
+            storage.iter = start
 
     def _do_eval(self):
-        results = self._func()
+        try:
+            results = self._func()
+        except EvaluationInterrupted as e:
+            self.pending_iter = self.trainer.storage.iter
+            self.trainer.storage.hold_writes()
+            logging.getLogger(__name__).warning(
+                f"{e}: the evaluation of iteration {self.pending_iter} runs again when the run is resumed")
+            return
+        self.pending_iter = None
         self.last_results = results
         if results:
             if not isinstance(results, dict):
@@ -226,14 +261,24 @@ class BestCheckpointer(HookBase):
             return True
         return value > self.best_metric if self._mode == "max" else value < self.best_metric
 
-    def _best_checking(self):
+    def before_train(self):
+        # a resumed run's EvalHook may just have run the evaluation its checkpoint left pending
         metric = self.trainer.storage.latest().get(self._val_metric)
+        if metric is not None:
+            self._best_checking(metric[1])
+
+    def _best_checking(self, iteration=None):
+        """Compare the metric evaluated at `iteration` (default: the current one)."""
+        storage = self.trainer.storage
+        metric = storage.latest().get(self._val_metric)
         if metric is None:
             self._logger.warning(
                 f"Given val metric {self._val_metric} does not seem to be computed/stored. "
                 "Will not be checkpointing based on it.")
             return
         value, metric_iter = metric
+        if metric_iter != (storage.iter if iteration is None else iteration):
+            return  # this iteration's evaluation was interrupted: an older value is no news
         if self._better(value):
             previous = self.best_metric
             self.best_metric, self.best_iter = value, metric_iter
@@ -260,8 +305,14 @@ class PeriodicWriter(HookBase):
     iteration whose scalars asked for it (`storage.request_write()`: evaluation results) and
     after a finished (or failed) training; then closes them. A run that stops early (stop_iter,
     a signal) writes no extra record, so that the resumed run's metrics.json is the
-    uninterrupted run's. A resumed run first tells each writer to drop what an abandoned
-    attempt wrote after its checkpoint (`EventWriter.start_at`)."""
+    uninterrupted run's. An iteration whose scalars are held (`storage.hold_writes()`) is not
+    written.
+
+    Its state (saved with each checkpoint) is the scalars not written yet; a resumed run puts
+    them back, first tells each writer to drop what an abandoned attempt wrote after the
+    checkpoint (`EventWriter.start_at`), and writes at once if asked to (the evaluation its
+    checkpoint left pending). Register it on every rank (without writers except on rank 0), so
+    that every rank takes the same hook states."""
 
     def __init__(self, writers, period=20):
         self._writers = list(writers)
@@ -269,14 +320,42 @@ class PeriodicWriter(HookBase):
             if not isinstance(w, EventWriter):
                 raise TypeError(f"writers must be EventWriter instances, got {type(w).__name__}")
         self._period = max(int(period), 1)
+        self._written_iter = -1
+        self._unwritten = {}
+
+    def state_dict(self):
+        storage = self.trainer.storage
+        if storage is None:  # outside train(): nothing put, nothing unwritten
+            return {}
+        hints = storage.smoothing_hints()
+        unwritten = {name: [value, itr, hints[name]] for name, (value, itr) in storage.latest().items()
+                     if itr > self._written_iter}
+        return {"unwritten": unwritten} if unwritten else {}
+
+    def load_state_dict(self, state):
+        self._unwritten = dict(state.get("unwritten", {}))
 
     def before_train(self):
+        storage = self.trainer.storage
+        self._written_iter = self.trainer.start_iter - 1
         if self.trainer.start_iter > 0:
             for writer in self._writers:
                 writer.start_at(self.trainer.start_iter)
+        start = storage.iter
+        for name, (value, itr, hint) in sorted(self._unwritten.items(), key=lambda kv: kv[1][1]):
+            storage.iter = itr
+            storage.put_scalar(name, value, smoothing_hint=hint)
+        self._unwritten = {}
+        if storage.write_requested:  # as of the iteration those scalars belong to
+            storage.iter = max(itr for _, itr in storage.latest().values())
+            self._write()
+        storage.iter = start
 
     def after_step(self):
         storage = self.trainer.storage
+        if storage.writes_held:
+            storage.writes_held = False
+            return
         if ((self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1
                 or storage.write_requested):
             self._write()
@@ -284,6 +363,7 @@ class PeriodicWriter(HookBase):
     def _write(self):
         for writer in self._writers:
             writer.write()
+        self._written_iter = self.trainer.storage.iter
         self.trainer.storage.write_requested = False
 
     def after_train(self):

@@ -116,6 +116,16 @@ class TrainerBase:
         self.storage = None
         self._failed = False
         self.interrupted = 0
+        self._stop = None
+
+    def stop_requested(self):
+        """The signal number of a SIGINT/SIGTERM received on any rank during train() (0: none);
+        it is recorded in `interrupted`. A collective when distributed: every rank must ask at
+        the same point (the loop after each iteration; EvalHook between evaluation batches)."""
+        signum = dist.max_over_ranks(self._stop.signum if self._stop is not None else 0)
+        if signum:
+            self.interrupted = signum
+        return signum
 
     @property
     def failed(self):
@@ -144,16 +154,18 @@ class TrainerBase:
         self._failed = False
         self.interrupted = 0
         end = max_iter if stop_iter is None else min(max_iter, stop_iter)
-        with EventStorage(start_iter) as self.storage, StopSignals() as stop:
+        with EventStorage(start_iter) as self.storage, StopSignals() as self._stop:
             try:
                 self.before_train()
+                if self.stop_requested():  # during before_train (a resumed evaluation): no iteration
+                    end = start_iter
+                    self.iter = start_iter - 1
                 for self.iter in range(start_iter, end):
                     self.before_step()
                     self.run_step()
                     self.after_step()
                     # every rank stops after the same iteration (a collective when distributed)
-                    self.interrupted = dist.max_over_ranks(stop.signum)
-                    if self.interrupted:
+                    if self.stop_requested():
                         logger.warning(f"{signal.Signals(self.interrupted).name}: stopping after iteration "
                                        f"{self.iter}")
                         break

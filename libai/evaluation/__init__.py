@@ -1,8 +1,9 @@
 """Evaluation: evaluators (top-k accuracy, perplexity) and inference over a data loader."""
 from .cls_evaluator import ClsEvaluator
-from .evaluator import DatasetEvaluator, DatasetEvaluators, inference_context, inference_on_dataset
+from .evaluator import (DatasetEvaluator, DatasetEvaluators, EvaluationInterrupted, inference_context,
+                        inference_on_dataset)
 from .ppl_evaluator import PPLEvaluator
 from .utils import flatten_results_dict, print_csv_format
 
-__all__ = ["DatasetEvaluator", "DatasetEvaluators", "inference_on_dataset", "inference_context", "ClsEvaluator",
-           "PPLEvaluator", "print_csv_format", "flatten_results_dict"]
+__all__ = ["DatasetEvaluator", "DatasetEvaluators", "EvaluationInterrupted", "inference_on_dataset",
+           "inference_context", "ClsEvaluator", "PPLEvaluator", "print_csv_format", "flatten_results_dict"]

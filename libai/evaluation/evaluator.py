@@ -10,7 +10,12 @@ from tqdm import tqdm
 import engine as flow
 from libai.utils import distributed as dist
 
-__all__ = ["DatasetEvaluator", "DatasetEvaluators", "inference_on_dataset", "inference_context"]
+__all__ = ["DatasetEvaluator", "DatasetEvaluators", "inference_on_dataset", "inference_context",
+           "EvaluationInterrupted"]
+
+
+class EvaluationInterrupted(Exception):
+    """`inference_on_dataset` stopped before its last batch because `should_stop()` said so."""
 
 
 class DatasetEvaluator:
@@ -69,12 +74,15 @@ def _default_get_batch(batch):
     return batch
 
 
-def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batch=None, batch_size=None):
+def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batch=None, batch_size=None,
+                         should_stop=None):
     """Run `model` over `data_loader` (at most `eval_iter` batches; None or <= 0: all) in eval
     mode without autograd, feeding `evaluator`; returns `evaluator.evaluate()`.
 
     `get_batch(batch)` maps a loader batch to the model's keyword arguments (default: as is).
-    A tqdm bar shows progress on rank 0 only."""
+    `should_stop()`, asked before each batch after the first (on every rank: it may be a
+    collective, e.g. the trainer's `stop_requested`), ends the evaluation early with
+    EvaluationInterrupted. A tqdm bar shows progress on rank 0 only."""
     logger = logging.getLogger(__name__)
     get_batch = get_batch or _default_get_batch
     if evaluator is None:
@@ -97,6 +105,9 @@ def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batc
         for idx, batch in enumerate(data_loader):
             if total is not None and idx >= total:
                 break
+            if idx and should_stop is not None and should_stop():
+                bar.close()
+                raise EvaluationInterrupted(f"evaluation stopped after {idx} of {total or 'all'} batches")
             inputs = get_batch(batch)
             outputs = model(**inputs)
             evaluator.process(inputs, outputs)

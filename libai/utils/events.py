@@ -81,6 +81,8 @@ class EventStorage:
         self._current_prefix = ""
         # set by request_write(): PeriodicWriter writes at this iteration, not at the next period
         self.write_requested = False
+        # set by hold_writes(): PeriodicWriter does not write this iteration
+        self.writes_held = False
 
     def put_scalar(self, name, value, smoothing_hint=True):
         """Record `value` (a number or a 0-d tensor) for `name` at the current iteration.
@@ -135,6 +137,12 @@ class EventStorage:
         period: for values that are not put every iteration (evaluation results), so that a
         crash before the next period cannot lose them."""
         self.write_requested = True
+
+    def hold_writes(self):
+        """Tell PeriodicWriter not to write this iteration's scalars: they are incomplete (an
+        evaluation was interrupted) and go into the checkpoint's state to be written, complete,
+        by the resumed run."""
+        self.writes_held = True
 
     def step(self):
         self._iter += 1

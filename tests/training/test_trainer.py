@@ -320,3 +320,66 @@ def test_event_storage_and_json_writer(tmp_path):
 
     lines = [json.loads(x) for x in open(path)]
     assert lines == [{"iteration": 2, "loss": 2.0, "lr": 0.1}]
+
+
+class SignalOnEval(ClsEvaluator):
+    """A ClsEvaluator that sends this process SIGTERM while processing the second batch of the
+    `at`-th evaluation since the class counter was reset (None: never); the trainer builds one
+    evaluator per evaluation."""
+
+    evaluations = 0
+
+    def __init__(self, topk=(1, 2), at=None):
+        super().__init__(topk=topk)
+        type(self).evaluations += 1
+        self.at = at
+        self.batches = 0
+
+    def process(self, inputs, outputs):
+        super().process(inputs, outputs)
+        self.batches += 1
+        if self.at == type(self).evaluations and self.batches == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _eval_trainer(out, at=None, resume=False):
+    from libai.config import LazyCall
+
+    cfg = load_cfg(out, "train.train_iter=30", "train.log_period=5", "train.checkpointer.period=10",
+                   "train.evaluation.eval_period=10", f"train.resume={resume}")
+    cfg.train.evaluation.evaluator = LazyCall(SignalOnEval)(topk=(1, 2), at=at)
+    SignalOnEval.evaluations = 0
+    flow.manual_seed(3)
+    return DefaultTrainer(cfg)
+
+
+def _comparable_records(out):
+    import json
+
+    with open(os.path.join(out, "metrics.json")) as f:
+        return [{k: v for k, v in json.loads(line).items() if k not in ("time", "data_time", "eta_seconds")}
+                for line in f]
+
+
+def test_an_evaluation_cut_short_by_a_signal_runs_first_on_resume(tmp_path):
+    """The evaluation of iteration 19 (a log iteration too) is interrupted: the run stops with a
+    checkpoint of 19 that carries the pending evaluation and the unwritten record; the resumed
+    run evaluates 19 first and ends with the uninterrupted run's records, best model and weights."""
+    ref = str(tmp_path / "ref")
+    _eval_trainer(ref).train()
+    out = str(tmp_path / "run")
+    t = _eval_trainer(out, at=2)
+    t.train()
+    assert t.interrupted == signal.SIGTERM and not t.failed
+    assert open(os.path.join(out, "last_checkpoint")).read() == "model_0000019"
+    state = flow.load(os.path.join(out, "model_0000019", "trainer_state.safetensors"))
+    assert state["hooks"]["EvalHook"] == {"pending_iter": 19}
+    assert max(r["iteration"] for r in _comparable_records(out)) == 14  # record 19 is held
+    resumed = _eval_trainer(out, resume=True)
+    assert resumed.start_iter == 20
+    resumed.train()
+    assert _comparable_records(out) == _comparable_records(ref)
+    best = [flow.load(os.path.join(d, "model_best", "trainer_state.safetensors")) for d in (out, ref)]
+    assert best[0]["iteration"] == best[1]["iteration"] and best[0]["best_metric"] == best[1]["best_metric"]
+    final = [flow.load(os.path.join(d, "model_final", "model.safetensors")) for d in (out, ref)]
+    assert all(np.array_equal(final[0][k].numpy(), final[1][k].numpy()) for k in final[1])
