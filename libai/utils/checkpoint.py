@@ -305,9 +305,9 @@ class Checkpointer:
 
         The one `last_checkpoint` names comes first; then every other complete checkpoint,
         newest iteration first (periodic and final before `model_best` of the same iteration).
-        Computed on the writing rank and broadcast, so every rank tries the same sequence."""
+        Computed on rank 0 and broadcast, so every rank tries the same sequence."""
         result = None
-        if self.save_to_disk:
+        if dist.is_main_process():
             notes, found = [], []
             problem = self._pointer_problem()
             pointed = None if problem else self.get_checkpoint_file()
