@@ -82,16 +82,28 @@ def _maybe_instantiate(obj):
     return instantiate(obj) if is_lazy_node(obj) else obj
 
 
+def _note_num_workers(num_workers):
+    """LiBai's `num_workers` only chooses how batches are loaded, never which: accepted, with one
+    log line per process when it asks for worker processes (loading is synchronous here)."""
+    global _noted_workers
+    if num_workers and not _noted_workers:
+        _noted_workers = True
+        logging.getLogger(__name__).info(f"num_workers={num_workers}: batches are loaded synchronously in the "
+                                         "training process (the same batches, in the same order)")
+
+
+_noted_workers = False
+
+
 def build_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=None, num_workers=0,
-                       consumed_samples=0, seed=0, shuffle=True, collate_fn=None, **kwargs):
+                       consumed_samples=0, seed=0, shuffle=True, collate_fn=None):
     """A training loader over `dataset` (or a list of datasets, concatenated) with a
     `CyclicSampler` of micro-batches of `train_batch_size`.
 
     Returns `(train_loader, None, None)` like LiBai's builders (train, valid, test); the trainer
     accepts that or a single loader. `num_workers` is accepted for LiBai compatibility (loading
     is synchronous)."""
-    if kwargs:
-        logging.getLogger(__name__).warning(f"build_train_loader: ignoring arguments {sorted(kwargs)}")
+    _note_num_workers(num_workers)
     dataset = _maybe_instantiate(dataset)
     if isinstance(dataset, (list, tuple)):
         dataset = ConcatDataset([_maybe_instantiate(d) for d in dataset])
@@ -103,10 +115,9 @@ def build_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=
     return CommonDataLoader(dataset, sampler, collate_fn), None, None
 
 
-def build_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None, **kwargs):
+def build_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None):
     """An evaluation loader: one pass with a `SingleRoundSampler` of `test_batch_size`."""
-    if kwargs:
-        logging.getLogger(__name__).warning(f"build_test_loader: ignoring arguments {sorted(kwargs)}")
+    _note_num_workers(num_workers)
     dataset = _maybe_instantiate(dataset)
     if sampler is None:
         sampler = SingleRoundSampler(len(dataset), test_batch_size, shuffle=False, seed=seed)
@@ -169,13 +180,11 @@ def _as_list(x):
 
 
 def build_nlp_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=None, num_workers=0,
-                           consumed_samples=0, seed=0, collate_fn=None, dataset_mixer=None, shuffle=True,
-                           **kwargs):
+                           consumed_samples=0, seed=0, collate_fn=None, dataset_mixer=None, shuffle=True):
     """A training loader of Instance samples (LiBai): `dataset` (or a list, mixed with
     `dataset_mixer`, default ConcatDataset), a data-parallel aware, resumable CyclicSampler of
     micro-batches of `train_batch_size` and `trivial_batch_collator`. Returns (loader, None, None)."""
-    if kwargs:
-        logging.getLogger(__name__).warning(f"build_nlp_train_loader: ignoring arguments {sorted(kwargs)}")
+    _note_num_workers(num_workers)
     datasets = [_maybe_instantiate(d) for d in _as_list(_maybe_instantiate(dataset))]
     dataset = datasets[0] if len(datasets) == 1 else (dataset_mixer or ConcatDataset)(datasets)
     sampler = _make_sampler(sampler, CyclicSampler, len(dataset), train_batch_size, seed,
@@ -183,10 +192,9 @@ def build_nlp_train_loader(dataset, train_batch_size, test_batch_size=None, samp
     return CommonDataLoader(dataset, sampler, collate_fn or trivial_batch_collator), None, None
 
 
-def build_nlp_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None, **kwargs):
+def build_nlp_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None):
     """An evaluation loader of Instance samples: one pass (SingleRoundSampler, no shuffle)."""
-    if kwargs:
-        logging.getLogger(__name__).warning(f"build_nlp_test_loader: ignoring arguments {sorted(kwargs)}")
+    _note_num_workers(num_workers)
     dataset = _maybe_instantiate(dataset)
     sampler = _make_sampler(sampler, SingleRoundSampler, len(dataset), test_batch_size, seed)
     return CommonDataLoader(dataset, sampler, collate_fn or trivial_batch_collator)
@@ -230,22 +238,23 @@ def _split_bounds(n_docs, split, source):
 
 
 # above this many repetitions of a valid/test split in the samples asked of it, a warning
-EVAL_REPEAT_WARNING = 100
+EVAL_REPEAT_LIMIT = 100
 
 
-def _warn_repeated_eval_split(dataset, split, index, requested, test_batch_size):
-    """Log a warning naming the keys when `requested` samples repeat a valid/test GPT2Dataset
-    split more than EVAL_REPEAT_WARNING times (e.g. LiBai's default eval_iter, 1e5 batches, on a
-    small corpus: every evaluation then runs that many batches over the same few samples)."""
+def _check_repeated_eval_split(dataset, split, index, requested, test_batch_size):
+    """A ValueError naming the keys when `requested` samples repeat a valid/test GPT2Dataset
+    split more than EVAL_REPEAT_LIMIT times (e.g. LiBai's default eval_iter, 1e5 batches, on a
+    small corpus: every evaluation would run that many batches over the same few samples, for
+    hours, and measure nothing more than one pass does)."""
     seq_length, documents = getattr(dataset, "seq_length", None), getattr(dataset, "documents", None)
     if not requested or seq_length is None or documents is None:
         return
     tokens = int(np.sum(np.asarray(dataset.indexed_dataset.sizes)[documents], dtype=np.int64))
     per_epoch = max(1, (tokens - 1) // seq_length)
-    if requested <= EVAL_REPEAT_WARNING * per_epoch:
+    if requested <= EVAL_REPEAT_LIMIT * per_epoch:
         return
     batches = -(-per_epoch // int(test_batch_size or 1))
-    logging.getLogger(__name__).warning(
+    raise ValueError(
         f"the {split} split {dataset.name!r} holds {per_epoch} samples of seq_length + 1 = {seq_length + 1} tokens "
         f"({tokens} tokens in {len(documents)} documents), but {requested} samples were asked of it "
         f"(dataloader.train.train_val_test_num_samples[{index}]): each is repeated about {requested // per_epoch} "
@@ -269,7 +278,7 @@ def train_val_test_num_samples(train_iter, global_batch_size, eval_iter=0, test_
 def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, test_batch_size,
                                     train_val_test_num_samples=None, train_sampler=None, test_sampler=None,
                                     num_workers=0, consumed_samples=0, seed=0, collate_fn=None,
-                                    dataset_mixer=None, shuffle=True, **kwargs):
+                                    dataset_mixer=None, shuffle=True):
     """Train/valid/test loaders from datasets that lack valid/test splits (LiBai's builder).
 
     dataset: a LazyCall of a dataset taking `documents`, `num_samples` and `name` (GPT2Dataset),
@@ -277,7 +286,8 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
     splits: one ratio per dataset, e.g. [[949., 50., 1.]]: the documents are split in order
         into train/valid/test ranges (get_train_valid_test_split_).
     weights: one per dataset; the splits of several datasets are concatenated (`dataset_mixer`,
-        default ConcatDataset) -- weights are accepted as in LiBai but not used for blending.
+        default ConcatDataset), so the weights must be equal (blending by weight is not
+        implemented: unequal weights are refused).
     train_val_test_num_samples: samples for each split (see `train_val_test_num_samples()`);
         None or a 0 entry: one epoch of that split.
     train_sampler / test_sampler: LazyCalls (or None: CyclicSampler(shuffle) / SingleRoundSampler).
@@ -290,8 +300,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
     from libai.config import instantiate
     from libai.config.instantiate import is_lazy_node
 
-    if kwargs:
-        logging.getLogger(__name__).warning(f"build_nlp_train_val_test_loader: ignoring arguments {sorted(kwargs)}")
+    _note_num_workers(num_workers)
     datasets = _as_list(dataset)
     splits = _as_list(splits)
     if splits and not isinstance(splits[0], (list, tuple, str)) and not hasattr(splits[0], "__len__"):
@@ -299,6 +308,9 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
     weights = _as_list(weights) if weights is not None else [1.0] * len(datasets)
     if len(splits) != len(datasets) or len(weights) != len(datasets):
         raise ValueError(f"{len(datasets)} datasets need as many splits ({len(splits)}) and weights ({len(weights)})")
+    if len({float(w) for w in weights}) > 1:
+        raise NotImplementedError(f"build_nlp_train_val_test_loader: weights {weights}: blending datasets by weight is "
+                                  "not implemented (the datasets are concatenated); give equal weights")
     nums = list(train_val_test_num_samples) if train_val_test_num_samples is not None else [None, None, None]
     names = ("train", "valid", "test")
     per_split = [[], [], []]
@@ -338,7 +350,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
                                             num_samples=ns, name=f"{base}_{names[s]}"))
     for s in (1, 2):
         for d in per_split[s]:
-            _warn_repeated_eval_split(d, names[s], s, nums[s], test_batch_size or train_batch_size)
+            _check_repeated_eval_split(d, names[s], s, nums[s], test_batch_size or train_batch_size)
     mixer = dataset_mixer or ConcatDataset
     merged = [None if not d else (d[0] if len(d) == 1 else mixer(d)) for d in per_split]
     if merged[0] is None:

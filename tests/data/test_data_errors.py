@@ -2,7 +2,6 @@
 missing GPT-2 tokenizer files, and GPT-2 splits too small for one sample. Each error must name
 the file (full path) or the config key and what was expected, as early as it can be known."""
 import json
-import logging
 import os
 import struct
 import subprocess
@@ -293,17 +292,14 @@ def test_empty_train_split_names_the_splits(prefix):
     assert "dataloader.train.splits" in msg and "[0.0, 1.0, 1.0]" in msg and "3 documents" in msg
 
 
-def test_eval_split_repeated_many_times_is_reported(prefix, caplog):
-    with caplog.at_level(logging.WARNING, logger="libai.data.build"):
-        _, valid, _ = _loader(prefix, [2.0, 1.0, 0.0], [10, 3000, 0])
-    assert valid is not None and len(valid.dataset) >= 3000
-    text = caplog.text
+def test_eval_split_repeated_many_times_is_refused(prefix):
+    with pytest.raises(ValueError) as e:
+        _loader(prefix, [2.0, 1.0, 0.0], [10, 3000, 0])
+    text = str(e.value)
     assert "'gpt-2_valid'" in text and "3000 samples" in text and "holds 3 samples" in text
     assert "train.evaluation.eval_iter" in text and "dataloader.train.splits" in text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="libai.data.build"):
-        _loader(prefix, [2.0, 1.0, 0.0], [10, 30, 0])  # repeated 10 times: no warning
-    assert "gpt-2_valid" not in caplog.text
+    _, valid, _ = _loader(prefix, [2.0, 1.0, 0.0], [10, 30, 0])  # repeated 10 times: accepted
+    assert len(valid.dataset) >= 30
 
 
 def test_train_net_reports_the_small_split(tmp_path):
@@ -326,3 +322,22 @@ def test_train_net_reports_the_small_split(tmp_path):
     assert "GPT2Dataset 'gpt-2_valid': the split has 60 tokens in 1 documents" in out, out
     assert "seq_length + 1 = 129 tokens" in out and "model.cfg.max_seq_length" in out
     assert "Starting training" not in out
+
+
+def test_unequal_blending_weights_are_refused_not_ignored(prefix):
+    with pytest.raises(NotImplementedError, match=r"weights \[1\.0, 3\.0\]: blending datasets by weight is not"):
+        build_nlp_train_val_test_loader(
+            dataset=[LazyCall(GPT2Dataset)(name=n, data_prefix=prefix, seq_length=8, seed=1) for n in ("a", "b")],
+            splits=[[2.0, 1.0, 0.0]] * 2, weights=[1.0, 3.0], train_val_test_num_samples=[10, 10, 0],
+            train_batch_size=2, test_batch_size=2)
+
+
+def test_an_unknown_loader_argument_is_an_error_naming_it():
+    from libai.config import instantiate
+    from libai.data import build_train_loader
+    from libai.data.datasets import BlobsDataset
+
+    node = LazyCall(build_train_loader)(dataset=LazyCall(BlobsDataset)(num_samples=8, dim=2, num_classes=2),
+                                        train_batch_size=2, mixup_func=None)
+    with pytest.raises(Exception, match="mixup_func"):
+        instantiate(node)
