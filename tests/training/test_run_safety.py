@@ -267,3 +267,36 @@ def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_p
         proc.wait()
     run(out, "--resume", period)
     assert_same_run(out, reference)
+
+
+KILL_MID_SAVE = """
+import os, runpy, signal, sys
+import engine
+
+real_save = engine.save
+
+
+def save(obj, path, *args, **kwargs):  # SIGKILL this process half-way through model_0000049
+    if ".model_0000049.tmp" in path and path.endswith("optimizer.safetensors"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(obj, path, *args, **kwargs)
+
+
+engine.save = save
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_kill_in_the_middle_of_a_checkpoint_save_then_resume_equals_the_uninterrupted_run(tmp_path, reference):
+    out = str(tmp_path / "run")
+    cmd = command(out)
+    proc = subprocess.run([sys.executable, "-c", KILL_MID_SAVE, *cmd[1:]], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert os.path.isdir(os.path.join(out, ".model_0000049.tmp"))  # the half-written checkpoint
+    assert saved_iteration(out) == 24 and not os.path.exists(os.path.join(out, "model_0000049"))
+    proc = run(out, "--resume")
+    assert "continuing at iteration 25" in proc.stdout
+    assert not [d for d in os.listdir(out) if d.endswith(".tmp")]
+    assert_same_run(out, reference)
