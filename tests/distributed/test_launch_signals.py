@@ -157,4 +157,4 @@ def test_lone_rank_stopping_still_aborts_the_job(tmp_path):
     rc, out, err = run_mpi(NPROCS, SCRIPT, [tmp_path, "lone"], timeout=60, check=False,
                            env=mpi_env(ENGINE_KILL_TIMEOUT="1"))
     assert rc != 0 and time.monotonic() - start < 30, (rc, out, err)
-    assert "[rank 0] exited with status 143" in err, err
+    assert "[rank 0] exited with status 143" in err, (rc, out, err)
