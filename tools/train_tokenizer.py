@@ -1,11 +1,14 @@
 #!/usr/bin/env python
-"""Train a GPT-2 byte-level BPE tokenizer.
+"""Train a GPT-2 byte-level BPE or a BERT WordPiece tokenizer.
 
     python tools/train_tokenizer.py --input a.txt b.jsonl --vocab-size 8192 --output-dir DIR
+    python tools/train_tokenizer.py --type wordpiece --input a.txt --vocab-size 8192 --output-dir DIR
 
 Inputs are plain text files (one document each) or JSONL files (the --json-key field of each
-line, default "text"). Writes DIR/vocab.json, DIR/merges.txt and DIR/tokenizer.json; the special
-token <|endoftext|> is added (GPT-2's eos/bos/unk/end-of-document token).
+line, default "text"). BPE writes DIR/vocab.json, DIR/merges.txt and DIR/tokenizer.json with the
+special token <|endoftext|> (GPT-2's eos/bos/unk/end-of-document token). WordPiece writes
+DIR/vocab.txt and DIR/tokenizer.json with [PAD] [UNK] [CLS] [SEP] [MASK] first, lower-cased
+unless --cased.
 """
 import argparse
 import os
@@ -13,7 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
 
-from libai.tokenizer import iter_texts, train_bpe_tokenizer  # noqa: E402
+from libai.tokenizer import iter_texts, train_bpe_tokenizer, train_wordpiece_tokenizer  # noqa: E402
+from libai.tokenizer.bpe_training import BERT_SPECIAL_TOKENS  # noqa: E402
 
 
 def main(argv=None):
@@ -22,13 +26,26 @@ def main(argv=None):
     p.add_argument("--json-key", default="text", help="field of each JSONL line holding the text")
     p.add_argument("--vocab-size", type=int, required=True)
     p.add_argument("--min-frequency", type=int, default=2)
-    p.add_argument("--special-tokens", nargs="*", default=["<|endoftext|>"])
+    p.add_argument("--type", choices=("bpe", "wordpiece"), default="bpe",
+                   help="bpe: GPT-2 byte-level BPE (default); wordpiece: BERT WordPiece")
+    p.add_argument("--special-tokens", nargs="*", default=None,
+                   help="default: <|endoftext|> (bpe); [PAD] [UNK] [CLS] [SEP] [MASK] (wordpiece)")
+    p.add_argument("--cased", action="store_true", help="wordpiece: keep case and accents (default: lower-case)")
     p.add_argument("--output-dir", required=True)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    paths = train_bpe_tokenizer(iter_texts(args.input, args.json_key), args.vocab_size, args.output_dir,
-                                min_frequency=args.min_frequency, special_tokens=args.special_tokens,
-                                show_progress=not args.quiet)
+    texts = iter_texts(args.input, args.json_key)
+    if args.type == "wordpiece":
+        paths = train_wordpiece_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
+                                          lowercase=not args.cased,
+                                          special_tokens=args.special_tokens or BERT_SPECIAL_TOKENS,
+                                          show_progress=not args.quiet)
+    else:
+        if args.cased:
+            p.error("--cased applies to --type wordpiece (BPE is byte-level and keeps case)")
+        paths = train_bpe_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
+                                    special_tokens=args.special_tokens or ["<|endoftext|>"],
+                                    show_progress=not args.quiet)
     for k, v in paths.items():
         print(f"{k}: {v}")
     return paths

@@ -1,8 +1,12 @@
-"""Tokenizers: GPT-2's byte-level BPE on the `tokenizers` library, and BPE training."""
-from .bpe_training import iter_texts, train_bpe_tokenizer
-from .tokenization_gpt2 import GPT2Tokenizer, vocab_size_with_padding
+"""Tokenizers on the `tokenizers` library: GPT-2's byte-level BPE, BERT's WordPiece, and the
+training of both vocabularies."""
+from .base import vocab_size_with_padding
+from .bpe_training import iter_texts, train_bpe_tokenizer, train_wordpiece_tokenizer
+from .tokenization_bert import BertTokenizer
+from .tokenization_gpt2 import GPT2Tokenizer
 
-__all__ = ["GPT2Tokenizer", "vocab_size_with_padding", "train_bpe_tokenizer", "iter_texts", "build_tokenizer"]
+__all__ = ["GPT2Tokenizer", "BertTokenizer", "vocab_size_with_padding", "train_bpe_tokenizer",
+           "train_wordpiece_tokenizer", "iter_texts", "build_tokenizer"]
 
 
 def build_tokenizer(cfg):

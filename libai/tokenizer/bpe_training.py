@@ -1,9 +1,11 @@
-"""Training a GPT-2 style byte-level BPE vocabulary (used by tools/train_tokenizer.py and the
-default corpus)."""
+"""Training vocabularies: GPT-2's byte-level BPE and BERT's WordPiece (used by
+tools/train_tokenizer.py and the default corpus)."""
 import json
 import os
 
-__all__ = ["iter_texts", "train_bpe_tokenizer"]
+__all__ = ["iter_texts", "train_bpe_tokenizer", "train_wordpiece_tokenizer", "BERT_SPECIAL_TOKENS"]
+
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def iter_texts(files, json_key="text"):
@@ -46,3 +48,25 @@ def train_bpe_tokenizer(texts, vocab_size, output_dir, min_frequency=2, special_
     tokenizer_file = os.path.join(str(output_dir), "tokenizer.json")
     tok.backend_tokenizer.save(tokenizer_file)
     return {"vocab_file": vocab_file, "merges_file": merges_file, "tokenizer_file": tokenizer_file}
+
+
+def train_wordpiece_tokenizer(texts, vocab_size, output_dir, min_frequency=2, lowercase=True,
+                              special_tokens=BERT_SPECIAL_TOKENS, show_progress=False):
+    """Train a BERT WordPiece vocabulary (tokenizers' BertWordPieceTokenizer: BERT's normalizer,
+    lower-cased by default, and pre-tokenizer; `##` continuation pieces) on the strings of
+    `texts`; write `vocab.txt` (the special tokens first, `[PAD]` = 0) and the matching
+    `tokenizer.json` (loadable by BertTokenizer) into `output_dir`. Returns {"vocab_file",
+    "tokenizer_file"}."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from .tokenization_bert import BertTokenizer
+
+    os.makedirs(output_dir, exist_ok=True)
+    wordpiece = BertWordPieceTokenizer(lowercase=lowercase)
+    wordpiece.train_from_iterator(texts, vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                                  special_tokens=list(special_tokens), show_progress=show_progress)
+    (vocab_file,) = wordpiece.save_model(str(output_dir))
+    tok = BertTokenizer(vocab_file=vocab_file, do_lower_case=lowercase)
+    tokenizer_file = os.path.join(str(output_dir), "tokenizer.json")
+    tok.backend_tokenizer.save(tokenizer_file)
+    return {"vocab_file": vocab_file, "tokenizer_file": tokenizer_file}
