@@ -7,6 +7,13 @@
 
 writes out/my-gpt2_text_document.bin/.idx (one sequence per JSONL line; `--append-eod` appends
 <|endoftext|> to each). Give --data-prefix out/my-gpt2_text_document to the GPT2Dataset.
+
+BERT's sentence-level layout (one sequence per sentence, grouped into documents):
+
+    python tools/preprocess_data.py --input data.jsonl --split-sentences \
+        --tokenizer-name BertWordPieceLowerCase --vocab-file vocab.txt --output-prefix out/my-bert
+
+writes out/my-bert_text_sentence.bin/.idx.
 """
 import argparse
 import os
@@ -21,15 +28,20 @@ def get_args(argv=None):
     g = p.add_argument_group("input data")
     g.add_argument("--input", nargs="+", required=True, help="JSONL file(s), one document per line")
     g.add_argument("--json-keys", nargs="+", default=["text"], help="keys to extract from each JSON line")
-    g.add_argument("--split-sentences", action="store_true", help="not supported (GPT uses whole documents)")
-    g.add_argument("--keep-newlines", action="store_true", help="accepted for compatibility (newlines are kept)")
+    g.add_argument("--split-sentences", action="store_true",
+                   help="one sequence per sentence, grouped by document (BERT; libai.data.sentences)")
+    g.add_argument("--keep-newlines", action="store_true",
+                   help="with --split-sentences: keep line breaks inside sentences (else collapsed to spaces)")
     g = p.add_argument_group("tokenizer")
-    g.add_argument("--tokenizer-name", default="GPT2Tokenizer", choices=["GPT2Tokenizer", "GPT2BPETokenizer"])
+    g.add_argument("--tokenizer-name", default="GPT2Tokenizer",
+                   choices=["GPT2Tokenizer", "GPT2BPETokenizer", "BertTokenizer", "BertWordPieceLowerCase",
+                            "BertWordPieceCase"])
     g.add_argument("--vocab-file", default=None)
     g.add_argument("--merge-file", default=None)
     g.add_argument("--tokenizer-file", default=None, help="a tokenizer.json instead of vocab/merges")
     g.add_argument("--do-lower-case", action="store_true")
-    g.add_argument("--append-eod", action="store_true", help="append <|endoftext|> to each document")
+    g.add_argument("--append-eod", action="store_true",
+                   help="append the end-of-document token (<|endoftext|>; [SEP] for BERT) to each document")
     g = p.add_argument_group("output data")
     g.add_argument("--output-prefix", required=True)
     g.add_argument("--dataset-impl", default="mmap", choices=["mmap"])
@@ -39,10 +51,11 @@ def get_args(argv=None):
     g.add_argument("--log-interval", type=int, default=0, help="print throughput every N documents")
     g.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    if args.split_sentences:
-        p.error("--split-sentences is not supported")
-    if args.tokenizer_file is None and (args.vocab_file is None or args.merge_file is None):
-        p.error("give --vocab-file and --merge-file (or --tokenizer-file)")
+    if args.keep_newlines and not args.split_sentences:
+        p.error("--keep-newlines applies to --split-sentences (a document keeps its newlines anyway)")
+    bert = args.tokenizer_name.startswith("Bert")
+    if args.tokenizer_file is None and (args.vocab_file is None or (args.merge_file is None and not bert)):
+        p.error("give --vocab-file (and --merge-file for GPT-2), or --tokenizer-file")
     return args
 
 
@@ -58,7 +71,8 @@ def main(argv=None):
                             do_lower_case=args.do_lower_case),
         json_keys=args.json_keys, append_eod=args.append_eod, workers=args.workers,
         chunk_size=args.chunk_size, dataset_impl=args.dataset_impl, show_progress=not args.no_progress,
-        log_interval=args.log_interval or None)
+        log_interval=args.log_interval or None, split_sentences=args.split_sentences,
+        keep_newlines=args.keep_newlines)
     for key, prefix in prefixes.items():
         print(f"{key}: {prefix}.bin / {prefix}.idx")
     print(f"done in {time.time() - start:.2f}s")

@@ -90,6 +90,11 @@ class BertTokenizer(TokenizerBase):
                                mask_token=mask_token),
                           additional_special_tokens, model_max_length, padding_side, truncation_side)
 
+    @property
+    def eod(self):
+        """The end-of-document id of Megatron's BERT tokenizer: [SEP]."""
+        return self.sep_token_id
+
     def build_inputs_with_special_tokens(self, ids, pair_ids=None):
         """[CLS] ids [SEP] (pair_ids [SEP])."""
         out = [self.cls_token_id] + list(ids) + [self.sep_token_id]
