@@ -10,7 +10,8 @@ from tokenizers import AddedToken
 
 __all__ = ["TokenizerBase", "vocab_size_with_padding", "existing_file", "read_text", "to_id_list"]
 
-SPECIAL_TOKEN_KEYS = ("unk_token", "bos_token", "eos_token", "pad_token", "cls_token", "sep_token", "mask_token")
+# HuggingFace's order (SPECIAL_TOKENS_ATTRIBUTES): the order of all_special_tokens and of registration
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 
 
