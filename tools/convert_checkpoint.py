@@ -1,20 +1,23 @@
 #!/usr/bin/env python
-"""Convert GPT-2 weights between Hugging Face folders and libai checkpoints.
+"""Convert GPT-2 and BERT weights between Hugging Face folders and libai checkpoints.
 
     python tools/convert_checkpoint.py --from-hf HF_DIR --to CKPT_DIR
-        HF_DIR: config.json + model.safetensors (GPT2LMHeadModel / GPT2Model).
-        CKPT_DIR/model.safetensors   GPTForPreTraining state dict ("GPT_model.*" keys, logical
-                                     tensors; loadable by libai.utils.checkpoint.Checkpointer
-                                     and libai.models.utils.load_logical_state_dict)
-        CKPT_DIR/gpt_config.json     GPTModel keyword arguments
+        HF_DIR: config.json + model.safetensors; the family comes from config.json's model_type:
+          gpt2: GPT2LMHeadModel / GPT2Model -> GPTForPreTraining state dict ("GPT_model.*" keys)
+          bert: BertForPreTraining -> BertForPreTraining ("bert.*", "cls_head.*" keys),
+                BertForSequenceClassification -> BertForSequenceClassification ("bert.*",
+                "classifier.*"), BertModel -> BertModel (no prefix)
+        CKPT_DIR/model.safetensors   logical tensors, loadable by libai.utils.checkpoint.Checkpointer
+                                     and libai.models.utils.load_logical_state_dict
+        CKPT_DIR/gpt_config.json or bert_config.json   the model's keyword arguments
         CKPT_DIR/hf_config.json      the original HF config (kept for the way back)
 
     python tools/convert_checkpoint.py --from-libai CKPT_DIR [--config CFG] --to-hf HF_DIR
-        CKPT_DIR: a checkpoint directory (or its model.safetensors).
-        CFG: a LazyConfig .py/.yaml whose `model.cfg` (or `model`) has GPTModel's keys, or a
-             .json of GPTModel kwargs; default CKPT_DIR/gpt_config.json.
+        CKPT_DIR: a checkpoint directory (or its model.safetensors); the family comes from its keys.
+        CFG: a LazyConfig .py/.yaml whose `model.cfg` (or `model`) has the model's keys, or a
+             .json of its kwargs; default CKPT_DIR/gpt_config.json or bert_config.json.
         HF_DIR/config.json + HF_DIR/model.safetensors, readable by transformers'
-        GPT2LMHeadModel.from_pretrained.
+        GPT2LMHeadModel / BertForPreTraining / BertForSequenceClassification / BertModel.
 
 Only numpy work: no model is built, so any size converts in one process.
 """
@@ -28,74 +31,119 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 GPT_CONFIG = "gpt_config.json"
+BERT_CONFIG = "bert_config.json"
 HF_CONFIG = "hf_config.json"
 MODEL_FILE = "model.safetensors"
 PREFIX = "GPT_model."
+BERT_ARCHITECTURES = {"pretraining": "BertForPreTraining", "classification": "BertForSequenceClassification",
+                      None: "BertModel"}
+
+
+def _hf_gpt2_to_libai(hf_cfg, hf_sd, path):
+    from libai.models.utils.hf_gpt2 import gpt_kwargs_from_hf_config, hf_to_libai_gpt2
+
+    kwargs = gpt_kwargs_from_hf_config(hf_cfg)
+    sd = hf_to_libai_gpt2(hf_sd, kwargs["hidden_layers"], kwargs["num_attention_heads"], path=path)
+    return {PREFIX + k: v for k, v in sd.items()}, kwargs, GPT_CONFIG
+
+
+def _hf_bert_to_libai(hf_cfg, hf_sd, path):
+    from libai.models.utils.hf_bert import bert_head_of, bert_kwargs_from_hf_config, hf_to_libai_bert
+
+    kwargs = bert_kwargs_from_hf_config(hf_cfg)
+    head = bert_head_of(hf_sd)
+    sd = hf_to_libai_bert(hf_sd, kwargs, path=path, prefix="" if head is None else "bert.")
+    if head == "pretraining":
+        kwargs["add_binary_head"] = "cls_head.seq_relationship.weight" in sd
+    return sd, kwargs, BERT_CONFIG
 
 
 def hf_to_libai(hf_dir, ckpt_dir):
     import engine as flow
-    from libai.models.utils.hf_gpt2 import gpt_kwargs_from_hf_config, hf_to_libai_gpt2, read_hf_folder
+    from libai.models.utils.hf_gpt2 import HFConfigError, read_hf_folder
 
     hf_cfg, hf_sd = read_hf_folder(hf_dir)
-    kwargs = gpt_kwargs_from_hf_config(hf_cfg)
-    sd = hf_to_libai_gpt2(hf_sd, kwargs["hidden_layers"], kwargs["num_attention_heads"],
-                          path=os.path.join(hf_dir, MODEL_FILE))
+    family = hf_cfg.get("model_type", "gpt2")
+    converters = {"gpt2": _hf_gpt2_to_libai, "bert": _hf_bert_to_libai}
+    if family not in converters:
+        raise HFConfigError(f"{hf_dir}/config.json: model_type={family!r}; convertible: {sorted(converters)}")
+    sd, kwargs, config_name = converters[family](hf_cfg, hf_sd, os.path.join(hf_dir, MODEL_FILE))
     os.makedirs(ckpt_dir, exist_ok=True)
-    flow.save({PREFIX + k: v for k, v in sd.items()}, os.path.join(ckpt_dir, MODEL_FILE))
-    with open(os.path.join(ckpt_dir, GPT_CONFIG), "w") as f:
+    flow.save(sd, os.path.join(ckpt_dir, MODEL_FILE))
+    with open(os.path.join(ckpt_dir, config_name), "w") as f:
         json.dump(kwargs, f, indent=2)
     with open(os.path.join(ckpt_dir, HF_CONFIG), "w") as f:
         json.dump(hf_cfg, f, indent=2)
     return ckpt_dir
 
 
-def _gpt_kwargs_from_config(path):
-    from libai.models.gpt_model import GPTModel
-
+def _kwargs_from_config(path, model_cls):
     if path.endswith(".json"):
         with open(path) as f:
-            return GPTModel.from_config(json.load(f))
+            return model_cls.from_config(json.load(f))
     from libai.config import LazyConfig, try_get_key
 
     cfg = LazyConfig.load(path)
     node = try_get_key(cfg, "model.cfg", "model", default=None)
     if node is None:
-        raise KeyError(f"{path}: no `model.cfg` or `model` with GPTModel's keys")
-    return GPTModel.from_config(node)
+        raise KeyError(f"{path}: no `model.cfg` or `model` with {model_cls.__name__}'s keys")
+    return model_cls.from_config(node)
+
+
+def _family_of(sd, model_file):
+    if any(k.startswith(PREFIX) or k.startswith("embeddings.token_embeddings.") for k in sd):
+        return "gpt2"
+    if any(k.startswith("bert.") or k.startswith("embeddings.word_embeddings.") for k in sd):
+        return "bert"
+    raise KeyError(f"{model_file}: neither a GPT-2 (GPT_model.*) nor a BERT (bert.*) state dict "
+                   f"(keys {sorted(sd)[:6]}...)")
 
 
 def libai_to_hf(ckpt, hf_dir, config=None):
     import engine as flow
+    from libai.models import BertModel, GPTModel
+    from libai.models.utils.hf_bert import hf_config_from_bert_kwargs, libai_to_hf_bert
     from libai.models.utils.hf_gpt2 import hf_config_from_gpt_kwargs, libai_to_hf_gpt2, write_safetensors
 
     ckpt_dir = ckpt if os.path.isdir(ckpt) else os.path.dirname(ckpt)
     model_file = os.path.join(ckpt, MODEL_FILE) if os.path.isdir(ckpt) else ckpt
     if not os.path.isfile(model_file):
         raise FileNotFoundError(f"{model_file} not found")
+    sd = flow.load(model_file)
+    sd = {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in sd.items()}
+    family = _family_of(sd, model_file)
+    config_name, model_cls = (GPT_CONFIG, GPTModel) if family == "gpt2" else (BERT_CONFIG, BertModel)
     if config is None:
-        config = os.path.join(ckpt_dir, GPT_CONFIG)
+        config = os.path.join(ckpt_dir, config_name)
         if not os.path.isfile(config):
             raise FileNotFoundError(f"{config} not found: pass --config (the training config or a JSON of "
-                                    "GPTModel kwargs)")
-    kwargs = _gpt_kwargs_from_config(config)
+                                    f"{model_cls.__name__} kwargs)")
+    kwargs = _kwargs_from_config(config, model_cls)
     base = None
     if os.path.isfile(os.path.join(ckpt_dir, HF_CONFIG)):
         with open(os.path.join(ckpt_dir, HF_CONFIG)) as f:
             base = json.load(f)
-    sd = flow.load(model_file)
-    sd = {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in sd.items()}
     # the vocabulary is the checkpoint's (a recipe's model.cfg.vocab_size is a placeholder that the
     # trainer replaces with the tokenizer's padded size)
-    for key in (PREFIX + "embeddings.token_embeddings.weight", "embeddings.token_embeddings.weight"):
+    for key in (PREFIX + "embeddings.token_embeddings.weight", "embeddings.token_embeddings.weight",
+                "bert.embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"):
         if key in sd:
             kwargs["vocab_size"] = int(sd[key].shape[0])
             break
-    hf_sd = libai_to_hf_gpt2(sd, kwargs["hidden_layers"], kwargs["num_attention_heads"])
+    if family == "gpt2":
+        hf_sd = libai_to_hf_gpt2(sd, kwargs["hidden_layers"], kwargs["num_attention_heads"])
+        hf_cfg = hf_config_from_gpt_kwargs(kwargs, base)
+    else:
+        head = "pretraining" if "cls_head.lm_logits.bias" in sd else (
+            "classification" if "classifier.weight" in sd else None)
+        bare = not any(k.startswith("bert.") for k in sd)
+        hf_sd = libai_to_hf_bert(sd, kwargs, prefix="" if bare else "bert.")
+        num_labels = int(sd["classifier.weight"].shape[0]) if head == "classification" else None
+        hf_cfg = hf_config_from_bert_kwargs(kwargs, base, BERT_ARCHITECTURES[head], num_labels)
     os.makedirs(hf_dir, exist_ok=True)
     write_safetensors(hf_sd, os.path.join(hf_dir, MODEL_FILE))
     with open(os.path.join(hf_dir, "config.json"), "w") as f:
-        json.dump(hf_config_from_gpt_kwargs(kwargs, base), f, indent=2)
+        json.dump(hf_cfg, f, indent=2)
     return hf_dir
 
 

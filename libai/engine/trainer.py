@@ -234,18 +234,29 @@ class TrainerBase:
 
     @staticmethod
     def write_metrics(loss_dict, data_time, prefix=""):
-        """Put `data_time`, each loss and their sum `total_loss` into the event storage."""
+        """Put `data_time`, each entry and `total_loss` into the event storage: the entry
+        "total_loss" when the model returns one (its other entries are components or metrics,
+        see `loss_of`), else the sum of the entries."""
         metrics = {k: (v.item() if hasattr(v, "item") else float(v)) for k, v in loss_dict.items()}
         if not dist.is_main_process():
             return
         storage = get_event_storage()
         storage.put_scalar("data_time", data_time)
-        total = sum(metrics.values())
+        total = metrics["total_loss"] if "total_loss" in metrics else sum(metrics.values())
         if not all(map(_finite, metrics.values())):
             raise FloatingPointError(f"Loss became infinite or NaN at iteration={storage.iter}!\nloss_dict = {metrics}")
         storage.put_scalar(f"{prefix}total_loss", total)
         if len(metrics) > 1 or next(iter(metrics)) != "total_loss":
             storage.put_scalars(**{f"{prefix}{k}": v for k, v in metrics.items()})
+
+
+def loss_of(loss_dict):
+    """The value to backpropagate from a model's output dict: its "total_loss" entry when it has
+    one (the other entries are then only logged: the components of the total, or metrics such
+    as an accuracy), else the sum of all entries (LiBai's convention)."""
+    if "total_loss" in loss_dict:
+        return loss_dict["total_loss"]
+    return sum(loss_dict.values())
 
 
 def _finite(x):
@@ -257,7 +268,7 @@ class EagerTrainer(TrainerBase):
 
         for each of the m micro-batches:
             batch = get_batch(next(loader))          # data_time measured
-            losses = sum(model(**batch).values())    # model returns a dict of losses
+            losses = loss_of(model(**batch))        # "total_loss", else the sum of the losses
             (losses / m).backward()                  # gradients accumulate
         clip each param group with its clip_grad_max_norm / clip_grad_norm_type
         optimizer.step(); optimizer.zero_grad()
@@ -317,7 +328,7 @@ class EagerTrainer(TrainerBase):
             loss_dict = self.model(**data)
             if not isinstance(loss_dict, dict):
                 loss_dict = {"total_loss": loss_dict}
-            losses = sum(loss_dict.values())
+            losses = loss_of(loss_dict)
             if i < m - 1:
                 with _edist.no_grad_sync():  # one gradient all-reduce per step, not per micro-batch
                     (losses / m).backward()

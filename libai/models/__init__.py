@@ -1,5 +1,7 @@
-"""libai models: GPT-2 (`gpt_model`, on libai.layers) and `mlp_classifier`, a small model for
-the trainer's tests and examples."""
+"""libai models on libai.layers: GPT-2 (`gpt_model`), BERT (`bert_model`), and `mlp_classifier`, a
+small model for the trainer's tests and examples."""
+from .bert_model import BertForPreTraining, BertForSequenceClassification, BertModel  # noqa: E402
 from .gpt_model import GPTForPreTraining, GPTLoss, GPTModel  # noqa: E402
 
-__all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss"]
+__all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss", "BertModel", "BertForPreTraining",
+           "BertForSequenceClassification"]

@@ -24,16 +24,16 @@ Decoding loop (greedy / top-k / top-p are choices on `logits[:, -1]`):
 `GPTModel.from_huggingface(path, **overrides)` builds a model from a Hugging Face GPT-2 folder
 (see libai.models.utils.hf_gpt2).
 """
-import inspect
-
 import engine as flow
 import engine.nn as nn
-from libai.config import ConfigKeyError, configurable, unknown_key_error
+from libai.config import configurable
 from libai.layers import (
     Embedding, LayerNorm, LMLogits, ParallelCrossEntropyLoss, TransformerLayer, VocabEmbedding,
     dropout, init_method_normal, scaled_init_method_normal,
 )
 from libai.utils import distributed as dist
+
+from .utils.model_config import kwargs_from_config
 
 __all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss", "GPTEmbedding", "Transformer"]
 
@@ -141,21 +141,9 @@ class GPTModel(nn.Module):
 
     @classmethod
     def from_config(cls, cfg):
-        """The keyword arguments of `cfg` (a config node or dict with GPTModel's keys): only the
-        keys it holds, so the defaults stay those of __init__'s signature. A key that __init__
-        does not take is an error naming it (and the closest known keys); so is a missing
-        required one."""
-        known = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-        unknown = [k for k in cfg if k not in known]
-        if unknown:
-            schema = {"model": {"cfg": dict.fromkeys(known)}}
-            raise ConfigKeyError("GPTModel: " + "\n".join(str(unknown_key_error(f"model.cfg.{k}", schema))
-                                                           for k in unknown))
-        args = {k: cfg[k] for k in cfg}
-        missing = [k for k in _REQUIRED_KEYS if args.get(k) is None]
-        if missing:
-            raise ConfigKeyError(f"GPTModel config is missing {missing}")
-        return args
+        """The keyword arguments of `cfg` (a config node or dict with GPTModel's keys); an unknown
+        or missing required key is an error naming it (libai.models.utils.kwargs_from_config)."""
+        return kwargs_from_config(cls, cfg, _REQUIRED_KEYS)
 
     @classmethod
     def from_huggingface(cls, path, **overrides):

@@ -10,6 +10,17 @@ HF_CONFIG = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
                  embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=None)
 
 
+def randomize_biases_and_norms(model, norm_marker):
+    """Random (not zero / one) biases and LayerNorm parameters (names containing `norm_marker`),
+    so that their gradients and layouts are exercised."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") or norm_marker in name:
+                p.add_(torch.randn_like(p) * 0.1)
+
+
 def make_hf_gpt2(path, seed=0, **overrides):
     """A randomly initialised transformers GPT2LMHeadModel saved (safetensors) in `path`."""
     import torch
@@ -18,11 +29,7 @@ def make_hf_gpt2(path, seed=0, **overrides):
     torch.manual_seed(seed)
     cfg = GPT2Config(**{**HF_CONFIG, **overrides})
     model = GPT2LMHeadModel(cfg)
-    # random (not zero) biases and LayerNorm params, so their gradients and layouts are exercised
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".bias") or ".ln_" in name:
-                p.add_(torch.randn_like(p) * 0.1)
+    randomize_biases_and_norms(model, ".ln_")
     model.eval()
     model.save_pretrained(str(path), safe_serialization=True)
     return model

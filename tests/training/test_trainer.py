@@ -383,3 +383,32 @@ def test_an_evaluation_cut_short_by_a_signal_runs_first_on_resume(tmp_path):
     assert best[0]["iteration"] == best[1]["iteration"] and best[0]["best_metric"] == best[1]["best_metric"]
     final = [flow.load(os.path.join(d, "model_final", "model.safetensors")) for d in (out, ref)]
     assert all(np.array_equal(final[0][k].numpy(), final[1][k].numpy()) for k in final[1])
+
+
+class _TotalAndParts(flow.nn.Module):
+    """Returns "total_loss" plus its parts and a metric, as BertForPreTraining does."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = flow.nn.Parameter(flow.tensor([1.0, 2.0]))
+
+    def forward(self, x):
+        a, b = (self.w[0] * x).sum(), (self.w[1] * x).sum()
+        return {"total_loss": a + b, "a_loss": a, "b_loss": b, "acc": (a * 0 + 0.5).detach()}
+
+
+def test_a_total_loss_entry_is_the_loss_and_the_rest_is_logged():
+    from libai.engine.trainer import EagerTrainer, loss_of
+
+    assert float(loss_of({"x": flow.tensor(1.0), "y": flow.tensor(2.0)})) == 3.0  # no total: the sum
+    model = _TotalAndParts()
+    opt = flow.optim.SGD(model.parameters(), lr=1.0)
+    trainer = EagerTrainer(model, iter([{"x": flow.tensor([1.0, 2.0])}] * 2), opt)
+    with EventStorage(0) as storage:
+        trainer.storage = storage
+        trainer.run_step()
+    # d(total)/dw = [sum x, sum x] = [3, 3]; SGD with lr 1 subtracts it once (parts not added again)
+    np.testing.assert_allclose(model.w.detach().numpy(), [-2.0, -1.0])
+    latest = {k: v for k, (v, _) in storage.latest().items()}
+    assert latest["total_loss"] == 9.0 and latest["a_loss"] == 3.0 and latest["b_loss"] == 6.0
+    assert latest["acc"] == 0.5

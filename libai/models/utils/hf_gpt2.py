@@ -26,7 +26,7 @@ import numpy as np
 __all__ = [
     "HFConfigError", "read_safetensors", "write_safetensors", "gpt_kwargs_from_hf_config",
     "hf_config_from_gpt_kwargs", "hf_to_libai_gpt2", "libai_to_hf_gpt2", "load_huggingface_gpt2",
-    "qkv_hf_to_libai", "qkv_libai_to_hf",
+    "qkv_hf_to_libai", "qkv_libai_to_hf", "read_hf_folder",
 ]
 
 CONFIG_FILE = "config.json"
@@ -263,12 +263,12 @@ def libai_to_hf_gpt2(sd, num_layers, num_heads, prefix="transformer."):
 
 # ------------------------------------------------------------------ loading a folder
 def read_hf_folder(path):
-    """(config dict, {name: array}) of a HF GPT-2 folder; FileNotFoundError naming the missing file."""
+    """(config dict, {name: array}) of a HF model folder; FileNotFoundError naming the missing file."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"Hugging Face model folder not found: {path}")
     cfg_file = os.path.join(path, CONFIG_FILE)
     if not os.path.isfile(cfg_file):
-        raise FileNotFoundError(f"{cfg_file} not found (a Hugging Face GPT-2 folder needs {CONFIG_FILE})")
+        raise FileNotFoundError(f"{cfg_file} not found (a Hugging Face model folder needs {CONFIG_FILE})")
     weights = os.path.join(path, WEIGHTS_FILE)
     if not os.path.isfile(weights):
         other = [f for f in ("pytorch_model.bin", "model.safetensors.index.json") if os.path.isfile(os.path.join(path, f))]
