@@ -246,6 +246,8 @@ class BertForPreTraining(nn.Module):
     with add_binary_head); eval returns {"prediction_scores" [b, s, vocab],
     "seq_relationship_score" [b, 2]} plus the losses when labels are given."""
 
+    hf_head = "pretraining"  # the HuggingFace head its weights come with (libai.models.utils.hf_bert)
+
     def __init__(self, cfg=None, **kwargs):
         super().__init__()
         args = _build(type(self).__name__, cfg, kwargs)
@@ -286,6 +288,8 @@ class BertForSequenceClassification(nn.Module):
     (mean squared error against float labels), otherwise cross-entropy over num_labels classes.
     Training returns {"loss"}; eval {"prediction_scores": logits [b, num_labels] ([b] for
     regression)} plus "loss" when labels are given."""
+
+    hf_head = "classification"
 
     def __init__(self, cfg=None, num_labels=2, classifier_dropout=None, **kwargs):
         super().__init__()

@@ -278,35 +278,33 @@ def load_huggingface_bert(model_cls, path, **overrides):
     BERT folder and load its weights (laid out on each parameter's placement/SBP). A
     BertForSequenceClassification from a folder without a classifier (a pretrained BERT) keeps
     its freshly initialised classifier; other missing tensors are errors."""
-    from libai.models.bert_model import BertForPreTraining, BertForSequenceClassification, BertModel
-
     from .weights import load_logical_state_dict
 
     hf_cfg, hf_sd = read_hf_folder(path)
     kwargs = bert_kwargs_from_hf_config(hf_cfg)
     head = bert_head_of(hf_sd)
     weights = os.path.join(path, WEIGHTS_FILE)
-    if issubclass(model_cls, BertForSequenceClassification):
+    target = getattr(model_cls, "hf_head", None)  # which head the model class has (None: BertModel)
+    if target == "classification":
         overrides = dict(overrides)
         overrides["num_labels"] = _num_labels(hf_cfg, overrides)
         if "classifier_dropout" not in overrides and hf_cfg.get("classifier_dropout") is not None:
             overrides["classifier_dropout"] = float(hf_cfg["classifier_dropout"])
-    elif issubclass(model_cls, BertForPreTraining):
+    elif target == "pretraining":
         if head != "pretraining":
             raise HFConfigError(f"{weights}: no pretraining heads (cls.predictions.*) to load into "
                                 "BertForPreTraining; load it with BertModel or BertForSequenceClassification")
         kwargs["add_binary_head"] = "cls.seq_relationship.weight" in _normalise_hf_names(hf_sd)
     kwargs.update(overrides)
     model = model_cls(**kwargs)
-    is_bare = issubclass(model_cls, BertModel)
-    sd = hf_to_libai_bert(hf_sd, kwargs, path=weights, prefix="" if is_bare else "bert.")
+    sd = hf_to_libai_bert(hf_sd, kwargs, path=weights, prefix="" if target is None else "bert.")
     own = dict(model.named_parameters())
     dropped = sorted(k for k in sd if k not in own and (k.startswith(("cls_head.", "classifier."))))
     for k in dropped:  # heads the target model does not have (e.g. BertModel from a pretraining file)
         sd.pop(k)
     if dropped:
         logging.getLogger(__name__).info(f"{weights}: heads not used by {model_cls.__name__}: {dropped}")
-    missing_ok = issubclass(model_cls, BertForSequenceClassification) and head != "classification"
+    missing_ok = target == "classification" and head != "classification"
     if missing_ok:
         logging.getLogger(__name__).info(f"{weights}: no classifier; {model_cls.__name__}.classifier is newly "
                                          "initialised (fine-tune it)")

@@ -1,0 +1,1 @@
+"""Text classification fine-tuning (GLUE and CLUE), as LiBai's projects/text_classification."""
