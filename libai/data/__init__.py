@@ -1,8 +1,9 @@
-"""Data pipeline: samplers, loaders, collate, generated datasets, and the GPT-2 text pipeline
-(mmap indexed datasets, GPT2Dataset, Instance / DistTensorData, the default corpus)."""
+"""Data pipeline: samplers, loaders, collate, generated datasets, and the text pipelines
+(mmap indexed datasets, GPT2Dataset, BertDataset, Instance / DistTensorData, the default corpus)."""
 from .build import (CommonDataLoader, ConcatDataset, build_nlp_test_loader, build_nlp_train_loader,
                     build_nlp_train_val_test_loader, build_test_loader, build_train_loader, default_collate,
                     get_train_valid_test_split_, train_val_test_num_samples, trivial_batch_collator)
+from .datasets.bert_dataset import BertDataset
 from .datasets.gpt_dataset import GPT2Dataset
 from .indexed_dataset import MMapIndexedDataset, MMapIndexedDatasetBuilder, best_fitting_dtype, get_indexed_dataset
 from .samplers import CyclicSampler, SingleRoundSampler
@@ -14,12 +15,13 @@ __all__ = ["CommonDataLoader", "ConcatDataset", "build_train_loader", "build_tes
            "build_nlp_train_loader", "build_nlp_test_loader", "build_nlp_train_val_test_loader",
            "trivial_batch_collator", "get_train_valid_test_split_", "train_val_test_num_samples",
            "GPT2Dataset", "MMapIndexedDataset", "MMapIndexedDatasetBuilder", "best_fitting_dtype",
-           "get_indexed_dataset", "DistTensorData", "Instance", "default_gpt2_corpus"]
+           "get_indexed_dataset", "DistTensorData", "Instance", "default_gpt2_corpus", "default_bert_corpus",
+           "BertDataset"]
 
 
 def __getattr__(name):  # the corpus module is imported on first use
-    if name == "default_gpt2_corpus":
-        from .corpus import default_gpt2_corpus
+    if name in ("default_gpt2_corpus", "default_bert_corpus"):
+        from . import corpus
 
-        return default_gpt2_corpus
+        return getattr(corpus, name)
     raise AttributeError(f"module 'libai.data' has no attribute {name!r}")

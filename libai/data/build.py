@@ -275,6 +275,13 @@ def train_val_test_num_samples(train_iter, global_batch_size, eval_iter=0, test_
     return [int(train_iter) * int(global_batch_size), n_eval, n_eval]
 
 
+def _num_documents(indexed):
+    """Documents of an indexed dataset: its document index's entries (a sentence-level dataset
+    holds several sequences per document; a document-level one, one)."""
+    doc_idx = getattr(indexed, "doc_idx", None)
+    return len(doc_idx) - 1 if doc_idx is not None and len(doc_idx) > 0 else len(indexed.sizes)
+
+
 def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, test_batch_size,
                                     train_val_test_num_samples=None, train_sampler=None, test_sampler=None,
                                     num_workers=0, consumed_samples=0, seed=0, collate_fn=None,
@@ -320,7 +327,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
             if not hasattr(dst, "subset"):
                 raise TypeError(f"build_nlp_train_val_test_loader: dataset {type(dst).__name__} is neither a "
                                 f"LazyCall nor has subset(documents, num_samples, name)")
-            bounds = _split_bounds(len(dst.indexed_dataset.sizes), split, getattr(dst, "data_prefix", None))
+            bounds = _split_bounds(_num_documents(dst.indexed_dataset), split, getattr(dst, "data_prefix", None))
             base = getattr(dst, "name", "gpt-2") + (str(k) if len(datasets) > 1 else "")
             for s in range(3):
                 if bounds[s + 1] > bounds[s]:
@@ -336,7 +343,7 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
             if prefix is None:
                 raise ValueError("each dataset of build_nlp_train_val_test_loader needs data_prefix or indexed_dataset")
             indexed = MMapIndexedDataset(prefix)
-        n_docs = len(indexed.sizes)
+        n_docs = _num_documents(indexed)
         bounds = _split_bounds(n_docs, split, getattr(indexed, "path_prefix", None))
         base = dst.get("name", None) or "gpt-2"
         if len(datasets) > 1:

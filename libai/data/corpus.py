@@ -1,13 +1,20 @@
-"""The default GPT-2 corpus: Python's own documentation, no download.
+"""The default corpus: Python's own documentation, no download.
 
 Every Python installation ships `pydoc_data.topics.topics`, a dict of ~80 English help topics
 (~460 KB of text: the language reference sections behind `help("if")` etc.). One topic is one
-document. `default_gpt2_corpus()` trains a byte-level BPE tokenizer on it and tokenizes it into
-a Megatron mmap dataset (EOD appended to each document), once: the files are cached under
-`cache_dir` (default `$LIBAI_CACHE_DIR/default_corpus` or `~/.cache/libai/default_corpus`) in a
-directory named by a hash of the text and the settings. Building happens in a temporary
-directory renamed into place, under a file lock, so concurrent processes build it once and
-never see a partial result.
+document. Two builds of it serve the recipes:
+
+* `default_gpt2_corpus()`: a byte-level BPE tokenizer trained on it and the documents tokenized
+  into a Megatron mmap dataset (EOD appended to each document), for GPT-2;
+* `default_bert_corpus()`: a WordPiece vocabulary (lower-cased) trained on it and the documents
+  split into sentences (libai.data.sentences), one sequence per sentence grouped into documents
+  (the layout of `tools/preprocess_data.py --split-sentences`), for BERT. Code listings and
+  grammar blocks have no sentence ends: a "sentence" over 128 tokens is cut at word starts.
+
+Each is built once and cached under `cache_dir` (default `$LIBAI_CACHE_DIR/default_corpus` or
+`~/.cache/libai/default_corpus`) in a directory named by a hash of the text and the settings.
+Building happens in a temporary directory renamed into place, under a file lock, so concurrent
+processes build it once and never see a partial result.
 """
 import fcntl
 import hashlib
@@ -18,7 +25,8 @@ import sys
 import tempfile
 import time
 
-__all__ = ["default_corpus_documents", "default_gpt2_corpus", "default_cache_dir", "apply_default_corpus", "DATA_NAME"]
+__all__ = ["default_corpus_documents", "default_gpt2_corpus", "default_bert_corpus", "default_cache_dir",
+           "apply_default_corpus", "DATA_NAME"]
 
 DATA_NAME = "pydoc_topics"
 _FORMAT_VERSION = 1
@@ -36,7 +44,7 @@ def default_corpus_documents():
     return [topics[k] for k in sorted(topics)]
 
 
-def _paths(directory):
+def _gpt2_paths(directory):
     return {
         "directory": directory,
         "vocab_file": os.path.join(directory, "vocab.json"),
@@ -47,14 +55,33 @@ def _paths(directory):
     }
 
 
+def _bert_paths(directory):
+    return {
+        "directory": directory,
+        "vocab_file": os.path.join(directory, "vocab.txt"),
+        "tokenizer_file": os.path.join(directory, "tokenizer.json"),
+        "data_prefix": os.path.join(directory, f"{DATA_NAME}_text_sentence"),
+        "meta_file": os.path.join(directory, "meta.json"),
+    }
+
+
 def _complete(paths):
     from .indexed_dataset import MMapIndexedDataset
 
-    return (all(os.path.isfile(paths[k]) for k in ("vocab_file", "merges_file", "tokenizer_file", "meta_file"))
-            and MMapIndexedDataset.exists(paths["data_prefix"]))
+    files = [v for k, v in paths.items() if k not in ("directory", "data_prefix")]
+    return all(os.path.isfile(f) for f in files) and MMapIndexedDataset.exists(paths["data_prefix"])
 
 
-def _build(directory, docs, vocab_size, min_frequency, append_eod):
+def _write_meta(paths, docs, token_lists, tok, start, **settings):
+    meta = {"format_version": _FORMAT_VERSION, "source": "pydoc_data.topics.topics",
+            "python": sys.version.split()[0], "documents": len(docs), **settings,
+            "vocab_size": len(tok), "build_seconds": round(time.time() - start, 3)}
+    meta["tokens"] = int(sum(len(t) for doc in token_lists for t in doc))
+    with open(paths["meta_file"], "w") as f:
+        json.dump(meta, f, indent=2)
+
+
+def _build_gpt2(directory, docs, vocab_size, min_frequency, append_eod):
     from libai.tokenizer import GPT2Tokenizer, train_bpe_tokenizer
 
     from .preprocess import write_documents
@@ -66,35 +93,72 @@ def _build(directory, docs, vocab_size, min_frequency, append_eod):
     token_lists = []
     for ids in (e.ids for e in tok.backend_tokenizer.encode_batch(docs, add_special_tokens=False)):
         token_lists.append(ids + [tok.eod] if append_eod else ids)
-    prefix = _paths(directory)["data_prefix"]
-    write_documents(token_lists, prefix, vocab_size=len(tok))
-    meta = {"format_version": _FORMAT_VERSION, "source": "pydoc_data.topics.topics",
-            "python": sys.version.split()[0], "documents": len(docs),
-            "tokens": int(sum(len(t) for t in token_lists)), "requested_vocab_size": int(vocab_size),
-            "vocab_size": len(tok), "min_frequency": int(min_frequency), "append_eod": bool(append_eod),
-            "eod": tok.eod, "build_seconds": round(time.time() - start, 3)}
-    with open(_paths(directory)["meta_file"], "w") as f:
-        json.dump(meta, f, indent=2)
+    paths = _gpt2_paths(directory)
+    write_documents(token_lists, paths["data_prefix"], vocab_size=len(tok))
+    _write_meta(paths, docs, [[t] for t in token_lists], tok, start, requested_vocab_size=int(vocab_size),
+                min_frequency=int(min_frequency), append_eod=bool(append_eod), eod=tok.eod)
 
 
-def default_gpt2_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, append_eod=True, rebuild=False):
-    """Build (once) and return the default corpus files.
+def _build_bert(directory, docs, vocab_size, min_frequency, lowercase):
+    from libai.tokenizer import BertTokenizer, train_wordpiece_tokenizer
 
-    Returns a dict: vocab_file, merges_file, tokenizer_file (the BPE tokenizer trained on the
-    corpus, `<|endoftext|>` its special token), data_prefix (PREFIX of PREFIX.bin/.idx, one
-    sequence per topic), meta_file (JSON: documents, tokens, vocab size, ...) and directory.
-    `rebuild=True` discards a cached copy first."""
+    from .indexed_dataset import MMapIndexedDatasetBuilder, best_fitting_dtype, data_file_path, index_file_path
+    from .sentences import split_sentences
+
+    start = time.time()
+    files = train_wordpiece_tokenizer(docs, vocab_size, directory, min_frequency=min_frequency, lowercase=lowercase)
+    tok = BertTokenizer(vocab_file=files["vocab_file"], do_lower_case=lowercase)
+    paths = _bert_paths(directory)
+    builder = MMapIndexedDatasetBuilder(data_file_path(paths["data_prefix"]), dtype=best_fitting_dtype(len(tok)))
+    token_lists = []
+    continuation = [t.startswith("##") for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+    for doc in docs:
+        sentences = split_sentences(doc)
+        encoded = [e.ids for e in tok.backend_tokenizer.encode_batch(sentences, add_special_tokens=False)]
+        token_lists.append([piece for ids in encoded if ids for piece in _cut(ids, continuation)])
+        for ids in token_lists[-1]:
+            builder.add_item(ids)
+        builder.end_document()
+    builder.finalize(index_file_path(paths["data_prefix"]))
+    _write_meta(paths, docs, token_lists, tok, start, requested_vocab_size=int(vocab_size),
+                min_frequency=int(min_frequency), lowercase=bool(lowercase),
+                sentences=int(sum(len(d) for d in token_lists)))
+
+
+MAX_SENTENCE_TOKENS = 128
+
+
+def _cut(ids, continuation, limit=MAX_SENTENCE_TOKENS):
+    """`ids` in pieces of at most `limit` tokens, cut at word starts (not before a `##` piece).
+    The documentation's code listings and grammar blocks have no sentence ends; whole, they would
+    exceed BertDataset's 512-token sentence limit and drop their topics."""
+    pieces, start = [], 0
+    while len(ids) - start > limit:
+        cut = start + limit
+        while cut > start + 1 and continuation[ids[cut]]:
+            cut -= 1
+        pieces.append(ids[start:cut])
+        start = cut
+    pieces.append(ids[start:])
+    return pieces
+
+
+def _cached(kind, settings, paths_for, build, cache_dir, rebuild):
+    """The cache entry of `kind` for `settings` (a tuple), built by `build(tmp_dir, docs)` when
+    missing (see the module docstring)."""
     docs = default_corpus_documents()
     h = hashlib.sha1()
-    h.update(f"v{_FORMAT_VERSION}|{vocab_size}|{min_frequency}|{int(bool(append_eod))}|".encode())
+    tag = "" if kind == "gpt2" else f"{kind}|"  # (GPT-2's entries keep the names they had before BERT's)
+    h.update(f"v{_FORMAT_VERSION}|{tag}{'|'.join(map(str, settings))}|".encode())
     for d in docs:
         h.update(d.encode("utf-8"))
         h.update(b"\x00")
-    key = f"{DATA_NAME}-v{vocab_size}-{h.hexdigest()[:12]}"
+    name = DATA_NAME if kind == "gpt2" else f"{DATA_NAME}-{kind}"
+    key = f"{name}-v{settings[0]}-{h.hexdigest()[:12]}"
     cache_dir = os.path.abspath(os.path.expanduser(cache_dir or default_cache_dir()))
     os.makedirs(cache_dir, exist_ok=True)
     final = os.path.join(cache_dir, key)
-    paths = _paths(final)
+    paths = paths_for(final)
     if not rebuild and _complete(paths):
         return paths
     with open(os.path.join(cache_dir, key + ".lock"), "a+") as lock:
@@ -107,7 +171,7 @@ def default_gpt2_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, append
                     shutil.rmtree(final)
                 tmp = tempfile.mkdtemp(prefix=key + ".tmp-", dir=cache_dir)
                 try:
-                    _build(tmp, docs, vocab_size, min_frequency, append_eod)
+                    build(tmp, docs)
                     os.rename(tmp, final)  # atomic: the directory appears complete
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -116,6 +180,27 @@ def default_gpt2_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, append
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return paths
+
+
+def default_gpt2_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, append_eod=True, rebuild=False):
+    """Build (once) and return the GPT-2 build of the default corpus.
+
+    Returns a dict: vocab_file, merges_file, tokenizer_file (the BPE tokenizer trained on the
+    corpus, `<|endoftext|>` its special token), data_prefix (PREFIX of PREFIX.bin/.idx, one
+    sequence per topic), meta_file (JSON: documents, tokens, vocab size, ...) and directory.
+    `rebuild=True` discards a cached copy first."""
+    return _cached("gpt2", (vocab_size, min_frequency, int(bool(append_eod))), _gpt2_paths,
+                   lambda d, docs: _build_gpt2(d, docs, vocab_size, min_frequency, append_eod), cache_dir, rebuild)
+
+
+def default_bert_corpus(cache_dir=None, vocab_size=8192, min_frequency=2, lowercase=True, rebuild=False):
+    """Build (once) and return the BERT build of the default corpus.
+
+    Returns a dict: vocab_file (`vocab.txt`, `[PAD]` = 0, then `[UNK] [CLS] [SEP] [MASK]`),
+    tokenizer_file, data_prefix (PREFIX of the sentence-level PREFIX.bin/.idx: one sequence per
+    sentence, one document per topic), meta_file (documents, sentences, tokens, ...) and directory."""
+    return _cached("bert", (vocab_size, min_frequency, int(bool(lowercase))), _bert_paths,
+                   lambda d, docs: _build_bert(d, docs, vocab_size, min_frequency, lowercase), cache_dir, rebuild)
 
 
 def _node_get(node, key, default=None):
@@ -144,21 +229,31 @@ def _dataset_nodes(cfg):
     return [n for n in nodes if hasattr(n, "keys")]
 
 
-def apply_default_corpus(cfg):
-    """Fill the GPT-2 data paths a config leaves at None with the default corpus.
+def _is_bert_tokenizer(node):
+    target = _node_get(node, "_target_")
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return "Bert" in name.rsplit(".", 1)[-1]
 
-    `tokenization.tokenizer` with vocab_file, merges_file (and tokenizer_file) all None gets the
-    default corpus's vocab.json / merges.txt; a dataset of `dataloader.train` (or of a
-    `dataloader.test` entry) with `data_prefix` None and no `indexed_dataset` gets its data
-    prefix (an `indexed_dataset` node with data_prefix None gets it too). The corpus is built
-    once and cached (`default_gpt2_corpus(vocab_size=tokenization.default_corpus_vocab_size)`).
-    Returns the corpus paths when something was filled in, else None. Idempotent."""
+
+def apply_default_corpus(cfg):
+    """Fill the data paths a config leaves at None with the default corpus.
+
+    The tokenizer says which build: a BertTokenizer with vocab_file (and tokenizer_file) None gets
+    the BERT build's vocab.txt (`default_bert_corpus`, lower-cased as the tokenizer's
+    do_lower_case); a GPT2Tokenizer with vocab_file, merges_file (and tokenizer_file) None gets
+    the GPT-2 build's vocab.json / merges.txt (`default_gpt2_corpus`). A dataset of
+    `dataloader.train` (or of a `dataloader.test` entry) with `data_prefix` None and no
+    `indexed_dataset` gets the build's data prefix (an `indexed_dataset` node with data_prefix
+    None gets it too). Each build is made once and cached, with
+    `tokenization.default_corpus_vocab_size` tokens. Returns the corpus paths when something
+    was filled in, else None. Idempotent."""
     from libai.config import try_get_key
 
     tok = try_get_key(cfg, "tokenization.tokenizer", default=None)
-    fill_tok = (tok is not None and hasattr(tok, "keys") and "vocab_file" in tok
-                and _node_get(tok, "vocab_file") is None and _node_get(tok, "merges_file") is None
-                and _node_get(tok, "tokenizer_file") is None)
+    is_tok = tok is not None and hasattr(tok, "keys") and "vocab_file" in tok
+    bert = is_tok and _is_bert_tokenizer(tok)
+    path_keys = ("vocab_file", "tokenizer_file") if bert else ("vocab_file", "merges_file", "tokenizer_file")
+    fill_tok = is_tok and all(_node_get(tok, k) is None for k in path_keys)
     datasets = []
     for ds in _dataset_nodes(cfg):
         idx = _node_get(ds, "indexed_dataset")
@@ -171,11 +266,16 @@ def apply_default_corpus(cfg):
                 datasets.append((ds, "data_prefix"))
     if not fill_tok and not datasets:
         return None
-    vocab = try_get_key(cfg, "tokenization.default_corpus_vocab_size", default=None) or 8192
-    paths = default_gpt2_corpus(vocab_size=int(vocab))
+    vocab = int(try_get_key(cfg, "tokenization.default_corpus_vocab_size", default=None) or 8192)
+    if bert:
+        lowercase = _node_get(tok, "do_lower_case", True)
+        paths = default_bert_corpus(vocab_size=vocab, lowercase=True if lowercase is None else bool(lowercase))
+    else:
+        paths = default_gpt2_corpus(vocab_size=vocab)
     if fill_tok:
         tok.vocab_file = paths["vocab_file"]
-        tok.merges_file = paths["merges_file"]
+        if not bert:
+            tok.merges_file = paths["merges_file"]
     for node, key in datasets:
         node[key] = paths["data_prefix"]
     if datasets and not fill_tok and tok is not None:

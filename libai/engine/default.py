@@ -374,6 +374,9 @@ class DefaultTrainer(TrainerBase):
         tp = cfg.train.dist.tensor_parallel_size
         padded = tokenizer.padded_vocab_size(divisible, tp)
         tokenizer.padded_vocab = padded
+        from libai.tokenizer import set_tokenizer
+
+        set_tokenizer(tokenizer)  # for datasets configured without one (libai.tokenizer.get_tokenizer)
         if try_get_key(cfg, "model.cfg.vocab_size", default=None) is not None:
             if cfg.model.cfg.vocab_size != padded:
                 logging.getLogger(__name__).info(

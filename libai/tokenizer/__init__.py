@@ -6,7 +6,22 @@ from .tokenization_bert import BertTokenizer
 from .tokenization_gpt2 import GPT2Tokenizer
 
 __all__ = ["GPT2Tokenizer", "BertTokenizer", "vocab_size_with_padding", "train_bpe_tokenizer",
-           "train_wordpiece_tokenizer", "iter_texts", "build_tokenizer"]
+           "train_wordpiece_tokenizer", "iter_texts", "build_tokenizer", "get_tokenizer", "set_tokenizer"]
+
+_TOKENIZER = None
+
+
+def get_tokenizer():
+    """The run's tokenizer (LiBai's global): the one the trainer built from cfg.tokenization, or
+    None before that. Datasets configured without a tokenizer (BertDataset) use it, so the data and
+    the model's vocabulary come from one object."""
+    return _TOKENIZER
+
+
+def set_tokenizer(tokenizer):
+    global _TOKENIZER
+    _TOKENIZER = tokenizer
+    return tokenizer
 
 
 def build_tokenizer(cfg):

@@ -309,7 +309,8 @@ class TensorboardXWriter(EventWriter):
 
 
 class CommonMetricPrinter(EventWriter):
-    """Prints one line per log period: ETA, iteration/max, losses, time, data time, lr,
+    """Prints one line per log period: ETA, iteration/max, losses (and training accuracies such as
+    BERT's sop_acc: entries ending in "_acc"), time, data time, lr,
     throughput. `batch_size` is the number of samples one iteration consumes over all ranks."""
 
     def __init__(self, batch_size, max_iter, window_size=20):
@@ -357,7 +358,7 @@ class CommonMetricPrinter(EventWriter):
         eta_string = self._get_eta(storage)
         losses = "  ".join(
             "{}: {:.4g}".format(k, v.median(self._window_size))
-            for k, v in storage.histories().items() if "loss" in k)
+            for k, v in storage.histories().items() if "loss" in k or k.endswith("_acc"))  # + training accuracies
         throughput = ""
         if cur_iter_time:
             throughput = "  throughput: {:.2f} samples/s".format(self._batch_size / cur_iter_time)

@@ -25,13 +25,14 @@ def env():
     return mpi_env(PYTHONHASHSEED="0")
 
 
-def train_net(*args, nprocs=1, timeout=240):
-    """tools/train_net.py --config-file configs/gpt2_pretrain.py ARGS (through the launcher when nprocs > 1)."""
+def train_net(*args, nprocs=1, timeout=240, config=CONFIG):
+    """tools/train_net.py --config-file CONFIG ARGS (through the launcher when nprocs > 1); CONFIG
+    defaults to configs/gpt2_pretrain.py."""
     if nprocs == 1:
-        cmd = [sys.executable, TRAIN_NET, "--config-file", CONFIG, *args]
+        cmd = [sys.executable, TRAIN_NET, "--config-file", config, *args]
     else:
         cmd = [sys.executable, "-m", "engine.distributed.launch", "--nproc-per-node", str(nprocs), TRAIN_NET,
-               "--config-file", CONFIG, *args]
+               "--config-file", config, *args]
     return run_command(cmd, timeout=timeout, env=env())
 
 

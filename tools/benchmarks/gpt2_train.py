@@ -261,7 +261,7 @@ class OpTimer:
     made of other ops, so backward kernels show up under their own names), summed per op."""
 
     def __init__(self):
-        from engine.autograd.function import Op
+        from engine.ops.op import Op
 
         self.totals, self.counts, self._saved = {}, {}, []
         seen, todo = set(), [Op]
@@ -303,10 +303,43 @@ class OpTimer:
         self.counts.clear()
 
 
-def profile(args):
+def profile_step(step, steps, warmup=2, top=25):
+    """Time the engine step `step()`: the median step, the share of op kernels (OpTimer) and a
+    cProfile of the rest (also used by bert_train.py)."""
     import cProfile
     import pstats
 
+    for _ in range(max(1, warmup)):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    t_step = statistics.median(times)
+    timer = OpTimer()
+    n = max(1, steps // 2)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    t_timed = (time.perf_counter() - t0) / n
+    timer.restore()
+    kernel = sum(timer.totals.values()) / n
+    print(f"engine step {t_step * 1e3:.1f} ms (median of {steps}); with the op timer {t_timed * 1e3:.1f} ms, "
+          f"of which op kernels {kernel * 1e3:.1f} ms, {sum(timer.counts.values()) // n} op calls; the rest "
+          f"(dispatch, autograd, optimizer, Python) {(t_timed - kernel) * 1e3:.1f} ms")
+    print(f"{'op':28s} {'ms/step':>8s} {'calls':>6s}")
+    for name, tot in sorted(timer.totals.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{name:28s} {tot / n * 1e3:8.1f} {timer.counts[name] // n:6d}")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        step()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
+def profile(args):
     import engine as flow
     from libai.models import GPTForPreTraining
 
@@ -314,35 +347,7 @@ def profile(args):
     model = GPTForPreTraining(hidden_layers=LAYERS, vocab_size=VOCAB, hidden_size=HIDDEN,
                               num_attention_heads=HEADS, max_seq_length=SEQ)
     ids, labels = make_batch()
-    step = engine_step_fn(model, ids, labels)
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    t_step = statistics.median(times)
-    timer = OpTimer()
-    n = max(1, args.steps // 2)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    t_timed = (time.perf_counter() - t0) / n
-    timer.restore()
-    kernel = sum(timer.totals.values()) / n
-    print(f"engine step {t_step * 1e3:.1f} ms (median of {args.steps}); with the op timer {t_timed * 1e3:.1f} ms, "
-          f"of which op kernels {kernel * 1e3:.1f} ms, {sum(timer.counts.values()) // n} op calls; the rest "
-          f"(dispatch, autograd, optimizer, Python) {(t_timed - kernel) * 1e3:.1f} ms")
-    print(f"{'op':28s} {'ms/step':>8s} {'calls':>6s}")
-    for name, tot in sorted(timer.totals.items(), key=lambda kv: -kv[1])[:args.top]:
-        print(f"{name:28s} {tot / n * 1e3:8.1f} {timer.counts[name] // n:6d}")
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(n):
-        step()
-    prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+    profile_step(engine_step_fn(model, ids, labels), args.steps, 2, args.top)
 
 
 def main():

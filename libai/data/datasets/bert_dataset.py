@@ -172,6 +172,25 @@ def build_training_sample(sentences, target_length, max_seq_length, tokenizer_id
     }
 
 
+def _resolve_tokenizer(tokenizer):
+    if tokenizer is None:
+        from libai.tokenizer import get_tokenizer
+
+        tokenizer = get_tokenizer()
+        if tokenizer is None:
+            raise ValueError("BertDataset needs the tokenizer of its data (a BertTokenizer): give tokenizer=, or "
+                             "run it through the trainer, which builds cfg.tokenization.tokenizer first")
+    else:
+        from libai.config.instantiate import instantiate, is_lazy_node
+
+        if is_lazy_node(tokenizer):
+            tokenizer = instantiate(tokenizer)
+    if tokenizer.mask_token_id is None or tokenizer.cls_token_id is None:
+        raise ValueError(f"BertDataset needs a tokenizer with [CLS], [SEP] and [MASK] tokens, got "
+                         f"{type(tokenizer).__name__}")
+    return tokenizer
+
+
 class BertDataset:
     """BERT masked-LM (+ binary head) samples from the documents `documents` of a
     sentence-level mmap dataset (see the module docstring).
@@ -180,11 +199,14 @@ class BertDataset:
         name: the split's name ("train", "valid", ...), used in messages.
         data_prefix: PREFIX_text_sentence (its .bin/.idx), or give `indexed_dataset`.
         tokenizer: a BertTokenizer (or LazyCall of one): its [CLS] [SEP] [PAD] [MASK] ids, the
-            vocabulary for random replacements and the `##` pieces for whole-word masking.
+            vocabulary for random replacements and the `##` pieces for whole-word masking. None:
+            the run's tokenizer (libai.tokenizer.get_tokenizer(), built by the trainer from
+            cfg.tokenization).
         documents: indices of the documents of this split; default all.
-        max_num_samples: samples wanted (epochs are added until there are that many); None: one epoch.
+        max_num_samples (or num_samples): samples wanted (epochs are added until there are that many);
+            None: one epoch.
         max_seq_length: tokens per sample, special tokens included (padded to it).
-        masked_lm_prob, short_seq_prob: Megatron's 0.15 and 0.1.
+        masked_lm_prob (or LiBai's mask_lm_prob), short_seq_prob: Megatron's 0.15 and 0.1.
         binary_head: segment pairs with a sentence-level label (else one segment, label 0).
         binary_head_task: "sop" (sentence order, Megatron/LiBai) or "nsp" (next sentence, BERT).
         whole_word_masking: mask whole words rather than single pieces.
@@ -193,18 +215,32 @@ class BertDataset:
 
     def __init__(self, name="bert", data_prefix=None, indexed_dataset=None, tokenizer=None, documents=None,
                  max_num_samples=None, max_seq_length=512, masked_lm_prob=0.15, short_seq_prob=0.1,
-                 binary_head=True, binary_head_task="sop", whole_word_masking=False, seed=1234):
+                 binary_head=True, binary_head_task="sop", whole_word_masking=False, seed=1234, num_samples=None,
+                 mask_lm_prob=None):
+        if mask_lm_prob is not None:  # LiBai's name
+            masked_lm_prob = mask_lm_prob
+        if num_samples is not None:  # the name build_nlp_train_val_test_loader passes
+            max_num_samples = num_samples
         if binary_head_task not in BINARY_HEAD_TASKS:
             raise ValueError(f"BertDataset: binary_head_task must be one of {BINARY_HEAD_TASKS}, "
                              f"got {binary_head_task!r}")
         if not 0 < masked_lm_prob < 1:
             raise ValueError(f"BertDataset: masked_lm_prob must be in (0, 1), got {masked_lm_prob}")
-        if tokenizer is None:
-            raise ValueError("BertDataset needs the tokenizer of its data (a BertTokenizer)")
+        tokenizer = _resolve_tokenizer(tokenizer)
         if indexed_dataset is None:
             if data_prefix is None:
                 raise ValueError("BertDataset needs data_prefix or indexed_dataset")
             indexed_dataset = MMapIndexedDataset(data_prefix)
+        elif not isinstance(indexed_dataset, MMapIndexedDataset):
+            from libai.config.instantiate import instantiate, is_lazy_node
+
+            if is_lazy_node(indexed_dataset):
+                indexed_dataset = instantiate(indexed_dataset)
+        if data_prefix is None:
+            data_prefix = getattr(indexed_dataset, "path_prefix", None)
+        self._settings = dict(max_seq_length=max_seq_length, masked_lm_prob=masked_lm_prob,
+                              short_seq_prob=short_seq_prob, binary_head=binary_head,
+                              binary_head_task=binary_head_task, whole_word_masking=whole_word_masking, seed=seed)
         self.name, self.data_prefix, self.indexed_dataset = name, data_prefix, indexed_dataset
         self.tokenizer = tokenizer
         doc_idx = np.asarray(indexed_dataset.doc_idx, dtype=np.int64)
@@ -226,6 +262,13 @@ class BertDataset:
         self._ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id,
                      "mask": tokenizer.mask_token_id, "special": special, "continuation": continuation,
                      "vocab": np.asarray(sorted(i for i in vocab.values() if i not in special), dtype=np.int64)}
+
+    def subset(self, documents, num_samples=None, name=None):
+        """A BertDataset over `documents` of the same data, tokenizer and settings (for
+        build_nlp_train_val_test_loader's splits)."""
+        return type(self)(name=name or self.name, data_prefix=self.data_prefix, indexed_dataset=self.indexed_dataset,
+                          tokenizer=self.tokenizer, documents=documents, max_num_samples=num_samples,
+                          **self._settings)
 
     def __len__(self):
         return self.samples_mapping.shape[0]

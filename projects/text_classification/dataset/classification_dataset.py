@@ -98,9 +98,21 @@ def _encode(tokenizer, examples, max_len):
     return ids, mask, types
 
 
-def _build(spec, data_dir, split, tokenizer, max_seq_length):
-    if is_lazy_node(tokenizer):
+def _resolve_tokenizer(tokenizer):
+    if tokenizer is None:  # the run's tokenizer, built by the trainer from cfg.tokenization
+        from libai.tokenizer import get_tokenizer
+
+        tokenizer = get_tokenizer()
+        if tokenizer is None:
+            raise ValueError("no tokenizer: give tokenizer=, or run through the trainer, which builds "
+                             "cfg.tokenization.tokenizer first")
+    elif is_lazy_node(tokenizer):
         tokenizer = instantiate(tokenizer)
+    return tokenizer
+
+
+def _build(spec, data_dir, split, tokenizer, max_seq_length):
+    tokenizer = _resolve_tokenizer(tokenizer)
     examples = spec.read_split(data_dir, split)
     labelled = any(e.label is not None for e in examples)
     label_list = spec.labels if labelled and not spec.regression else None
@@ -108,13 +120,14 @@ def _build(spec, data_dir, split, tokenizer, max_seq_length):
                                  regression=spec.regression and labelled)
 
 
-def build_glue_dataset(task, data_dir, split, tokenizer, max_seq_length=128):
+def build_glue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128):
     """The ClassificationDataset of a GLUE task's split ("train", "dev", MNLI's "dev_matched" /
-    "dev_mismatched", "test"...) read from `data_dir`/<split>.tsv. `tokenizer` is a tokenizer or
-    its LazyCall config. Test files (no label column) give an unlabelled dataset."""
+    "dev_mismatched", "test"...) read from `data_dir`/<split>.tsv. `tokenizer` is a tokenizer, its
+    LazyCall config, or None: the run's (libai.tokenizer.get_tokenizer()). Test files (no label
+    column) give an unlabelled dataset."""
     return _build(get_glue_task(task), data_dir, split, tokenizer, max_seq_length)
 
 
-def build_clue_dataset(task, data_dir, split, tokenizer, max_seq_length=128):
+def build_clue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128):
     """As build_glue_dataset, for a CLUE task's `data_dir`/<split>.json."""
     return _build(get_clue_task(task), data_dir, split, tokenizer, max_seq_length)

@@ -1,0 +1,48 @@
+"""The training benchmarks in tools/benchmarks run end to end at a tiny size (subprocesses, one
+thread each): they print both libraries' agreeing first-step losses, the timings and the ratio."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "tools", "benchmarks")
+TINY = ["--layers", "1", "--hidden", "64", "--heads", "2", "--seq", "16", "--batch", "2", "--steps", "2",
+        "--warmup", "1"]
+
+
+def run_bench(name, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT, ENGINE_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, name), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_bert_train_tiny():
+    out = run_bench("bert_train.py", *TINY)
+    print(out)
+    assert "vocab 8192" in out
+    m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
+    assert m, out
+    loss_t, loss_f = float(m.group(1)), float(m.group(2))
+    assert abs(loss_t - loss_f) <= 1e-4 * abs(loss_t)
+    assert re.search(r"torch \(HF BertForPreTraining\)\s+:\s+[\d.]+ ms/step\s+\d+ tokens/s", out), out
+    assert re.search(r"engine \(BertForPreTraining\)\s+:\s+[\d.]+ ms/step\s+\d+ tokens/s", out), out
+    assert re.search(r"ratio engine/torch = \d+\.\d\d", out), out
+    assert re.search(r"peak memory engine: VmHWM\s+\d+ MiB", out), out
+
+
+def test_bert_train_disagreeing_losses_fail_loudly():
+    sys.path.insert(0, BENCH)
+    try:
+        import bert_train
+    finally:
+        sys.path.remove(BENCH)
+    assert bert_train.check_losses(2.0, 2.0001) < 1e-4
+    for bad in (2.01, float("nan")):
+        with pytest.raises(SystemExit, match="losses disagree"):
+            bert_train.check_losses(2.0, bad)
