@@ -1,0 +1,3 @@
+from .model import build_classifier
+
+__all__ = ["build_classifier"]
