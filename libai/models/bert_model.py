@@ -26,6 +26,8 @@ The attention mask is [batch, seq] with 1 for tokens and 0 for padding (HuggingF
 BertDataset): `lm_labels` is the original token at masked positions and `loss_mask` 1 there;
 without `loss_mask` the positions with a negative label (-1, or HuggingFace's -100) are ignored.
 """
+import numpy as np
+
 import engine as flow
 import engine.nn as nn
 import engine.nn.functional as F
@@ -40,7 +42,7 @@ from libai.utils import distributed as dist
 from .utils.model_config import kwargs_from_config
 
 __all__ = ["BertModel", "BertForPreTraining", "BertForSequenceClassification", "BertEmbeddings", "BertLoss",
-           "BertPooler", "BertPreTrainingHeads"]
+           "BertPooler", "BertPreTrainingHeads", "masked_positions"]
 
 B = flow.sbp.broadcast
 _REQUIRED_KEYS = ("vocab_size", "hidden_size", "hidden_layers", "num_attention_heads")
@@ -185,11 +187,40 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = (Linear(hidden_size, 2, parallel="data", init_method=init_method, layer_idx=-1)
                                  if add_binary_head else None)
 
-    def forward(self, sequence_output, pooled_output, word_embeddings):
+    def forward(self, sequence_output, pooled_output, word_embeddings, positions=None):
+        """`positions` (int64 [b, k]): score only these positions of each row (the masked ones)."""
+        if positions is not None:
+            b, k, hidden = positions.shape[0], positions.shape[1], sequence_output.shape[-1]
+            index = to_placement(positions, sequence_output.placement) if sequence_output._global is not None \
+                else positions
+            sequence_output = flow.gather(sequence_output, 1, index.view(b, k, 1).expand(b, k, hidden))  # [b, k, h]
         h = self.layernorm(F.gelu(self.dense(sequence_output)))
         prediction_scores = self.lm_logits(h, word_embeddings)
         binary = self.seq_relationship(pooled_output) if self.seq_relationship is not None else None
         return prediction_scores, binary
+
+
+def _as_numpy(x):
+    if isinstance(x, flow.Tensor):
+        return x.detach().numpy()  # a global tensor: its logical value (gathered), the same on every rank
+    return np.asarray(x)
+
+
+def masked_positions(lm_labels, loss_mask=None):
+    """(positions int64 [b, k], valid int64 [b, k]): the masked positions of each row, padded to
+    the largest count k of the (whole) batch with position 0 and valid 0. Scoring only these,
+    as the original BERT does (`gather_indexes`), gives the same loss and gradients as scoring
+    every position and saves most of the vocabulary projection."""
+    keep = _as_numpy(loss_mask) != 0 if loss_mask is not None else _as_numpy(lm_labels) >= 0
+    keep = keep.reshape(keep.shape[0], -1)
+    k = max(int(keep.sum(axis=1).max(initial=0)), 1)
+    positions = np.zeros((keep.shape[0], k), dtype=np.int64)
+    valid = np.zeros((keep.shape[0], k), dtype=np.int64)
+    for row, mask in enumerate(keep):
+        where = np.flatnonzero(mask)
+        positions[row, :len(where)] = where
+        valid[row, :len(where)] = 1
+    return positions, valid
 
 
 def _masked_mean(values, mask):
@@ -243,7 +274,8 @@ class BertForPreTraining(nn.Module):
     BertModel's keys, `add_binary_head` among them) or `BertForPreTraining(**bert_kwargs)`.
 
     Training returns {"total_loss", "lm_loss", "sop_loss", "sop_acc"} (the binary-head entries
-    with add_binary_head); eval returns {"prediction_scores" [b, s, vocab],
+    with add_binary_head), the MLM head run on the masked positions only (`masked_positions`);
+    eval returns {"prediction_scores" [b, s, vocab],
     "seq_relationship_score" [b, 2]} plus the losses when labels are given."""
 
     hf_head = "pretraining"  # the HuggingFace head its weights come with (libai.models.utils.hf_bert)
@@ -271,12 +303,18 @@ class BertForPreTraining(nn.Module):
     def forward(self, input_ids, attention_mask=None, tokentype_ids=None, ns_labels=None, lm_labels=None,
                 loss_mask=None):
         sequence_output, pooled = self.bert(input_ids, attention_mask, tokentype_ids)
+        if self.training and lm_labels is not None:
+            # score the masked positions only (the loss reads nothing else); eval scores every position
+            positions, valid = masked_positions(lm_labels, loss_mask)
+            prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight,
+                                                      flow.tensor(positions))
+            targets = np.take_along_axis(_as_numpy(lm_labels).reshape(valid.shape[0], -1), positions, axis=1)
+            return self.loss_func(prediction_scores, flow.tensor(np.where(valid == 1, targets, -1)),
+                                  flow.tensor(valid), binary, ns_labels)
         prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight)
         outputs = {}
         if lm_labels is not None:
             outputs = self.loss_func(prediction_scores, lm_labels, loss_mask, binary, ns_labels)
-            if self.training:
-                return outputs
         outputs["prediction_scores"] = prediction_scores
         if binary is not None:
             outputs["seq_relationship_score"] = binary
