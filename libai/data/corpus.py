@@ -270,8 +270,9 @@ def apply_default_corpus(cfg):
     if bert:
         lowercase = _node_get(tok, "do_lower_case", True)
         paths = default_bert_corpus(vocab_size=vocab, lowercase=True if lowercase is None else bool(lowercase))
-    else:
-        paths = default_gpt2_corpus(vocab_size=vocab)
+    else:  # tokenization.append_eod: whether the default corpus's documents end with <|endoftext|>
+        append_eod = try_get_key(cfg, "tokenization.append_eod", default=True)
+        paths = default_gpt2_corpus(vocab_size=vocab, append_eod=True if append_eod is None else bool(append_eod))
     if fill_tok:
         tok.vocab_file = paths["vocab_file"]
         if not bert:

@@ -28,7 +28,7 @@ import struct
 import numpy as np
 
 __all__ = ["MMapIndexedDataset", "MMapIndexedDatasetBuilder", "best_fitting_dtype", "index_file_path",
-           "data_file_path", "make_builder", "make_dataset", "get_indexed_dataset"]
+           "data_file_path", "make_builder", "make_dataset", "get_indexed_dataset", "open_indexed_dataset"]
 
 _HDR_MAGIC = b"MMIDIDX\x00\x00"
 _VERSION = 1
@@ -297,6 +297,24 @@ class MMapIndexedDatasetBuilder:
     def finalize(self, index_file):
         self._file.close()
         _Index.write(str(index_file), self._dtype, self._sizes, self._doc_idx)
+
+
+def open_indexed_dataset(indexed_dataset=None, data_prefix=None, owner="dataset", skip_warmup=True):
+    """(indexed dataset, data prefix) of a dataset's arguments: `indexed_dataset` as given (built
+    when it is a LazyCall) or opened from `data_prefix`; the prefix is the dataset's own when only
+    the dataset is given. `owner` names the caller in the error when neither is given."""
+    if indexed_dataset is None:
+        if data_prefix is None:
+            raise ValueError(f"{owner} needs data_prefix or indexed_dataset")
+        indexed_dataset = MMapIndexedDataset(data_prefix, skip_warmup=skip_warmup)
+    elif not isinstance(indexed_dataset, MMapIndexedDataset):
+        from libai.config.instantiate import instantiate, is_lazy_node
+
+        if is_lazy_node(indexed_dataset):
+            indexed_dataset = instantiate(indexed_dataset)
+    if data_prefix is None:
+        data_prefix = getattr(indexed_dataset, "path_prefix", None)
+    return indexed_dataset, data_prefix
 
 
 def make_builder(out_file, impl="mmap", vocab_size=None):

@@ -40,6 +40,7 @@ from libai.layers.utils import settle, to_placement
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
+from .utils.weights import as_numpy
 
 __all__ = ["BertModel", "BertForPreTraining", "BertForSequenceClassification", "BertEmbeddings", "BertLoss",
            "BertPooler", "BertPreTrainingHeads", "masked_positions"]
@@ -200,18 +201,12 @@ class BertPreTrainingHeads(nn.Module):
         return prediction_scores, binary
 
 
-def _as_numpy(x):
-    if isinstance(x, flow.Tensor):
-        return x.detach().numpy()  # a global tensor: its logical value (gathered), the same on every rank
-    return np.asarray(x)
-
-
 def masked_positions(lm_labels, loss_mask=None):
     """(positions int64 [b, k], valid int64 [b, k]): the masked positions of each row, padded to
     the largest count k of the (whole) batch with position 0 and valid 0. Scoring only these,
     as the original BERT does (`gather_indexes`), gives the same loss and gradients as scoring
     every position and saves most of the vocabulary projection."""
-    keep = _as_numpy(loss_mask) != 0 if loss_mask is not None else _as_numpy(lm_labels) >= 0
+    keep = as_numpy(loss_mask) != 0 if loss_mask is not None else as_numpy(lm_labels) >= 0
     keep = keep.reshape(keep.shape[0], -1)
     k = max(int(keep.sum(axis=1).max(initial=0)), 1)
     positions = np.zeros((keep.shape[0], k), dtype=np.int64)
@@ -259,7 +254,7 @@ class BertLoss(nn.Module):
         return losses
 
 
-def _build(cls_name, cfg, kwargs):
+def _bert_kwargs(cls_name, cfg, kwargs):
     if cfg is not None:
         args = BertModel.from_config(cfg)
         args.update(kwargs)
@@ -282,7 +277,7 @@ class BertForPreTraining(nn.Module):
 
     def __init__(self, cfg=None, **kwargs):
         super().__init__()
-        args = _build(type(self).__name__, cfg, kwargs)
+        args = _bert_kwargs(type(self).__name__, cfg, kwargs)
         add_binary_head = bool(args.get("add_binary_head", True))
         if add_binary_head and args.get("add_pooling_layer") is False:
             raise ValueError("BertForPreTraining: add_binary_head=True needs add_pooling_layer=True "
@@ -308,7 +303,7 @@ class BertForPreTraining(nn.Module):
             positions, valid = masked_positions(lm_labels, loss_mask)
             prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight,
                                                       flow.tensor(positions))
-            targets = np.take_along_axis(_as_numpy(lm_labels).reshape(valid.shape[0], -1), positions, axis=1)
+            targets = np.take_along_axis(as_numpy(lm_labels).reshape(valid.shape[0], -1), positions, axis=1)
             return self.loss_func(prediction_scores, flow.tensor(np.where(valid == 1, targets, -1)),
                                   flow.tensor(valid), binary, ns_labels)
         prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight)
@@ -331,7 +326,7 @@ class BertForSequenceClassification(nn.Module):
 
     def __init__(self, cfg=None, num_labels=2, classifier_dropout=None, **kwargs):
         super().__init__()
-        args = _build(type(self).__name__, cfg, kwargs)
+        args = _bert_kwargs(type(self).__name__, cfg, kwargs)
         args.pop("add_binary_head", None)  # a pretraining key; the classifier has no binary head
         if args.get("add_pooling_layer") is False:
             raise ValueError("BertForSequenceClassification needs add_pooling_layer=True (it classifies the pooled "

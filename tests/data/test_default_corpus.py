@@ -64,3 +64,19 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LIBAI_CACHE_DIR", str(tmp_path / "root"))
     p = default_gpt2_corpus(vocab_size=600)
     assert p["directory"].startswith(str(tmp_path / "root" / "default_corpus"))
+
+
+def test_tokenization_append_eod_reaches_the_default_corpus(tmp_path, monkeypatch):
+    from libai.config import LazyConfig
+    from libai.data.corpus import apply_default_corpus
+
+    monkeypatch.setenv("LIBAI_CACHE_DIR", str(tmp_path))
+    ends = {}
+    for append_eod in (True, False):
+        cfg = LazyConfig.load(os.path.join(os.path.dirname(__file__), "..", "..", "configs", "gpt2_pretrain.py"))
+        cfg.tokenization.default_corpus_vocab_size = 600
+        cfg.tokenization.append_eod = append_eod
+        paths = apply_default_corpus(cfg)
+        tok = GPT2Tokenizer(paths["vocab_file"], paths["merges_file"])
+        ends[append_eod] = int(MMapIndexedDataset(paths["data_prefix"])[0][-1]) == tok.eod
+    assert ends == {True: True, False: False}

@@ -27,7 +27,6 @@ tokenization.tokenizer = LazyCall(BertTokenizer)(
     vocab_file=None,  # None: the default corpus's vocab.txt
     do_lower_case=True,
 )
-tokenization.append_eod = False
 tokenization.make_vocab_size_divisible_by = 128
 # vocabulary size asked of the WordPiece trained on the default corpus (used only when paths are None)
 tokenization.default_corpus_vocab_size = 8192

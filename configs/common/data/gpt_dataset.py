@@ -26,7 +26,7 @@ tokenization.tokenizer = LazyCall(GPT2Tokenizer)(
     vocab_file=None,   # None: the default corpus's vocab.json
     merges_file=None,  # None: the default corpus's merges.txt
 )
-tokenization.append_eod = True
+tokenization.append_eod = True  # the default corpus's documents end with <|endoftext|>
 tokenization.make_vocab_size_divisible_by = 128
 # vocabulary size asked of the BPE trained on the default corpus (used only when paths are None)
 tokenization.default_corpus_vocab_size = 8192

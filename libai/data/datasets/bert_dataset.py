@@ -30,7 +30,7 @@ import numpy as np
 
 import engine as flow
 
-from ..indexed_dataset import MMapIndexedDataset
+from ..indexed_dataset import open_indexed_dataset
 from ..structures import DistTensorData, Instance
 
 __all__ = ["BertDataset", "build_samples_mapping", "build_training_sample", "create_masked_lm_predictions",
@@ -227,17 +227,7 @@ class BertDataset:
         if not 0 < masked_lm_prob < 1:
             raise ValueError(f"BertDataset: masked_lm_prob must be in (0, 1), got {masked_lm_prob}")
         tokenizer = _resolve_tokenizer(tokenizer)
-        if indexed_dataset is None:
-            if data_prefix is None:
-                raise ValueError("BertDataset needs data_prefix or indexed_dataset")
-            indexed_dataset = MMapIndexedDataset(data_prefix)
-        elif not isinstance(indexed_dataset, MMapIndexedDataset):
-            from libai.config.instantiate import instantiate, is_lazy_node
-
-            if is_lazy_node(indexed_dataset):
-                indexed_dataset = instantiate(indexed_dataset)
-        if data_prefix is None:
-            data_prefix = getattr(indexed_dataset, "path_prefix", None)
+        indexed_dataset, data_prefix = open_indexed_dataset(indexed_dataset, data_prefix, "BertDataset")
         self._settings = dict(max_seq_length=max_seq_length, masked_lm_prob=masked_lm_prob,
                               short_seq_prob=short_seq_prob, binary_head=binary_head,
                               binary_head_task=binary_head_task, whole_word_masking=whole_word_masking, seed=seed)

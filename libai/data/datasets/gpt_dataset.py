@@ -21,7 +21,7 @@ import numpy as np
 
 import engine as flow
 
-from ..indexed_dataset import MMapIndexedDataset
+from ..indexed_dataset import open_indexed_dataset
 from ..structures import DistTensorData, Instance
 
 logger = logging.getLogger(__name__)
@@ -57,17 +57,7 @@ class GPT2Dataset:
             seq_length = max_seq_length if max_seq_length is not None else 1024
         if num_samples is None:
             num_samples = max_num_samples
-        if indexed_dataset is None:
-            if data_prefix is None:
-                raise ValueError("GPT2Dataset needs data_prefix or indexed_dataset")
-            indexed_dataset = MMapIndexedDataset(data_prefix, skip_warmup=skip_warmup)
-        elif not isinstance(indexed_dataset, MMapIndexedDataset):
-            from libai.config.instantiate import instantiate, is_lazy_node
-
-            if is_lazy_node(indexed_dataset):
-                indexed_dataset = instantiate(indexed_dataset)
-        if data_prefix is None:
-            data_prefix = getattr(indexed_dataset, "path_prefix", None)
+        indexed_dataset, data_prefix = open_indexed_dataset(indexed_dataset, data_prefix, "GPT2Dataset", skip_warmup)
         self.name = str(name)
         self.indexed_dataset = indexed_dataset
         self.data_prefix = data_prefix

@@ -11,10 +11,12 @@ import numpy as np
 import engine as flow
 from engine.autograd.grad_mode import no_grad
 
-__all__ = ["load_logical_state_dict", "logical_state_dict"]
+__all__ = ["load_logical_state_dict", "logical_state_dict", "as_numpy"]
 
 
-def _as_numpy(v):
+def as_numpy(v):
+    """A tensor's (logical, for a global tensor: gathered, the same on every rank) value or an
+    array-like as numpy."""
     if isinstance(v, flow.Tensor):
         v = v.detach().numpy()
     return np.asarray(v)
@@ -43,7 +45,7 @@ def load_logical_state_dict(model, state_dict, strict=True):
         for k, p in own.items():
             if k not in state_dict:
                 continue
-            arr = _as_numpy(state_dict[k]).astype(np.dtype(p.dtype.np) if hasattr(p.dtype, "np") else np.float32,
+            arr = as_numpy(state_dict[k]).astype(np.dtype(p.dtype.np) if hasattr(p.dtype, "np") else np.float32,
                                                 copy=False)
             if p._global is not None:
                 new = flow.tensor(arr, dtype=p.dtype, placement=p.placement, sbp=p.sbp)
@@ -59,5 +61,5 @@ def logical_state_dict(model):
     parameters are global: every rank must call it."""
     out = {}
     for k, v in model.state_dict().items():
-        out[k] = _as_numpy(v)
+        out[k] = as_numpy(v)
     return out
