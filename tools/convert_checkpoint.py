@@ -80,13 +80,16 @@ def hf_to_libai(hf_dir, ckpt_dir):
 def _kwargs_from_config(path, model_cls):
     if path.endswith(".json"):
         with open(path) as f:
-            return model_cls.from_config(json.load(f))
-    from libai.config import LazyConfig, try_get_key
+            node = json.load(f)
+    else:
+        from libai.config import LazyConfig, try_get_key
 
-    cfg = LazyConfig.load(path)
-    node = try_get_key(cfg, "model.cfg", "model", default=None)
-    if node is None:
-        raise KeyError(f"{path}: no `model.cfg` or `model` with {model_cls.__name__}'s keys")
+        node = try_get_key(LazyConfig.load(path), "model.cfg", "model", default=None)
+        if node is None:
+            raise KeyError(f"{path}: no `model.cfg` or `model` with {model_cls.__name__}'s keys")
+    # BERT's pretraining-head keys (add_binary_head) sit beside BertModel's; the heads a checkpoint
+    # has are read from its tensors
+    node = {k: node[k] for k in node if k not in getattr(model_cls, "pretraining_keys", ())}
     return model_cls.from_config(node)
 
 

@@ -48,6 +48,7 @@ __all__ = ["BertModel", "BertForPreTraining", "BertForSequenceClassification", "
 B = flow.sbp.broadcast
 _REQUIRED_KEYS = ("vocab_size", "hidden_size", "hidden_layers", "num_attention_heads")
 LAYERNORM_POSITIONS = ("post", "pre")
+PRETRAINING_KEYS = ("add_binary_head",)  # in LiBai's model.cfg beside BertModel's keys (BertForPreTraining's)
 
 
 class BertEmbeddings(nn.Module):
@@ -100,13 +101,15 @@ class BertPooler(nn.Module):
 class BertModel(nn.Module):
     """Returns `(sequence_output [b, s, h], pooled_output [b, h] or None)` (see the module docstring)."""
 
+    pretraining_keys = PRETRAINING_KEYS  # config keys of the pretraining heads, not of BertModel
+
     @configurable
     def __init__(self, vocab_size, hidden_size, hidden_layers, num_attention_heads, intermediate_size=None,
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=512,
                  num_tokentypes=2, add_pooling_layer=True, initializer_range=0.02, layernorm_eps=1e-12,
                  layernorm_position="post", apply_residual_post_layernorm=False, bias_gelu_fusion=False,
                  bias_dropout_fusion=False, scale_mask_softmax_fusion=False, apply_query_key_layer_scaling=False,
-                 add_binary_head=True, amp_enabled=False):
+                 amp_enabled=False):
         super().__init__()
         if layernorm_position not in LAYERNORM_POSITIONS:
             raise ValueError(f"BertModel: layernorm_position must be one of {LAYERNORM_POSITIONS}, "
@@ -255,13 +258,14 @@ class BertLoss(nn.Module):
 
 
 def _bert_kwargs(cls_name, cfg, kwargs):
-    if cfg is not None:
-        args = BertModel.from_config(cfg)
-        args.update(kwargs)
-        return args
-    if not kwargs:
+    """(BertModel's keyword arguments, {pretraining key: value}) of a config node and/or keyword
+    arguments; an unknown key is an error naming it."""
+    merged = {k: cfg[k] for k in cfg} if cfg is not None else {}
+    merged.update(kwargs)
+    if not merged:
         raise TypeError(f"{cls_name} needs a config node (cfg) or BertModel's keyword arguments")
-    return dict(kwargs)
+    pretraining = {k: merged.pop(k) for k in PRETRAINING_KEYS if k in merged}
+    return BertModel.from_config(merged), pretraining
 
 
 class BertForPreTraining(nn.Module):
@@ -277,8 +281,8 @@ class BertForPreTraining(nn.Module):
 
     def __init__(self, cfg=None, **kwargs):
         super().__init__()
-        args = _bert_kwargs(type(self).__name__, cfg, kwargs)
-        add_binary_head = bool(args.get("add_binary_head", True))
+        args, pretraining = _bert_kwargs(type(self).__name__, cfg, kwargs)
+        add_binary_head = bool(pretraining.get("add_binary_head", True))
         if add_binary_head and args.get("add_pooling_layer") is False:
             raise ValueError("BertForPreTraining: add_binary_head=True needs add_pooling_layer=True "
                              "(the binary head reads the pooled [CLS] output)")
@@ -326,8 +330,10 @@ class BertForSequenceClassification(nn.Module):
 
     def __init__(self, cfg=None, num_labels=2, classifier_dropout=None, **kwargs):
         super().__init__()
-        args = _bert_kwargs(type(self).__name__, cfg, kwargs)
-        args.pop("add_binary_head", None)  # a pretraining key; the classifier has no binary head
+        args, pretraining = _bert_kwargs(type(self).__name__, cfg, kwargs)
+        if pretraining:
+            raise ValueError(f"BertForSequenceClassification: {sorted(pretraining)} configure pretraining heads, "
+                             "which the classifier does not have; remove them from model.cfg")
         if args.get("add_pooling_layer") is False:
             raise ValueError("BertForSequenceClassification needs add_pooling_layer=True (it classifies the pooled "
                              "[CLS] output)")

@@ -273,6 +273,13 @@ def test_config_errors_name_the_key():
 
     with pytest.raises(ConfigKeyError, match="hidden_layer"):
         BertForPreTraining(dict(vocab_size=100, hidden_size=64, hidden_layer=2, num_attention_heads=4))
+    with pytest.raises(TypeError, match="add_binary_head"):  # a pretraining key: no effect on BertModel
+        BertModel(vocab_size=100, hidden_size=64, hidden_layers=1, num_attention_heads=4, add_binary_head=False)
+    with pytest.raises(ValueError, match="add_binary_head"):
+        BertForSequenceClassification(dict(vocab_size=100, hidden_size=64, hidden_layers=1, num_attention_heads=4,
+                                           add_binary_head=True))
+    assert BertForPreTraining(dict(vocab_size=100, hidden_size=64, hidden_layers=1, num_attention_heads=4,
+                                   add_binary_head=False)).cls_head.seq_relationship is None
     with pytest.raises(ValueError, match="layernorm_position"):
         BertModel(vocab_size=100, hidden_size=64, hidden_layers=1, num_attention_heads=4, layernorm_position="mid")
     with pytest.raises(NotImplementedError, match="amp_enabled"):
