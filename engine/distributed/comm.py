@@ -148,8 +148,43 @@ def _abort_with_traceback(exc_type, exc, tb, where=""):
     except Exception:
         pass
     if MPI is not None:
+        wait_for_output_forwarded()
         MPI.COMM_WORLD.Abort(1)
     os._exit(1)
+
+
+def wait_for_output_forwarded(fds=(1, 2), timeout=3.0):
+    """Wait until the launcher has read what this rank wrote to its stdout/stderr pipes.
+
+    mpiexec's proxy reads a rank's output asynchronously and handles an MPI_Abort as soon as it
+    arrives: under load it tore the job down with the failing rank's traceback still unread in
+    the pipe (measured: 10 tracebacks lost in 75 aborts with 4 jobs running at once). A fixed
+    sleep only makes that rarer; asking the pipe how many bytes are still unread (FIONREAD)
+    waits exactly as long as needed. Output to a file or terminal needs no waiting.
+    """
+    import fcntl
+    import stat
+    import struct
+    import termios
+    import time
+
+    pipes = []
+    for fd in fds:
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                pipes.append(fd)
+        except OSError:
+            pass
+    deadline = time.monotonic() + timeout
+    buf = bytearray(struct.calcsize("i"))
+    while pipes and time.monotonic() < deadline:
+        try:
+            pipes = [fd for fd in pipes if fcntl.ioctl(fd, termios.FIONREAD, buf) == 0
+                     and struct.unpack("i", buf)[0] > 0]
+        except OSError:
+            return
+        if pipes:
+            time.sleep(0.005)
 
 
 def install_abort_on_exception():

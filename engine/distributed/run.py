@@ -81,9 +81,7 @@ def _abort_exit(code, why=""):
     sys.stderr.write(f"[rank {comm.get_rank()}] exited with status {code}{why}\n")
     sys.stderr.flush()
     if comm.get_world_size() > 1:
-        # hydra's proxy forwards this rank's stderr asynchronously, and the abort may tear the
-        # job down before it has: measured losing the line above under load, so give it a moment
-        time.sleep(0.3)
+        comm.wait_for_output_forwarded()
         comm.MPI.COMM_WORLD.Abort(code if isinstance(code, int) and 0 < code < 256 else 1)
     sys.exit(code)
 

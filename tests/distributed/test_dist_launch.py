@@ -95,3 +95,39 @@ def test_comm_bandwidth_benchmark_smoke():
     bench = os.path.join(ROOT, "tools", "benchmarks", "comm_bandwidth.py")
     rc, out, err = run_command(LAUNCH + ["--nproc-per-node", "2", bench, "--max-mb", "0.016"], timeout=120)
     assert "all_reduce" in out and "ag out=" in out and "16 KB" in out
+
+
+def test_abort_waits_until_the_launcher_has_read_the_pipe():
+    """The failing rank's traceback was lost under load when MPI_Abort beat mpiexec's reading of
+    the pipe (a CI failure: empty stderr). The abort now waits for the pipe to be drained."""
+    import threading
+
+    from engine.distributed.comm import wait_for_output_forwarded
+
+    r, w = os.pipe()
+    try:
+        os.write(w, b"[rank 1] Traceback ...\n" * 50)
+        read_started = []
+
+        def read():
+            read_started.append(time.monotonic())
+            assert len(os.read(r, 1 << 16)) == 23 * 50
+
+        reader = threading.Timer(0.2, read)
+        reader.start()
+        wait_for_output_forwarded(fds=(w,), timeout=30)
+        returned = time.monotonic()
+        reader.join()
+        assert read_started and returned >= read_started[0], "returned before the reader read the pipe"
+
+        os.write(w, b"unread")  # nobody reads: it gives up at the timeout instead of hanging
+        wait_for_output_forwarded(fds=(w,), timeout=0.1)
+        assert os.read(r, 100) == b"unread"
+    finally:
+        os.close(r)
+        os.close(w)
+    f = os.open(os.devnull, os.O_WRONLY)  # not a pipe: nothing to wait for
+    try:
+        wait_for_output_forwarded(fds=(f,), timeout=30)
+    finally:
+        os.close(f)
