@@ -5,7 +5,8 @@ releases the GIL inside its loops, so a kernel applied to disjoint row ranges fr
 pool runs in parallel. `parallel_for` is the one place that does this; kernels decide what a
 "row" is. CuPy arrays never come here (the GPU is already parallel).
 
-Matrix products are split the same way (`matmul`), with numpy's OpenBLAS held to one thread.
+Matrix products are split the same way (`matmul`), each piece one sequential MKL product where
+MKL is in use (engine.backend.mkl) and otherwise numpy's, with numpy's OpenBLAS held to one thread.
 Two thread pools on the same cores fight: OpenBLAS workers spin for a while after each product,
 and measured in a GPT-2 block that slowed the elementwise kernels between products by a third.
 One pool, ours, for everything avoids it at no cost to the products themselves.
@@ -23,6 +24,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from . import mkl
 
 
 def _default_threads():
@@ -138,24 +141,34 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
 MIN_PARALLEL_FLOPS = 1 << 22
 
 
+def _product_into(a, b, out):
+    """out[...] = a @ b: MKL's gemm when it can take the operands (engine.backend.mkl), else numpy."""
+    if out.ndim == 2 and a.ndim == 2 and b.ndim == 2:
+        if not mkl.gemm(a, b, out):
+            np.matmul(a, b, out=out)
+    elif not mkl.gemm_batched(a, b, out):
+        np.matmul(a, b, out=out)
+
+
 def matmul(a, b):
     """`np.matmul(a, b)` with the work split over the engine's threads: by rows of the result
-    (or columns, when there are more of them), or by batch for stacked products."""
-    if a.ndim < 2 or b.ndim < 2 or _threads == 1:
+    (or columns, when there are more of them), or by batch for stacked products. Each piece is
+    one MKL product where MKL is in use (engine.backend.mkl), else one numpy (OpenBLAS) one."""
+    if a.ndim < 2 or b.ndim < 2:
         return np.matmul(a, b)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty(batch + (m, n), dtype=np.result_type(a, b))
     nb = 1
     for d in batch:
         nb *= d
-    if nb * m * n * k < MIN_PARALLEL_FLOPS:
-        return np.matmul(a, b)
-    out = np.empty(batch + (m, n), dtype=np.result_type(a, b))
-    if batch and batch[0] >= _threads and a.shape[:-2] == b.shape[:-2]:
-        parallel_for(lambda s, e: np.matmul(a[s:e], b[s:e], out=out[s:e]), batch[0], work=out.size * k)
+    if _threads == 1 or nb * m * n * k < MIN_PARALLEL_FLOPS:
+        _product_into(a, b, out)
+    elif batch and batch[0] >= _threads and a.shape[:-2] == b.shape[:-2]:
+        parallel_for(lambda s, e: _product_into(a[s:e], b[s:e], out[s:e]), batch[0], work=out.size * k)
     elif m >= n:
-        parallel_for(lambda s, e: np.matmul(a[..., s:e, :], b, out=out[..., s:e, :]), m, work=out.size * k)
+        parallel_for(lambda s, e: _product_into(a[..., s:e, :], b, out[..., s:e, :]), m, work=out.size * k)
     else:
-        parallel_for(lambda s, e: np.matmul(a, b[..., s:e], out=out[..., s:e]), n, work=out.size * k)
+        parallel_for(lambda s, e: _product_into(a, b[..., s:e], out[..., s:e]), n, work=out.size * k)
     return out
