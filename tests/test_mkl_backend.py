@@ -92,9 +92,17 @@ def test_gemm_batched_contiguous_permuted_and_declined(dtype):
     out = np.empty((3, 5, 7, 7), dtype)
     assert mkl.gemm_batched(q, k_t, out)
     np.testing.assert_allclose(out, np.matmul(q, k_t), rtol=_tol(dtype, 4), atol=_tol(dtype, 4))
-    # one matrix repeated along the batch (stride 0): left to numpy's broadcasting
+    # one matrix repeated along the batch (stride 0), read many times: fine
     rep = np.broadcast_to(b[0, 0], (3, 5, 4, 6))
-    assert not mkl.gemm_batched(a, rep, np.empty((3, 5, 7, 6), dtype))
+    out = np.empty((3, 5, 7, 6), dtype)
+    assert mkl.gemm_batched(a, rep, out)
+    np.testing.assert_allclose(out, np.matmul(a, rep), rtol=_tol(dtype, 4), atol=_tol(dtype, 4))
+    # per-head parts of one [batch, seq, heads, dim] output: interleaved but disjoint matrices
+    ctx = np.full((3, 7, 5, 6), np.nan, dtype)
+    assert mkl.gemm_batched(a, b, ctx.transpose(0, 2, 1, 3))
+    np.testing.assert_allclose(ctx.transpose(0, 2, 1, 3), np.matmul(a, b), rtol=_tol(dtype, 4), atol=_tol(dtype, 4))
+    # a broadcast output would be written several times: declined
+    assert not mkl.gemm_batched(a, b, np.broadcast_to(np.empty((7, 6), dtype), (3, 5, 7, 6)))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -70,6 +70,10 @@ def _load():
             fn = getattr(lib, name)
             fn.restype = None
             fn.argtypes = [c_int] * 6 + [scalar, vp, c_int, vp, c_int, scalar, vp, c_int]
+        for name in ("cblas_sgemm_batch", "cblas_dgemm_batch"):
+            fn = getattr(lib, name)
+            fn.restype = None
+            fn.argtypes = [c_int] + [vp] * 13 + [c_int, vp]
         for name, scalar in (("cblas_sgemm_batch_strided", c_f), ("cblas_dgemm_batch_strided", c_d)):
             fn = getattr(lib, name)
             fn.restype = None
@@ -83,8 +87,31 @@ def _load():
     except AttributeError as e:
         _why_not = f"{path}: {e}"
         return
+    global _xerbla_keepalive
+    _xerbla_keepalive = _XERBLA(_on_parameter_error)
+    lib.mkl_set_xerbla(_xerbla_keepalive)
     _lib = lib
     _why_not = None
+
+
+# MKL reports a bad argument through xerbla, by default a message on stdout and a silent return
+# with the output unwritten; here it becomes an exception instead (the checks above should make
+# it unreachable: it would mean a layout they wrongly accepted)
+_XERBLA = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
+_xerbla_keepalive = None
+_errors = []
+
+
+def _on_parameter_error(name, info, length):
+    _errors.append(f"{name[:length].decode(errors='replace')}: parameter {info[0]} rejected")
+
+
+def _check():
+    if _errors:
+        msg = _errors.pop()
+        _errors.clear()
+        raise RuntimeError(f"engine.backend.mkl: MKL {msg} (a layout engine.backend.mkl should have refused; "
+                           "ENGINE_MKL=0 avoids MKL)")
 
 
 _VML_FUNCTIONS = ("CdfNorm", "Erf", "Exp", "Tanh")
@@ -101,11 +128,11 @@ def why_unavailable():
 
 # ------------------------------------------------------------------ matrix products
 def _operand(a):
-    """(transpose flag, leading dimension) of a 2-D operand for a row-major cblas call, or None
-    when neither axis has unit stride (then numpy does the product)."""
+    """(transpose flag, leading dimension) of a's trailing 2-D matrices for a row-major cblas
+    call, or None when neither axis has unit stride (then numpy does the product)."""
     isz = a.itemsize
-    rows, cols = a.shape
-    s0, s1 = a.strides
+    rows, cols = a.shape[-2:]
+    s0, s1 = a.strides[-2:]
     if s1 == isz and s0 % isz == 0 and (s0 // isz >= max(1, cols) or rows == 1):
         return _NO_TRANS, max(s0 // isz, cols, 1)
     if s0 == isz and s1 % isz == 0 and (s1 // isz >= max(1, rows) or cols == 1):
@@ -137,6 +164,7 @@ def gemm(a, b, out):
     fn = _lib.cblas_sgemm if dt == np.float32 else _lib.cblas_dgemm
     fn(_ROW_MAJOR, pa[0], pb[0], m, n, k, 1.0, _ptr(a), pa[1], _ptr(b), pb[1], 0.0, _ptr(out),
        out.strides[0] // dt.itemsize)
+    _check()
     return True
 
 
@@ -162,37 +190,58 @@ def _batch_stride(x):
 
 
 def gemm_batched(a, b, out):
-    """out[i] = a[i] @ b[i] over equal leading (batch) shapes, one MKL call; returns whether it
+    """out[i] = a[i] @ b[i] over equal leading (batch) shapes in one MKL call; returns whether it
     did. Attention's per-head products are this shape: 96 small products in one call instead
-    of numpy's loop over them."""
+    of numpy's loop over them. `out` may be a strided view (unit stride along its rows)."""
     if _lib is None or a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or out.shape[:-2] != a.shape[:-2]:
         return False
     dt = out.dtype
-    if dt not in (np.float32, np.float64) or a.dtype != dt or b.dtype != dt or not out.flags.c_contiguous:
+    if dt not in (np.float32, np.float64) or a.dtype != dt or b.dtype != dt:
         return False
-    count = out.size // max(1, out.shape[-1] * out.shape[-2]) if out.size else 0
     m, k = a.shape[-2:]
     n = b.shape[-1]
+    count = 1
+    for d in a.shape[:-2]:
+        count *= d
     if count == 0 or m == 0 or n == 0 or k == 0 or max(m, n, k, count) > _INT_MAX:
         return False
-    sa, sb = _batch_stride(a), _batch_stride(b)
-    if sa is None or sb is None or (count > 1 and (sa == 0 or sb == 0)):
-        # e.g. per-head views (batch, heads, seq, dim) of a (batch, seq, heads, dim) array: the
-        # two batch axes do not merge, so one call per leading index (all alike: the first
-        # one's answer is everyone's). A matrix repeated along the batch is left to numpy.
-        if a.ndim > 3 and a.shape[0] > 1 and gemm_batched(a[0], b[0], out[0]):
-            for i in range(1, a.shape[0]):
-                gemm_batched(a[i], b[i], out[i])
-            return True
+    if count == 1:
+        first = (0,) * (a.ndim - 2)
+        return gemm(a[first], b[first], out[first])
+    pa, pb, pc = _operand(a), _operand(b), _operand(out)
+    if pa is None or pb is None or pc is None or pc[0] != _NO_TRANS:
         return False
-    pa = _operand(np.lib.stride_tricks.as_strided(a, (m, k), a.strides[-2:]))
-    pb = _operand(np.lib.stride_tricks.as_strided(b, (k, n), b.strides[-2:]))
-    if pa is None or pb is None:
-        return False
-    fn = _lib.cblas_sgemm_batch_strided if dt == np.float32 else _lib.cblas_dgemm_batch_strided
-    fn(_ROW_MAJOR, pa[0], pb[0], m, n, k, 1.0, _ptr(a), pa[1], sa, _ptr(b), pb[1], sb, 0.0, _ptr(out), n,
-       m * n, count)
+    if any(st == 0 and size > 1 for size, st in zip(out.shape[:-2], out.strides[:-2])):
+        return False  # a broadcast output: its matrices would be written more than once
+    sa, sb, sc = _batch_stride(a), _batch_stride(b), _batch_stride(out)
+    scalar = ctypes.c_float if dt == np.float32 else ctypes.c_double
+    if None not in (sa, sb, sc) and sc >= pc[1] * m:
+        fn = _lib.cblas_sgemm_batch_strided if dt == np.float32 else _lib.cblas_dgemm_batch_strided
+        fn(_ROW_MAJOR, pa[0], pb[0], m, n, k, 1.0, _ptr(a), pa[1], sa, _ptr(b), pb[1], sb, 0.0, _ptr(out),
+           pc[1], sc, count)
+    else:
+        # batch axes that do not merge into one stride (per-head views of a [batch, seq, heads,
+        # dim] array), interleaved outputs (per-head parts of one), or a matrix repeated along
+        # the batch: MKL's pointer-array interface takes any set of disjoint output matrices
+        ints = (ctypes.c_int * 1)
+        ptr_a, ptr_b, ptr_c = _pointers(a), _pointers(b), _pointers(out)  # alive through the call
+        fn = _lib.cblas_sgemm_batch if dt == np.float32 else _lib.cblas_dgemm_batch
+        fn(_ROW_MAJOR, ints(pa[0]), ints(pb[0]), ints(m), ints(n), ints(k), (scalar * 1)(1.0),
+           _ptr(ptr_a), ints(pa[1]), _ptr(ptr_b), ints(pb[1]), (scalar * 1)(0.0), _ptr(ptr_c), ints(pc[1]), 1,
+           ints(count))
+    _check()
     return True
+
+
+def _pointers(x):
+    """The addresses of the trailing matrices of x, in C order over its leading axes."""
+    batch = x.shape[:-2]
+    offsets = np.zeros(batch, np.int64)
+    for axis, (size, stride) in enumerate(zip(batch, x.strides[:-2])):
+        shape = [1] * len(batch)
+        shape[axis] = size
+        offsets += (np.arange(size, dtype=np.int64) * stride).reshape(shape)
+    return (offsets.reshape(-1) + _ptr(x)).astype(np.uint64)
 
 
 # ------------------------------------------------------------------ vector math
@@ -206,6 +255,7 @@ def vml(name, x, out):
     if x.size:
         fn = getattr(_lib, ("vms" if x.dtype == np.float32 else "vmd") + name)
         fn(x.size, _ptr(x), _ptr(out), _VML_HA_IGNORE_ERRORS)
+        _check()
     return True
 
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import mkl
+from . import buffers, mkl
 
 
 def _default_threads():
@@ -127,7 +127,7 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
         return ufunc(*inputs, out=out) if out is not None else ufunc(*inputs)
     if out is None:
         res_dtype = dtype or np.result_type(*inputs)
-        out = np.empty(shape, dtype=res_dtype)
+        out = buffers.empty(shape, res_dtype)
     slicers = [_leading_slicer(a, shape) for a in inputs]
 
     def run(s, e):
@@ -150,25 +150,34 @@ def _product_into(a, b, out):
         np.matmul(a, b, out=out)
 
 
-def matmul(a, b):
-    """`np.matmul(a, b)` with the work split over the engine's threads: by rows of the result
-    (or columns, when there are more of them), or by batch for stacked products. Each piece is
-    one MKL product where MKL is in use (engine.backend.mkl), else one numpy (OpenBLAS) one."""
+def matmul(a, b, bias=None):
+    """`np.matmul(a, b)` (+ `bias`, a vector over the last axis) with the work split over the
+    engine's threads: by rows of the result (or columns, when there are more of them), or by
+    batch for stacked products. Each piece is one MKL product where MKL is in use
+    (engine.backend.mkl), else one numpy (OpenBLAS) one; the bias is added to each piece right
+    after its product, while that piece is still in cache, on the piece's own thread."""
     if a.ndim < 2 or b.ndim < 2:
-        return np.matmul(a, b)
+        out = np.matmul(a, b)
+        return out + bias if bias is not None else out
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = np.empty(batch + (m, n), dtype=np.result_type(a, b))
+    out = buffers.empty(batch + (m, n), np.result_type(a, b))
     nb = 1
     for d in batch:
         nb *= d
+
+    def piece(x, y, o, cols=slice(None)):
+        _product_into(x, y, o)
+        if bias is not None:
+            o += bias[cols]
+
     if _threads == 1 or nb * m * n * k < MIN_PARALLEL_FLOPS:
-        _product_into(a, b, out)
+        piece(a, b, out)
     elif batch and batch[0] >= _threads and a.shape[:-2] == b.shape[:-2]:
-        parallel_for(lambda s, e: _product_into(a[s:e], b[s:e], out[s:e]), batch[0], work=out.size * k)
+        parallel_for(lambda s, e: piece(a[s:e], b[s:e], out[s:e]), batch[0], work=out.size * k)
     elif m >= n:
-        parallel_for(lambda s, e: _product_into(a[..., s:e, :], b, out[..., s:e, :]), m, work=out.size * k)
+        parallel_for(lambda s, e: piece(a[..., s:e, :], b, out[..., s:e, :]), m, work=out.size * k)
     else:
-        parallel_for(lambda s, e: _product_into(a, b[..., s:e], out[..., s:e]), n, work=out.size * k)
+        parallel_for(lambda s, e: piece(a, b[..., s:e], out[..., s:e], slice(s, e)), n, work=out.size * k)
     return out

@@ -12,6 +12,7 @@ from ..ops.shape import *  # noqa: F401,F403
 from ..ops.indexing import *  # noqa: F401,F403
 from ..ops.linalg import *  # noqa: F401,F403
 from ..ops.softmax import *  # noqa: F401,F403
+from ..ops.attention import *  # noqa: F401,F403
 from ..ops.normalization import *  # noqa: F401,F403
 from ..ops.dropout import *  # noqa: F401,F403
 from ..ops.loss import *  # noqa: F401,F403

@@ -4,10 +4,16 @@ import contextlib
 import numpy as np
 
 from ..backend import dtypes, xp_of
+from ..backend import buffers
 from ..backend.parallel import matmul as parallel_matmul, parallel_for
 
 # computed in float32 and cast back, as PyTorch accumulates them in float
 LOW_PRECISION = (np.dtype(np.float16), dtypes.bfloat16.np)
+
+
+def empty(xp, shape, dtype):
+    """xp.empty, from the CPU buffer pool for large arrays (engine.backend.buffers)."""
+    return buffers.empty(shape, dtype) if xp is np else xp.empty(shape, dtype)
 
 
 def work_array(a):
@@ -124,8 +130,12 @@ def rows_of(a, shape):
     return a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
 
 
-def matmul(xp, a, b):
-    """xp.matmul, split over the engine's threads on the CPU (see engine.backend.parallel)."""
+def matmul(xp, a, b, bias=None):
+    """xp.matmul (+ bias over the last axis), split over the engine's threads on the CPU (see
+    engine.backend.parallel)."""
     if xp is np:
-        return parallel_matmul(a, b)
-    return xp.matmul(a, b)
+        return parallel_matmul(a, b, bias)
+    out = xp.matmul(a, b)
+    if bias is not None:
+        out += bias
+    return out

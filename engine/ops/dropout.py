@@ -11,13 +11,19 @@ from .op import Op
 __all__ = ["dropout"]
 
 
+def scaled_keep_mask(xp, shape, dtype, p, rng):
+    """The scaled keep-mask m = (u >= p) / (1 - p) of `dtype`, u uniform from `rng` (one draw of
+    `shape`; the fused attention core draws its dropout mask here too)."""
+    work = np.float64 if dtype == np.float64 else np.float32
+    u = rng.random(shape, dtype=work)
+    keep = u >= work(p)
+    mask = xp.multiply(keep, work(1.0 / (1.0 - p)), out=u) if p < 1 else xp.zeros(shape, work)
+    return mask.astype(dtype, copy=False)
+
+
 def _masked(xp, x, p, rng):
     """(x * m, m): the scaled keep-mask m = (u >= p) / (1 - p), u uniform from `rng`."""
-    work = np.float64 if x.dtype == np.float64 else np.float32
-    u = rng.random(x.shape, dtype=work)
-    keep = u >= work(p)
-    mask = xp.multiply(keep, work(1.0 / (1.0 - p)), out=u) if p < 1 else xp.zeros(x.shape, work)
-    mask = mask.astype(x.dtype, copy=False)
+    mask = scaled_keep_mask(xp, x.shape, x.dtype, p, rng)
     return xp.multiply(x, mask), mask
 
 

@@ -179,9 +179,7 @@ class Linear(Op):
     def forward(ctx, x, w, b):
         xp = xp_of(x)
         out_f, in_f = w.shape
-        y = _matmul(xp, x.reshape(-1, in_f), w.T)
-        if b is not None:
-            y += b
+        y = _matmul(xp, x.reshape(-1, in_f), w.T, b)  # the bias added piece by piece, in cache
         return y.reshape(x.shape[:-1] + (out_f,))
 
     @staticmethod

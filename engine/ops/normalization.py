@@ -10,7 +10,7 @@ import numpy as np
 from ..backend import xp_of
 from ..tensor import _check_dim
 from ._core import NoDoubleBackward, broadcast_shapes, check_float, promote_operands, shape_str
-from ._kernels import blocked, row_dot, work_array
+from ._kernels import blocked, empty as _empty, row_dot, work_array
 from .op import Op
 
 __all__ = ["layer_norm", "normalize", "cosine_similarity"]
@@ -61,8 +61,8 @@ class LayerNorm(Op):
             stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
             return xp.empty(x.shape, dtype=dtype), stat, stat, xp.empty(x2.shape, x2.dtype)
         m = x2.shape[0]
-        y = xp.empty(x2.shape, dtype=x2.dtype)
-        xhat = xp.empty(x2.shape, dtype=x2.dtype)
+        y = _empty(xp, x2.shape, x2.dtype)
+        xhat = _empty(xp, x2.shape, x2.dtype)
         mean = xp.empty((m, 1), dtype=x2.dtype)
         rstd = xp.empty((m, 1), dtype=x2.dtype)
         w2 = work_array(w).reshape(d) if w is not None else None
@@ -110,7 +110,7 @@ class LayerNormGrad(NoDoubleBackward, Op):
             zero_w = xp.zeros(wshape, dtype=w.dtype) if w is not None else empty
             return xp.zeros(g.shape, dtype), zero_w, zero_w if has_b else empty
         w2 = work_array(w).reshape(d) if w is not None else None
-        dx = xp.empty((m, d), dtype=xhat.dtype)
+        dx = _empty(xp, (m, d), xhat.dtype)
 
         def rows(sel):
             return _layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b)

@@ -11,7 +11,7 @@ import numpy as np
 from ..backend import dtypes, xp_of
 from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
-from ._kernels import blocked, fill_where, row_dot, row_sum, rows_of, select_bits, work_array
+from ._kernels import blocked, empty, fill_where, row_dot, row_sum, rows_of, select_bits, work_array
 from .op import Op
 
 __all__ = ["softmax", "log_softmax", "scale_mask_softmax"]
@@ -27,7 +27,7 @@ def _softmax_array(x, axis, log):
     if x.size == 0:
         return xp.empty(x.shape, dtype=out_dtype)
     if xp is np and axis == x.ndim - 1 and x.ndim > 1:
-        out = np.empty(x.shape, dtype=x.dtype)
+        out = empty(np, x.shape, x.dtype)
         blocked(lambda sel: _softmax_rows(x[sel], out[sel], -1, log), x.shape)
     else:
         out = xp.empty(x.shape, dtype=x.dtype)
@@ -72,7 +72,7 @@ class SoftmaxGrad(Op):
         xp = xp_of(g)
         dtype = y.dtype
         g, y = work_array(g), work_array(y)
-        dx = xp.empty(g.shape, dtype=g.dtype)
+        dx = empty(xp, g.shape, g.dtype)
         if xp is np and axis == g.ndim - 1 and g.ndim > 1:
             zm = rows_of(zero_mask, g.shape) if zero_mask is not None else None
             blocked(lambda sel: _softmax_grad_rows(
@@ -213,7 +213,7 @@ class ScaleMaskSoftmax(Op):
                 ctx.zero_mask = mask
             if xp is np:
                 bits = select_bits(mask, fill, x.dtype)
-        z = xp.empty(x.shape, dtype=x.dtype)
+        z = empty(xp, x.shape, x.dtype)
 
         if bits is not None:
             keep, fill_bits = rows_of(bits[0], x.shape), rows_of(bits[1], x.shape)

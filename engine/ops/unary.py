@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from .op import Op
-from ..backend.parallel import parallel_for, parallel_ufunc
-from ._kernels import BLOCK_ELEMENTS, LOW_PRECISION, ignore_fp_errors, rsqrt_array
+from ..backend.parallel import parallel_for
+from ._kernels import BLOCK_ELEMENTS, LOW_PRECISION, empty as _empty, ignore_fp_errors, rsqrt_array
 from ..backend import dtypes, mkl, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
@@ -56,7 +56,7 @@ def _apply(kernel, *arrays):
     dt = arrays[0].dtype
     if dt in LOW_PRECISION:
         arrays = [a.astype(np.float32) for a in arrays]
-    out = xp.empty(arrays[0].shape, arrays[0].dtype)
+    out = _empty(xp, arrays[0].shape, arrays[0].dtype)
     n = out.size
     if xp is not np or n <= _BLOCK:
         if xp is np:
@@ -120,6 +120,11 @@ def _normal_cdf(xp, x, out):
 def _k_gelu(xp, out, x):
     _normal_cdf(xp, x, out)
     out *= x
+
+
+def _k_gelu_and_cdf(xp, out, x, cdf):
+    _normal_cdf(xp, x, cdf)
+    xp.multiply(x, cdf, out=out)
 
 
 def _k_normal_cdf(xp, out, x):
@@ -692,8 +697,14 @@ class GeluExact(Op):
 
     @staticmethod
     def forward(ctx, x):
-        cdf = _apply(_k_normal_cdf, x)
-        return (parallel_ufunc(np.multiply, x, cdf) if isinstance(x, np.ndarray) else x * cdf), cdf
+        xp = xp_of(x)
+        if x.dtype in LOW_PRECISION:
+            cdf = _apply(_k_normal_cdf, x)
+            return x * cdf, cdf
+        # one blocked pass for both outputs: the kernel writes Phi(x) into `cdf`, a contiguous
+        # array it is handed as an input (so its flat blocks are views of it), and x * Phi(x)
+        cdf = _empty(xp, x.shape, x.dtype)
+        return _apply(_k_gelu_and_cdf, x, cdf), cdf
 
     @staticmethod
     def backward(ctx, g, _):

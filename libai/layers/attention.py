@@ -89,10 +89,20 @@ class MultiheadAttention(nn.Module):
         self.dense = Linear(self.hidden_size, self.hidden_size, parallel="row",
                             init_method=output_layer_init_method, layer_idx=layer_idx)
 
-    def _core(self, qkv, attention_mask, past_key_value, batch_global):
+    def _core(self, qkv, attention_mask, past_key_value, batch_global, use_cache):
         """Attention on this rank's shard: qkv local [b, s, heads_l * 3 * d]."""
         b, s = qkv.shape[0], qkv.shape[1]
         heads = qkv.shape[2] // (3 * self.head_size)
+        if past_key_value is None:
+            # the engine's fused core: same arithmetic as the separate ops below, one op
+            masked = self._mask(s, s, 0, attention_mask, batch_global, b)
+            ctx = F.packed_qkv_attention(qkv, heads, masked, scale=self.norm_factor, fill=-10000.0,
+                                         dropout_p=self.attention_dropout_prob, training=self.training)
+            present = None
+            if use_cache:
+                present = tuple(t.permute(0, 2, 1, 3)
+                                for t in qkv.view(b, s, heads, 3 * self.head_size).chunk(3, dim=-1)[1:])
+            return ctx, present
         # chunk first, then permute each part: the three [b, s, heads, d] views are permuted to
         # [b, heads, s, d] views (no copies), and in backward the chunk's concatenation of the
         # (permuted) gradients writes the [b, s, heads, 3d] qkv gradient directly in the layout
@@ -103,8 +113,18 @@ class MultiheadAttention(nn.Module):
             k = flow.cat([pk, k], dim=2)
             v = flow.cat([pv, v], dim=2)
         kv_len = k.shape[2]
-        past = kv_len - s
         scores = flow.matmul(q, k.transpose(-1, -2))
+        masked = self._mask(s, kv_len, kv_len - s, attention_mask, batch_global, b)
+        probs = F.scale_mask_softmax(scores, masked, scale=self.norm_factor, fill=-10000.0)
+        if self.training and self.attention_dropout_prob > 0:
+            probs = F.dropout(probs, self.attention_dropout_prob, training=True)
+        ctx = flow.matmul(probs, v)  # [b, heads_l, s, d]
+        ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, heads * self.head_size)
+        return ctx, (k, v)
+
+    def _mask(self, s, kv_len, past, attention_mask, batch_global, b):
+        """The bool mask (True = masked out) of s queries over kv_len keys, the first `past` of
+        them cached: causal and/or padding, broadcastable to [b, heads, s, kv_len]; or None."""
         masked = None
         if self.attn_mask_type == "causal":
             qpos = flow.arange(past, kv_len).view(s, 1)
@@ -117,12 +137,7 @@ class MultiheadAttention(nn.Module):
             keep = _local_rows(keep, batch_global, b)
             pad = keep == 0 if keep.dtype != flow.bool else keep.logical_not()
             masked = pad if masked is None else (masked | pad)
-        probs = F.scale_mask_softmax(scores, masked, scale=self.norm_factor, fill=-10000.0)
-        if self.training and self.attention_dropout_prob > 0:
-            probs = F.dropout(probs, self.attention_dropout_prob, training=True)
-        ctx = flow.matmul(probs, v)  # [b, heads_l, s, d]
-        ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, heads * self.head_size)
-        return ctx, (k, v)
+        return masked
 
     def forward(self, hidden_states, attention_mask=None, past_key_value=None, use_cache=False):
         qkv = self.query_key_value(hidden_states)  # [S(0), S(-1)]: heads split over tp
@@ -135,7 +150,7 @@ class MultiheadAttention(nn.Module):
                 attention_mask = flow.tensor(attention_mask)
             if attention_mask._global is not None:
                 attention_mask = attention_mask.to_global(sbp=[B] * attention_mask.placement.ndim).to_local()
-        ctx, present = self._core(qkv.to_local(), attention_mask, past_key_value, qkv.shape[0])
+        ctx, present = self._core(qkv.to_local(), attention_mask, past_key_value, qkv.shape[0], use_cache)
         ctx = ctx.to_global(placement=placement, sbp=sbp)
         out = self.dense(ctx)  # row-parallel: [S(0), B]
         out = dropout(out, self.output_dropout_prob, self.training)

@@ -1,0 +1,45 @@
+"""Parity cases for engine/ops/attention.py: the attention core on a packed QKV projection,
+against the same computation written with PyTorch's separate ops."""
+import numpy as np
+import torch
+
+from harness import Input as I, OpCase
+
+CASES = []
+
+
+def _attention(m, qkv, mask=None, heads=2, scale=None, fill=-10000.0):
+    if m is not torch:
+        return m.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=scale, fill=fill)
+    b, s = qkv.shape[:2]
+    d = qkv.shape[2] // (3 * heads)
+    q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(b, s, heads, 3 * d).chunk(3, dim=-1))
+    scores = (q @ k.transpose(-1, -2)) * (d ** -0.5 if scale is None else scale)
+    if mask is not None:
+        scores = scores.masked_fill(mask, fill)
+    return (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, s, heads * d)
+
+
+def _mask(value):
+    return I(value=np.asarray(value, bool), dtype="bool")
+
+
+_CAUSAL = np.triu(np.ones((5, 5), bool), 1)
+_PAD = np.array([[False] * 5, [False, False, False, True, True], [False] + [True] * 4])[:, None, None, :]
+_ALL_MASKED_ROW = np.zeros((1, 1, 5, 5), bool)
+_ALL_MASKED_ROW[..., 2, :] = True
+CASES += [
+    OpCase("packed_qkv_attention", _attention, [I((3, 5, 12))], name="nomask"),
+    OpCase("packed_qkv_attention", _attention, [I((3, 5, 12)), _mask(_CAUSAL)], name="causal"),
+    OpCase("packed_qkv_attention", _attention, [I((3, 5, 12)), _mask(_PAD)], name="padding"),
+    OpCase("packed_qkv_attention", _attention, [I((3, 5, 12)), _mask(_PAD | _CAUSAL)], name="causal+padding"),
+    OpCase("packed_qkv_attention", _attention, [I((2, 5, 12)), _mask(_ALL_MASKED_ROW)], name="fully-masked-row"),
+    OpCase("packed_qkv_attention", lambda m, x, k: _attention(m, x, k, fill=float("-inf")),
+           [I((2, 5, 12)), _mask(_CAUSAL)], name="neg-inf-fill"),
+    OpCase("packed_qkv_attention", lambda m, x: _attention(m, x, heads=1, scale=0.3), [I((2, 4, 9))],
+           name="one-head-scale"),
+    OpCase("packed_qkv_attention", _attention, [I((3, 5, 12), noncontig=True), _mask(_CAUSAL)], name="noncontig"),
+    OpCase("packed_qkv_attention", lambda m, x: _attention(m, x, heads=3), [I((2, 1, 18))], name="seq1"),
+    OpCase("packed_qkv_attention", lambda m, x: _attention(m, x, heads=4), [I((5, 7, 24), dtype="float64")],
+           name="float64"),
+]
