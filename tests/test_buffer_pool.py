@@ -101,3 +101,16 @@ def test_tensors_keep_their_values_while_the_pool_recycles(pool):
     for k, v in zip(kept, want):
         np.testing.assert_array_equal(k.numpy(), v)
     assert pool.stats()[1] > 0
+
+
+def test_a_pooled_gradient_is_adopted_by_the_leaf_and_then_kept_busy(pool):
+    x = flow.tensor(np.ones((1024, 512), np.float32), requires_grad=True)
+    (x * 3.0).sum().backward()
+    grad = x.grad.numpy()
+    assert id(grad.base) in pool._pooled_ids, "the pooled gradient was copied instead of adopted"
+    assert pool.owns_memory(x.grad._data)
+    np.testing.assert_array_equal(grad, 3.0)
+    del grad
+    for _ in range(3):  # the pool must not hand x.grad's memory to later kernels
+        (flow.tensor(np.full((1024, 512), 5.0, np.float32)) * 2.0).numpy()
+    np.testing.assert_array_equal(x.grad.numpy(), 3.0)

@@ -9,6 +9,7 @@ engine ops, so the same engine serves local and global tensors and supports `cre
 """
 import sys
 
+from ..backend.buffers import owns_memory
 from .grad_mode import set_grad_enabled
 
 
@@ -108,7 +109,7 @@ def _add_grads(a, b):
         # `a` qualifies when it owns its array and the buffer holds the only reference (3
         # counted: the buffer slot, this frame, getrefcount's argument).
         region = b.__dict__.get("_zero_outside")
-        if region is not None and a._data.base is None and sys.getrefcount(a) <= 3 \
+        if region is not None and owns_memory(a._data) and sys.getrefcount(a) <= 3 \
                 and a._data.shape == b._data.shape:
             a._data[region] += b._data[region]
             a.__dict__.pop("_zero_outside", None)
@@ -129,7 +130,7 @@ _UNSHARED_ARRAY_REFS = 4
 
 def _sole_owner(g):
     a = g._data
-    return (a.base is None and sys.getrefcount(g) <= _UNSHARED_TENSOR_REFS
+    return (owns_memory(a) and sys.getrefcount(g) <= _UNSHARED_TENSOR_REFS
             and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
 
 

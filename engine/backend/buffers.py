@@ -30,6 +30,7 @@ MIN_BYTES = 1 << 20
 _limit = int(float(os.environ.get("ENGINE_BUFFER_POOL_MB", "2048")) * (1 << 20))
 _pool = OrderedDict()  # nbytes -> [uint8 buffers], most recently used size last
 _pooled = 0
+_pooled_ids = set()  # id() of the buffers in _pool
 _getrefcount = sys.getrefcount
 
 
@@ -52,6 +53,7 @@ def _release(nbytes_needed):
         for buf in buffers:
             if _getrefcount(buf) == 3 and _pooled + nbytes_needed > _limit:
                 _pooled -= size
+                _pooled_ids.discard(id(buf))
             else:
                 keep.append(buf)
         if keep:
@@ -79,6 +81,7 @@ def empty(shape, dtype):
         buf = np.empty(nbytes, np.uint8)
         if _release(nbytes):
             _pool.setdefault(nbytes, []).append(buf)
+            _pooled_ids.add(id(buf))
             _pooled += nbytes
     if buffers is not None:
         _pool.move_to_end(nbytes)
@@ -96,7 +99,19 @@ def clear():
     """Forget every buffer (those in use stay alive through their users)."""
     global _pooled
     _pool.clear()
+    _pooled_ids.clear()
     _pooled = 0
+
+
+def owns_memory(a):
+    """Whether `a` is the only array on its memory: numpy's own (`a.base is None`) or the one
+    view of a pooled buffer (held by the pool's list, `a.base`, the local `base` and the call's
+    argument: 4 references). The autograd adopts such an array as a leaf's gradient without
+    copying it."""
+    base = a.base
+    if base is None:
+        return True
+    return id(base) in _pooled_ids and _getrefcount(base) == 4
 
 
 def set_limit_mb(mb):
