@@ -114,3 +114,26 @@ def test_a_pooled_gradient_is_adopted_by_the_leaf_and_then_kept_busy(pool):
     for _ in range(3):  # the pool must not hand x.grad's memory to later kernels
         (flow.tensor(np.full((1024, 512), 5.0, np.float32)) * 2.0).numpy()
     np.testing.assert_array_equal(x.grad.numpy(), 3.0)
+
+
+def test_threads_never_share_a_buffer(pool):
+    import threading
+
+    held = [[] for _ in range(4)]
+    start = threading.Barrier(4)
+
+    def grab(i):
+        start.wait()
+        for _ in range(200):
+            a = pool.empty(BIG, np.float32)
+            held[i].append(a)
+            if len(held[i]) > 2:
+                held[i].pop(0)
+
+    ts = [threading.Thread(target=grab, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    addrs = [_addr(a) for h in held for a in h]
+    assert len(addrs) == len(set(addrs)) == 8

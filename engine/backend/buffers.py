@@ -22,6 +22,7 @@ it between steps. `ENGINE_BUFFER_POOL_MB=0` turns the pool off.
 """
 import os
 import sys
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -32,6 +33,7 @@ _pool = OrderedDict()  # nbytes -> [uint8 buffers], most recently used size last
 _pooled = 0
 _pooled_ids = set()  # id() of the buffers in _pool
 _getrefcount = sys.getrefcount
+_lock = threading.Lock()  # two threads must not both take the same free buffer
 
 
 def _free_buffer(buffers):
@@ -75,17 +77,18 @@ def empty(shape, dtype):
     nbytes = count * dtype.itemsize
     if nbytes < MIN_BYTES or _limit <= 0 or dtype.hasobject:
         return np.empty(shape, dtype)
-    buffers = _pool.get(nbytes)
-    buf = _free_buffer(buffers) if buffers else None
-    if buf is None:
-        buf = np.empty(nbytes, np.uint8)
-        if _release(nbytes):
-            _pool.setdefault(nbytes, []).append(buf)
-            _pooled_ids.add(id(buf))
-            _pooled += nbytes
-    if buffers is not None:
-        _pool.move_to_end(nbytes)
-    return buf.view(dtype).reshape(shape)
+    with _lock:
+        buffers = _pool.get(nbytes)
+        buf = _free_buffer(buffers) if buffers else None
+        if buf is None:
+            buf = np.empty(nbytes, np.uint8)
+            if _release(nbytes):
+                _pool.setdefault(nbytes, []).append(buf)
+                _pooled_ids.add(id(buf))
+                _pooled += nbytes
+        if buffers is not None:
+            _pool.move_to_end(nbytes)
+        return buf.view(dtype).reshape(shape)
 
 
 def stats():
@@ -98,9 +101,10 @@ def stats():
 def clear():
     """Forget every buffer (those in use stay alive through their users)."""
     global _pooled
-    _pool.clear()
-    _pooled_ids.clear()
-    _pooled = 0
+    with _lock:
+        _pool.clear()
+        _pooled_ids.clear()
+        _pooled = 0
 
 
 def owns_memory(a):
@@ -116,5 +120,6 @@ def owns_memory(a):
 
 def set_limit_mb(mb):
     global _limit
-    _limit = int(float(mb) * (1 << 20))
-    _release(0)
+    with _lock:
+        _limit = int(float(mb) * (1 << 20))
+        _release(0)
