@@ -1,6 +1,8 @@
-"""Data pipeline: samplers, loaders, collate, generated datasets, and the text pipelines
-(mmap indexed datasets, GPT2Dataset, BertDataset, Instance / DistTensorData, the default corpus)."""
-from .build import (CommonDataLoader, ConcatDataset, build_nlp_test_loader, build_nlp_train_loader,
+"""Data pipeline: samplers, loaders, collate, generated datasets, the text pipelines (mmap
+indexed datasets, GPT2Dataset, BertDataset, Instance / DistTensorData, the default corpus) and the
+image pipeline (libai.data.datasets.images, libai.data.transforms)."""
+from .build import (CommonDataLoader, ConcatDataset, MixupCollator, build_image_test_loader,
+                    build_image_train_loader, build_nlp_test_loader, build_nlp_train_loader,
                     build_nlp_train_val_test_loader, build_test_loader, build_train_loader, default_collate,
                     get_train_valid_test_split_, train_val_test_num_samples, trivial_batch_collator)
 from .datasets.bert_dataset import BertDataset
@@ -16,7 +18,7 @@ __all__ = ["CommonDataLoader", "ConcatDataset", "build_train_loader", "build_tes
            "trivial_batch_collator", "get_train_valid_test_split_", "train_val_test_num_samples",
            "GPT2Dataset", "MMapIndexedDataset", "MMapIndexedDatasetBuilder", "best_fitting_dtype",
            "get_indexed_dataset", "DistTensorData", "Instance", "default_gpt2_corpus", "default_bert_corpus",
-           "BertDataset"]
+           "BertDataset", "build_image_train_loader", "build_image_test_loader", "MixupCollator"]
 
 
 def __getattr__(name):  # the corpus module is imported on first use

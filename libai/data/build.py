@@ -11,7 +11,8 @@ from .structures import Instance
 
 __all__ = ["CommonDataLoader", "default_collate", "build_train_loader", "build_test_loader",
            "trivial_batch_collator", "build_nlp_train_loader", "build_nlp_test_loader",
-           "build_nlp_train_val_test_loader", "get_train_valid_test_split_", "train_val_test_num_samples"]
+           "build_nlp_train_val_test_loader", "get_train_valid_test_split_", "train_val_test_num_samples",
+           "build_image_train_loader", "build_image_test_loader", "MixupCollator"]
 
 
 def default_collate(samples):
@@ -59,7 +60,10 @@ class CommonDataLoader:
         self.collate_fn = collate_fn or default_collate
 
     def __iter__(self):
+        set_epoch = getattr(self.dataset, "set_epoch", None)
         for batch in self.batch_sampler:
+            if set_epoch is not None:  # random augmentations are seeded by (seed, epoch, index)
+                set_epoch(getattr(self.batch_sampler, "epoch", 0))
             yield self.collate_fn([self.dataset[i] for i in batch])
 
     def __len__(self):
@@ -371,3 +375,36 @@ def build_nlp_train_val_test_loader(dataset, splits, weights, train_batch_size, 
     test_loader = (build_nlp_test_loader(merged[2], test_batch_size, sampler=test_sampler, seed=seed,
                                          collate_fn=collate_fn) if merged[2] is not None else None)
     return train_loader, valid_loader, test_loader
+
+
+# ---------------------------------------------------------------------- image loaders (LiBai)
+class MixupCollator:
+    """`Instance.stack`, then `mixup_func(images, labels)` on the stacked batch (soft labels)."""
+
+    def __init__(self, mixup_func):
+        self.mixup_func = mixup_func
+
+    def __call__(self, batch):
+        out = trivial_batch_collator(batch)
+        images, labels = self.mixup_func(out.images.tensor, out.labels.tensor)
+        out.images.tensor, out.labels.tensor = images, labels
+        return out
+
+
+def build_image_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=None, num_workers=0,
+                             consumed_samples=0, seed=0, collate_fn=None, dataset_mixer=None, mixup_func=None,
+                             shuffle=True):
+    """LiBai's image training loader: Instance samples of `dataset` (or a list, concatenated),
+    a resumable CyclicSampler of micro-batches, `Instance.stack` and, with `mixup_func` (e.g.
+    `Mixup(...)`), mixup/CutMix with soft labels. The batch becomes [S(0), B] global tensors in
+    the trainer. Returns (loader, None, None)."""
+    mixup_func = _maybe_instantiate(mixup_func)
+    if collate_fn is None and mixup_func is not None:
+        collate_fn = MixupCollator(mixup_func)
+    return build_nlp_train_loader(dataset, train_batch_size, test_batch_size, sampler, num_workers,
+                                  consumed_samples, seed, collate_fn, dataset_mixer, shuffle)
+
+
+def build_image_test_loader(dataset, test_batch_size, sampler=None, num_workers=0, seed=0, collate_fn=None):
+    """LiBai's image evaluation loader: one pass over `dataset` in order."""
+    return build_nlp_test_loader(dataset, test_batch_size, sampler, num_workers, seed, collate_fn)
