@@ -13,9 +13,10 @@ from .lm_logits import LMLogits
 from .mlp import MLP
 from .transformer_layer import TransformerLayer
 from .utils import dropout, init_method_normal, make_parameter, scaled_init_method_normal
+from .vision import DropPath, PatchEmbedding
 
 __all__ = [
     "Linear", "Linear1D", "VocabEmbedding", "Embedding", "LayerNorm", "MultiheadAttention", "AttnMaskType",
     "MLP", "TransformerLayer", "LMLogits", "ParallelCrossEntropyLoss", "init_method_normal",
-    "scaled_init_method_normal", "make_parameter", "dropout",
+    "scaled_init_method_normal", "make_parameter", "dropout", "PatchEmbedding", "DropPath",
 ]

@@ -1,7 +1,8 @@
 """`TransformerLayer`: self-attention + MLP with residuals, pre-LN (GPT-2, default) or post-LN
 (the original BERT).
 
-    pre-LN:  h = x + attn(ln1(x));  out = h + mlp(ln2(h))
+    pre-LN:  h = x + attn(ln1(x));  out = h + mlp(ln2(h))   (each branch through DropPath when
+             drop_path_prob > 0: stochastic depth, ViT/Swin)
              (apply_residual_post_layernorm: the residuals start from ln1(x) / ln2(h))
     post-LN: h = ln1(x + attn(x));  out = ln2(h + mlp(h))
 
@@ -14,6 +15,7 @@ from .attention import MultiheadAttention
 from .layer_norm import LayerNorm
 from .mlp import MLP
 from .utils import to_placement
+from .vision import DropPath
 
 __all__ = ["TransformerLayer"]
 
@@ -28,13 +30,12 @@ class TransformerLayer(nn.Module):
         super().__init__()
         if is_decoder:
             raise NotImplementedError("TransformerLayer: decoder layers (cross attention) are not implemented")
-        if drop_path_prob:
-            raise NotImplementedError("TransformerLayer: drop_path is not implemented")
         if layernorm_position not in ("pre", "post"):
             raise ValueError(f"layernorm_position must be 'pre' or 'post', got {layernorm_position!r}")
         self.layernorm_position = layernorm_position
         self.apply_residual_post_layernorm = apply_residual_post_layernorm
         self.layer_idx = layer_idx
+        self.drop_path = DropPath(drop_path_prob) if drop_path_prob > 0.0 else None
         output_layer_init_method = output_layer_init_method or init_method
         self.input_layernorm = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=layer_idx)
         self.self_attention = MultiheadAttention(
@@ -50,6 +51,10 @@ class TransformerLayer(nn.Module):
                        bias_gelu_fusion=bias_gelu_fusion, bias_dropout_fusion=bias_dropout_fusion,
                        layer_idx=layer_idx, activation=activation)
 
+    def _branch(self, y):
+        """A residual branch's output, through stochastic depth when drop_path_prob > 0."""
+        return self.drop_path(y) if self.drop_path is not None else y
+
     def forward(self, hidden_states, attention_mask=None, past_key_value=None, use_cache=False):
         x = to_placement(hidden_states, dist.get_layer_placement(self.layer_idx))
         present = None
@@ -58,15 +63,15 @@ class TransformerLayer(nn.Module):
             attn = self.self_attention(ln, attention_mask, past_key_value=past_key_value, use_cache=use_cache)
             if use_cache:
                 attn, present = attn
-            h = (ln if self.apply_residual_post_layernorm else x) + attn
+            h = (ln if self.apply_residual_post_layernorm else x) + self._branch(attn)
             ln = self.post_attention_layernorm(h)
-            out = (ln if self.apply_residual_post_layernorm else h) + self.mlp(ln)
+            out = (ln if self.apply_residual_post_layernorm else h) + self._branch(self.mlp(ln))
         else:
             attn = self.self_attention(x, attention_mask, past_key_value=past_key_value, use_cache=use_cache)
             if use_cache:
                 attn, present = attn
-            h = self.input_layernorm(x + attn)
-            out = self.post_attention_layernorm(h + self.mlp(h))
+            h = self.input_layernorm(x + self._branch(attn))
+            out = self.post_attention_layernorm(h + self._branch(self.mlp(h)))
         if use_cache:
             return out, present
         return out

@@ -1,0 +1,166 @@
+"""HuggingFace ViT <-> libai VisionTransformer: config, weight names, loading a folder.
+
+    HF (prefix "vit.")                                      VisionTransformer
+    embeddings.cls_token                                    cls_token
+    embeddings.position_embeddings                          pos_embed
+    embeddings.patch_embeddings.projection.{weight,bias}    patch_embed.{weight,bias}
+    encoder.layer.{i}.layernorm_before.*                    blocks.{i}.input_layernorm.*
+    encoder.layer.{i}.attention.attention.{query,key,value}.*   blocks.{i}.self_attention.query_key_value.*
+    encoder.layer.{i}.attention.output.dense.*              blocks.{i}.self_attention.dense.*
+    encoder.layer.{i}.layernorm_after.*                     blocks.{i}.post_attention_layernorm.*
+    encoder.layer.{i}.intermediate.dense.*                  blocks.{i}.mlp.dense_h_to_4h.*
+    encoder.layer.{i}.output.dense.*                        blocks.{i}.mlp.dense_4h_to_h.*
+    layernorm.*                                             norm.*
+    classifier.* (ViTForImageClassification)                head.*
+
+transformers 5 names the same tensors `layers.{i}.attention.{q,k,v,o}_proj` and `mlp.fc1/fc2` in
+memory; both spellings are read. The fused query_key_value rows are [heads, 3, head_size]
+(libai.models.utils.hf_bert.qkv_hf_to_libai).
+"""
+import os
+import re
+
+import numpy as np
+
+from .hf_bert import qkv_hf_to_libai, qkv_libai_to_hf
+from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
+
+__all__ = ["vit_kwargs_from_hf_config", "hf_config_from_vit_kwargs", "hf_to_libai_vit", "libai_to_hf_vit",
+           "load_huggingface_vit"]
+
+_NEW_NAMES = [  # transformers 5 in-memory names -> the file names above
+    (r"^layers\.(\d+)\.attention\.q_proj\.", r"encoder.layer.\1.attention.attention.query."),
+    (r"^layers\.(\d+)\.attention\.k_proj\.", r"encoder.layer.\1.attention.attention.key."),
+    (r"^layers\.(\d+)\.attention\.v_proj\.", r"encoder.layer.\1.attention.attention.value."),
+    (r"^layers\.(\d+)\.attention\.o_proj\.", r"encoder.layer.\1.attention.output.dense."),
+    (r"^layers\.(\d+)\.mlp\.fc1\.", r"encoder.layer.\1.intermediate.dense."),
+    (r"^layers\.(\d+)\.mlp\.fc2\.", r"encoder.layer.\1.output.dense."),
+    (r"^layers\.(\d+)\.", r"encoder.layer.\1."),
+]
+
+
+def vit_kwargs_from_hf_config(hf):
+    """VisionTransformer keyword arguments from a HF ViT config dict; HFConfigError naming the key
+    for settings it cannot reproduce."""
+    if hf.get("model_type", "vit") != "vit":
+        raise HFConfigError(f"unsupported config: model_type={hf.get('model_type')!r} (only 'vit')")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        raise HFConfigError(f"unsupported config: hidden_act={hf['hidden_act']!r} (the exact GELU, 'gelu')")
+    if not hf.get("qkv_bias", True):
+        raise HFConfigError("unsupported config: qkv_bias=False (the query/key/value projections have biases)")
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "image_size", "patch_size"):
+        if key not in hf:
+            raise HFConfigError(f"config is missing {key!r}")
+    hidden = int(hf["hidden_size"])
+    inter = int(hf.get("intermediate_size", 4 * hidden))
+    return dict(img_size=int(hf["image_size"]), patch_size=int(hf["patch_size"]),
+                in_chans=int(hf.get("num_channels", 3)), embed_dim=hidden, depth=int(hf["num_hidden_layers"]),
+                num_heads=int(hf["num_attention_heads"]), mlp_ratio=inter / hidden,
+                drop_rate=float(hf.get("hidden_dropout_prob", 0.0)),
+                attn_drop_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
+                layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+                initializer_range=float(hf.get("initializer_range", 0.02)),
+                num_classes=len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2)))
+
+
+def hf_config_from_vit_kwargs(kw):
+    hidden = int(kw["embed_dim"])
+    return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": hidden,
+            "num_hidden_layers": int(kw["depth"]), "num_attention_heads": int(kw["num_heads"]),
+            "intermediate_size": int(hidden * kw.get("mlp_ratio", 4.0)), "hidden_act": "gelu",
+            "hidden_dropout_prob": float(kw.get("drop_rate", 0.0)),
+            "attention_probs_dropout_prob": float(kw.get("attn_drop_rate", 0.0)),
+            "layer_norm_eps": float(kw.get("layernorm_epsilon", 1e-6)), "image_size": int(kw["img_size"]),
+            "patch_size": int(kw["patch_size"]), "num_channels": int(kw.get("in_chans", 3)), "qkv_bias": True,
+            "initializer_range": float(kw.get("initializer_range", 0.02)),
+            "id2label": {str(i): f"LABEL_{i}" for i in range(int(kw.get("num_classes", 1000)))},
+            "label2id": {f"LABEL_{i}": i for i in range(int(kw.get("num_classes", 1000)))}}
+
+
+def _normalise(hf_sd):
+    out = {}
+    for k, v in hf_sd.items():
+        k = k[len("vit."):] if k.startswith("vit.") else k
+        for pat, rep in _NEW_NAMES:
+            k, n = re.subn(pat, rep, k)
+            if n:
+                break
+        out[k] = np.asarray(v)
+    return out
+
+
+def hf_to_libai_vit(hf_sd, kw, path="<state dict>"):
+    """{libai name: array} from a HF ViT state dict (with or without the "vit." prefix)."""
+    sd = _normalise(hf_sd)
+    used = set()
+
+    def take(name):
+        if name not in sd:
+            raise HFConfigError(f"{path}: missing tensor {name!r}")
+        used.add(name)
+        return sd[name]
+
+    heads = int(kw["num_heads"])
+    out = {"cls_token": take("embeddings.cls_token"), "pos_embed": take("embeddings.position_embeddings"),
+           "patch_embed.weight": take("embeddings.patch_embeddings.projection.weight"),
+           "patch_embed.bias": take("embeddings.patch_embeddings.projection.bias"),
+           "norm.weight": take("layernorm.weight"), "norm.bias": take("layernorm.bias")}
+    for i in range(int(kw["depth"])):
+        hf, lb = f"encoder.layer.{i}.", f"blocks.{i}."
+        for part in ("weight", "bias"):
+            out[f"{lb}input_layernorm.{part}"] = take(f"{hf}layernorm_before.{part}")
+            out[f"{lb}post_attention_layernorm.{part}"] = take(f"{hf}layernorm_after.{part}")
+            out[f"{lb}self_attention.query_key_value.{part}"] = qkv_hf_to_libai(
+                *(take(f"{hf}attention.attention.{n}.{part}") for n in ("query", "key", "value")), heads)
+            out[f"{lb}self_attention.dense.{part}"] = take(f"{hf}attention.output.dense.{part}")
+            out[f"{lb}mlp.dense_h_to_4h.{part}"] = take(f"{hf}intermediate.dense.{part}")
+            out[f"{lb}mlp.dense_4h_to_h.{part}"] = take(f"{hf}output.dense.{part}")
+    if "classifier.weight" in sd:
+        out["head.weight"], out["head.bias"] = take("classifier.weight"), take("classifier.bias")
+    unused = sorted(k for k in sd if k not in used and not k.startswith("pooler."))
+    if unused:
+        raise HFConfigError(f"{path}: tensors VisionTransformer does not have: {unused[:8]}")
+    return out
+
+
+def libai_to_hf_vit(sd, kw):
+    """The inverse of hf_to_libai_vit: a HF `ViTForImageClassification` state dict."""
+    heads = int(kw["num_heads"])
+    hf = {"vit.embeddings.cls_token": sd["cls_token"], "vit.embeddings.position_embeddings": sd["pos_embed"],
+          "vit.embeddings.patch_embeddings.projection.weight": sd["patch_embed.weight"],
+          "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.bias"],
+          "vit.layernorm.weight": sd["norm.weight"], "vit.layernorm.bias": sd["norm.bias"]}
+    for i in range(int(kw["depth"])):
+        h, lb = f"vit.encoder.layer.{i}.", f"blocks.{i}."
+        for part in ("weight", "bias"):
+            hf[f"{h}layernorm_before.{part}"] = sd[f"{lb}input_layernorm.{part}"]
+            hf[f"{h}layernorm_after.{part}"] = sd[f"{lb}post_attention_layernorm.{part}"]
+            q, k, v = qkv_libai_to_hf(np.asarray(sd[f"{lb}self_attention.query_key_value.{part}"]), heads)
+            hf[f"{h}attention.attention.query.{part}"] = q
+            hf[f"{h}attention.attention.key.{part}"] = k
+            hf[f"{h}attention.attention.value.{part}"] = v
+            hf[f"{h}attention.output.dense.{part}"] = sd[f"{lb}self_attention.dense.{part}"]
+            hf[f"{h}intermediate.dense.{part}"] = sd[f"{lb}mlp.dense_h_to_4h.{part}"]
+            hf[f"{h}output.dense.{part}"] = sd[f"{lb}mlp.dense_4h_to_h.{part}"]
+    if "head.weight" in sd:
+        hf["classifier.weight"], hf["classifier.bias"] = sd["head.weight"], sd["head.bias"]
+    return {k: np.ascontiguousarray(np.asarray(v)) for k, v in hf.items()}
+
+
+def load_huggingface_vit(model_cls, path, **overrides):
+    """Build `model_cls` from a HF ViT folder and load its weights (each on its parameter's
+    placement/SBP). A folder without a classifier (ViTModel) keeps the new head's initial weights."""
+    from .weights import load_logical_state_dict
+
+    hf_cfg, hf_sd = read_hf_folder(path)
+    kwargs = vit_kwargs_from_hf_config(hf_cfg)
+    kwargs.update(overrides)
+    model = model_cls(**kwargs)
+    sd = hf_to_libai_vit(hf_sd, kwargs, path=os.path.join(path, WEIGHTS_FILE))
+    own = dict(model.named_parameters())
+    for k in ("head.weight", "head.bias"):
+        if k in own and k not in sd:
+            sd[k] = own[k].detach().numpy()
+    load_logical_state_dict(model, sd)
+    model.hf_config = hf_cfg
+    return model
