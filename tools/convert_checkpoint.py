@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Convert GPT-2 and BERT weights between Hugging Face folders and libai checkpoints.
+"""Convert GPT-2, BERT and ViT weights between Hugging Face folders and libai checkpoints.
 
     python tools/convert_checkpoint.py --from-hf HF_DIR --to CKPT_DIR
         HF_DIR: config.json + model.safetensors; the family comes from config.json's model_type:
@@ -7,17 +7,19 @@
           bert: BertForPreTraining -> BertForPreTraining ("bert.*", "cls_head.*" keys),
                 BertForSequenceClassification -> BertForSequenceClassification ("bert.*",
                 "classifier.*"), BertModel -> BertModel (no prefix)
+          vit:  ViTForImageClassification / ViTModel -> VisionTransformer (no prefix)
         CKPT_DIR/model.safetensors   logical tensors, loadable by libai.utils.checkpoint.Checkpointer
                                      and libai.models.utils.load_logical_state_dict
-        CKPT_DIR/gpt_config.json or bert_config.json   the model's keyword arguments
+        CKPT_DIR/gpt_config.json, bert_config.json or vit_config.json   the model's keyword arguments
         CKPT_DIR/hf_config.json      the original HF config (kept for the way back)
 
     python tools/convert_checkpoint.py --from-libai CKPT_DIR [--config CFG] --to-hf HF_DIR
         CKPT_DIR: a checkpoint directory (or its model.safetensors); the family comes from its keys.
         CFG: a LazyConfig .py/.yaml whose `model.cfg` (or `model`) has the model's keys, or a
-             .json of its kwargs; default CKPT_DIR/gpt_config.json or bert_config.json.
+             .json of its kwargs; default CKPT_DIR/<family>_config.json.
         HF_DIR/config.json + HF_DIR/model.safetensors, readable by transformers'
-        GPT2LMHeadModel / BertForPreTraining / BertForSequenceClassification / BertModel.
+        GPT2LMHeadModel / BertForPreTraining / BertForSequenceClassification / BertModel /
+        ViTForImageClassification.
 
 Only numpy work: no model is built, so any size converts in one process.
 """
@@ -32,6 +34,7 @@ import numpy as np  # noqa: E402
 
 GPT_CONFIG = "gpt_config.json"
 BERT_CONFIG = "bert_config.json"
+VIT_CONFIG = "vit_config.json"
 HF_CONFIG = "hf_config.json"
 MODEL_FILE = "model.safetensors"
 PREFIX = "GPT_model."
@@ -58,13 +61,23 @@ def _hf_bert_to_libai(hf_cfg, hf_sd, path):
     return sd, kwargs, BERT_CONFIG
 
 
+def _hf_vit_to_libai(hf_cfg, hf_sd, path):
+    from libai.models.utils.hf_vit import hf_to_libai_vit, vit_kwargs_from_hf_config
+
+    kwargs = vit_kwargs_from_hf_config(hf_cfg)
+    sd = hf_to_libai_vit(hf_sd, kwargs, path=path)
+    if "head.weight" not in sd:
+        kwargs["num_classes"] = 0  # a backbone (ViTModel): no head
+    return sd, kwargs, VIT_CONFIG
+
+
 def hf_to_libai(hf_dir, ckpt_dir):
     import engine as flow
     from libai.models.utils.hf_gpt2 import HFConfigError, read_hf_folder
 
     hf_cfg, hf_sd = read_hf_folder(hf_dir)
     family = hf_cfg.get("model_type", "gpt2")
-    converters = {"gpt2": _hf_gpt2_to_libai, "bert": _hf_bert_to_libai}
+    converters = {"gpt2": _hf_gpt2_to_libai, "bert": _hf_bert_to_libai, "vit": _hf_vit_to_libai}
     if family not in converters:
         raise HFConfigError(f"{hf_dir}/config.json: model_type={family!r}; convertible: {sorted(converters)}")
     sd, kwargs, config_name = converters[family](hf_cfg, hf_sd, os.path.join(hf_dir, MODEL_FILE))
@@ -88,8 +101,10 @@ def _kwargs_from_config(path, model_cls):
         if node is None:
             raise KeyError(f"{path}: no `model.cfg` or `model` with {model_cls.__name__}'s keys")
     # BERT's pretraining-head keys (add_binary_head) sit beside BertModel's; the heads a checkpoint
-    # has are read from its tensors
-    node = {k: node[k] for k in node if k not in getattr(model_cls, "pretraining_keys", ())}
+    # has are read from its tensors. A LazyCall `model` node also holds its target, and a loss
+    # function is no part of the weights.
+    skip = set(getattr(model_cls, "pretraining_keys", ())) | {"_target_", "loss_func"}
+    node = {k: node[k] for k in node if k not in skip}
     return model_cls.from_config(node)
 
 
@@ -98,13 +113,15 @@ def _family_of(sd, model_file):
         return "gpt2"
     if any(k.startswith("bert.") or k.startswith("embeddings.word_embeddings.") for k in sd):
         return "bert"
-    raise KeyError(f"{model_file}: neither a GPT-2 (GPT_model.*) nor a BERT (bert.*) state dict "
+    if "patch_embed.weight" in sd and "cls_token" in sd:
+        return "vit"
+    raise KeyError(f"{model_file}: neither a GPT-2 (GPT_model.*), a BERT (bert.*) nor a ViT (patch_embed.*) state dict "
                    f"(keys {sorted(sd)[:6]}...)")
 
 
 def libai_to_hf(ckpt, hf_dir, config=None):
     import engine as flow
-    from libai.models import BertModel, GPTModel
+    from libai.models import BertModel, GPTModel, VisionTransformer
     from libai.models.utils.hf_bert import hf_config_from_bert_kwargs, libai_to_hf_bert
     from libai.models.utils.hf_gpt2 import hf_config_from_gpt_kwargs, libai_to_hf_gpt2, write_safetensors
 
@@ -115,7 +132,8 @@ def libai_to_hf(ckpt, hf_dir, config=None):
     sd = flow.load(model_file)
     sd = {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in sd.items()}
     family = _family_of(sd, model_file)
-    config_name, model_cls = (GPT_CONFIG, GPTModel) if family == "gpt2" else (BERT_CONFIG, BertModel)
+    config_name, model_cls = {"gpt2": (GPT_CONFIG, GPTModel), "bert": (BERT_CONFIG, BertModel),
+                              "vit": (VIT_CONFIG, VisionTransformer)}[family]
     if config is None:
         config = os.path.join(ckpt_dir, config_name)
         if not os.path.isfile(config):
@@ -136,6 +154,13 @@ def libai_to_hf(ckpt, hf_dir, config=None):
     if family == "gpt2":
         hf_sd = libai_to_hf_gpt2(sd, kwargs["hidden_layers"], kwargs["num_attention_heads"])
         hf_cfg = hf_config_from_gpt_kwargs(kwargs, base)
+    elif family == "vit":
+        from libai.models.utils.hf_vit import hf_config_from_vit_kwargs, libai_to_hf_vit
+
+        if "head.weight" in sd:
+            kwargs["num_classes"] = int(sd["head.weight"].shape[0])
+        hf_sd = libai_to_hf_vit(sd, kwargs)
+        hf_cfg = hf_config_from_vit_kwargs(kwargs)
     else:
         head = "pretraining" if "cls_head.lm_logits.bias" in sd else (
             "classification" if "classifier.weight" in sd else None)
