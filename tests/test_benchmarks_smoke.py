@@ -46,3 +46,14 @@ def test_bert_train_disagreeing_losses_fail_loudly():
     for bad in (2.01, float("nan")):
         with pytest.raises(SystemExit, match="losses disagree"):
             bert_train.check_losses(2.0, bad)
+
+
+def test_vision_train_tiny():
+    out = run_bench("vision_train.py", "--layers", "1", "--hidden", "64", "--heads", "2", "--batch", "2",
+                    "--steps", "2", "--warmup", "1")
+    print(out)
+    m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
+    assert m, out
+    assert abs(float(m.group(1)) - float(m.group(2))) <= 1e-4 * abs(float(m.group(1)))
+    assert re.search(r"engine \(VisionTransformer\)\s+:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
+    assert re.search(r"ratio engine/torch = \d+\.\d\d", out), out
