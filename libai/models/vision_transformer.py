@@ -99,8 +99,13 @@ class VisionTransformer(nn.Module):
         return self.norm(x)[:, 0]  # [N, D]: the cls token
 
     def forward(self, images, labels=None):
-        x = self.forward_features(images)
-        logits = self.head(x) if self.head is not None else x  # [N, num_classes]
-        if labels is not None and self.training:
-            return {"losses": self.loss_func(logits, labels)}
-        return {"prediction_scores": logits}
+        return classifier_outputs(self, self.forward_features(images), labels)
+
+
+def classifier_outputs(model, features, labels):
+    """LiBai's image-classifier outputs from pooled features [N, D]: {"losses": loss} in training
+    with labels, else {"prediction_scores": logits [N, num_classes]} (ViT and Swin)."""
+    logits = model.head(features) if model.head is not None else features
+    if labels is not None and model.training:
+        return {"losses": model.loss_func(logits, labels)}
+    return {"prediction_scores": logits}

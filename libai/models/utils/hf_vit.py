@@ -26,7 +26,7 @@ from .hf_bert import qkv_hf_to_libai, qkv_libai_to_hf
 from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
 
 __all__ = ["vit_kwargs_from_hf_config", "hf_config_from_vit_kwargs", "hf_to_libai_vit", "libai_to_hf_vit",
-           "load_huggingface_vit"]
+           "load_huggingface_vit", "load_huggingface_classifier"]
 
 _NEW_NAMES = [  # transformers 5 in-memory names -> the file names above
     (r"^layers\.(\d+)\.attention\.q_proj\.", r"encoder.layer.\1.attention.attention.query."),
@@ -147,16 +147,17 @@ def libai_to_hf_vit(sd, kw):
     return {k: np.ascontiguousarray(np.asarray(v)) for k, v in hf.items()}
 
 
-def load_huggingface_vit(model_cls, path, **overrides):
-    """Build `model_cls` from a HF ViT folder and load its weights (each on its parameter's
-    placement/SBP). A folder without a classifier (ViTModel) keeps the new head's initial weights."""
+def load_huggingface_classifier(model_cls, path, kwargs_from_hf, hf_to_libai, **overrides):
+    """Build `model_cls` from a HF image-classification folder and load its weights (each on its
+    parameter's placement/SBP). A folder without a classifier (a backbone) keeps the new head's
+    initial weights. Shared by ViT and Swin."""
     from .weights import load_logical_state_dict
 
     hf_cfg, hf_sd = read_hf_folder(path)
-    kwargs = vit_kwargs_from_hf_config(hf_cfg)
+    kwargs = kwargs_from_hf(hf_cfg)
     kwargs.update(overrides)
     model = model_cls(**kwargs)
-    sd = hf_to_libai_vit(hf_sd, kwargs, path=os.path.join(path, WEIGHTS_FILE))
+    sd = hf_to_libai(hf_sd, kwargs, path=os.path.join(path, WEIGHTS_FILE))
     own = dict(model.named_parameters())
     for k in ("head.weight", "head.bias"):
         if k in own and k not in sd:
@@ -164,3 +165,8 @@ def load_huggingface_vit(model_cls, path, **overrides):
     load_logical_state_dict(model, sd)
     model.hf_config = hf_cfg
     return model
+
+
+def load_huggingface_vit(model_cls, path, **overrides):
+    """`model_cls` (VisionTransformer) from a HF ViT folder (ViTForImageClassification or ViTModel)."""
+    return load_huggingface_classifier(model_cls, path, vit_kwargs_from_hf_config, hf_to_libai_vit, **overrides)

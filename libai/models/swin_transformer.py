@@ -1,0 +1,289 @@
+"""Swin Transformer (Liu et al., 2021) on libai.layers, with LiBai's config keys.
+
+    images [N, C, H, W]
+      -> PatchEmbedding (+ LayerNorm), optional absolute position embedding   [N, H/4 * W/4, D]
+      -> stages: depths[i] Swin blocks at width D * 2^i, heads num_heads[i], then (but for the
+         last stage) PatchMerging: 2x2 neighbours concatenated, LayerNorm, Linear 4C -> 2C
+      -> LayerNorm, mean over the tokens, head Linear                          [N, num_classes]
+
+A Swin block is pre-LN: x + attn(ln(x)), then x + mlp(ln(x)), both branches through stochastic
+depth. The attention works inside windows of window_size x window_size tokens (the map padded at
+the bottom/right to a multiple of the window), with a learned relative position bias per head;
+every second block shifts the map by window_size // 2 first (a cyclic roll) and masks the token
+pairs that the roll brought together (-100 added to their scores). When a stage's map is no
+larger than the window, the window is the map (its bias table sized for it) and there is no
+shift, as in the original Swin.
+
+Tensor parallel: the q/k/v projection is column parallel with each head's q, k, v rows together
+(so a shard holds whole heads), the relative position bias table is split over the same heads,
+the window attention runs on each rank's local heads, and the output projection is row
+parallel; MLPs are column/row parallel. Patch merging, norms and the head are replicated; the
+batch stays split over data parallel throughout.
+
+Training returns {"losses": loss}, eval {"prediction_scores": logits}. HuggingFace's
+`SwinForImageClassification` is the same network (libai.models.utils.hf_swin), except that it
+applies stochastic depth to the attention branch only; with drop_path_rate 0 they are equal.
+"""
+import numpy as np
+
+import engine as flow
+import engine.nn as nn
+import engine.nn.functional as F
+from libai.config import configurable
+from libai.layers import MLP, DropPath, LayerNorm, Linear, PatchEmbedding
+from libai.layers.utils import init_method_normal, make_parameter, split_on_dp, to_placement
+from libai.utils import distributed as dist
+
+from .utils.model_config import kwargs_from_config
+from .vision_transformer import _default_loss, classifier_outputs
+
+__all__ = ["SwinTransformer"]
+
+B = flow.sbp.broadcast
+S = flow.sbp.split
+
+
+def relative_position_index(window):
+    """[window^2, window^2] index into the ((2w - 1)^2, heads) bias table: the row-major offset of
+    (dy, dx) between two positions of a window."""
+    coords = np.stack(np.meshgrid(np.arange(window), np.arange(window), indexing="ij")).reshape(2, -1)
+    rel = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0) + (window - 1)  # [w^2, w^2, 2]
+    return (rel[..., 0] * (2 * window - 1) + rel[..., 1]).astype(np.int64)
+
+
+def shift_mask(height, width, window, shift):
+    """[windows, window^2, window^2] additive mask of a shifted (padded) map: -100 between tokens
+    that the cyclic roll brought from different regions of the map, 0 elsewhere."""
+    def regions(n):
+        idx = np.arange(n)
+        return (idx >= n - window).astype(np.int64) + (idx >= n - shift)
+
+    img = (regions(height)[:, None] * 3 + regions(width)[None, :]).astype(np.float32)  # [H, W]
+    win = img.reshape(height // window, window, width // window, window).transpose(0, 2, 1, 3)
+    win = win.reshape(-1, window * window)  # [windows, w^2]
+    diff = win[:, None, :] - win[:, :, None]
+    return np.where(diff != 0, np.float32(-100.0), np.float32(0.0))
+
+
+def _partition(x, window):
+    """[n, H, W, C] -> [n * windows, window^2, C] (windows in row-major order)."""
+    n, h, w, c = x.shape
+    x = x.view(n, h // window, window, w // window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, window * window, c)
+
+
+def _merge(windows, window, n, h, w):
+    """The inverse of _partition: [n * windows, window^2, C] -> [n, H, W, C]."""
+    c = windows.shape[-1]
+    x = windows.view(n, h // window, w // window, window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(n, h, w, c)
+
+
+class WindowAttention(nn.Module):
+    """Multi-head self-attention inside windows with a relative position bias (see the module
+    docstring for its tensor-parallel layout)."""
+
+    def __init__(self, dim, num_heads, window_size, attn_drop=0.0, proj_drop=0.0, init_method=None, *,
+                 layer_idx=0):
+        super().__init__()
+        dist.check_tensor_parallel_divisible(num_heads, "SwinTransformer: num_heads of every stage")
+        self.dim, self.num_heads, self.window_size = int(dim), int(num_heads), int(window_size)
+        self.head_size = self.dim // self.num_heads
+        self.scale = self.head_size ** -0.5
+        self.attn_drop = float(attn_drop)
+        init_method = init_method or init_method_normal(0.02)
+        self.qkv = Linear(dim, 3 * dim, parallel="col", init_method=init_method, layer_idx=layer_idx)
+        self.proj = Linear(dim, dim, parallel="row", init_method=init_method, layer_idx=layer_idx,
+                           output_dropout_prob=proj_drop)
+        placement = dist.get_layer_placement(layer_idx)
+        table = ((2 * self.window_size - 1) ** 2, self.num_heads)
+        self.relative_position_bias_table = make_parameter(table, init_method_normal(0.02), placement,
+                                                           dist.get_nd_sbp([B, S(1)]))
+
+    def forward(self, x, height, width, shift):
+        """x [n, H*W, C] (already normalised) -> [n, H*W, C]; windows of `self.window_size`
+        (clamped to the map), shifted by `shift`."""
+        n, c = x.shape[0], x.shape[2]
+        window = self.window_size
+        pad_b, pad_r = (-height) % window, (-width) % window
+        hp, wp = height + pad_b, width + pad_r
+        if pad_b or pad_r:  # zero tokens at the bottom/right (their q, k, v are the biases)
+            x = F.pad(x.view(n, height, width, c), (0, 0, 0, pad_r, 0, pad_b)).view(n, hp * wp, c)
+        qkv = self.qkv(x)  # [n, Hp*Wp, 3C] split over tp by heads
+        placement = qkv.placement
+        dp_sbp = S(0) if split_on_dp(qkv.shape) else B
+        sbp = dist.get_nd_sbp([dp_sbp, S(2)])
+        local = qkv.to_global(sbp=sbp).to_local()  # [n_l, Hp*Wp, 3 C_l]: this rank's samples and heads
+        heads = local.shape[2] // (3 * self.head_size)
+        n_l = local.shape[0]
+        local = local.view(n_l, hp, wp, 3 * heads * self.head_size)
+        if shift:
+            local = flow.roll(local, shifts=(-shift, -shift), dims=(1, 2))
+        win = _partition(local, window)  # [n_l * nW, w^2, 3 C_l]
+        win = win.view(win.shape[0], window * window, heads, 3, self.head_size)
+        q, k, v = (win[:, :, :, j].permute(0, 2, 1, 3) for j in range(3))  # [n_l * nW, h_l, w^2, d]
+        scores = flow.matmul(q, k.transpose(-1, -2)) * self.scale  # [n_l * nW, h_l, w^2, w^2]
+        table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
+        index = flow.tensor(relative_position_index(window).reshape(-1))
+        bias = table[index].view(window * window, window * window, heads).permute(2, 0, 1)  # [h_l, w^2, w^2]
+        scores = scores + bias
+        if shift:
+            mask = flow.tensor(shift_mask(hp, wp, window, shift))  # [nW, w^2, w^2]
+            nw = mask.shape[0]
+            scores = (scores.view(n_l, nw, heads, window * window, window * window)
+                      + mask.view(1, nw, 1, window * window, window * window))
+            scores = scores.view(n_l * nw, heads, window * window, window * window)
+        probs = F.softmax(scores, dim=-1)
+        if self.training and self.attn_drop > 0:
+            probs = F.dropout(probs, self.attn_drop, training=True)
+        ctx = flow.matmul(probs, v).permute(0, 2, 1, 3).reshape(-1, window * window, heads * self.head_size)
+        ctx = _merge(ctx, window, n_l, hp, wp)  # [n_l, H', W', C_l]
+        if shift:
+            ctx = flow.roll(ctx, shifts=(shift, shift), dims=(1, 2))
+        if pad_b or pad_r:
+            ctx = ctx[:, :height, :width]
+        ctx = ctx.reshape(n_l, height * width, heads * self.head_size)
+        ctx = ctx.to_global(placement=placement, sbp=sbp)
+        return self.proj(ctx)  # row parallel: [n, L, C]
+
+
+class SwinBlock(nn.Module):
+    """One Swin block on a map of `resolution`; a map no larger than the window is one window
+    (the window shrinks to it, with its own bias table) and is not shifted, as in the original."""
+
+    def __init__(self, dim, num_heads, resolution, window_size, shift, mlp_ratio, drop, attn_drop, drop_path, eps,
+                 init_method, *, layer_idx=0):
+        super().__init__()
+        if min(resolution) <= window_size:
+            window_size, shift = min(resolution), 0
+        self.window_size, self.shift = int(window_size), int(shift)
+        self.norm1 = LayerNorm(dim, eps=eps, layer_idx=layer_idx)
+        self.attn = WindowAttention(dim, num_heads, window_size, attn_drop, drop, init_method, layer_idx=layer_idx)
+        self.norm2 = LayerNorm(dim, eps=eps, layer_idx=layer_idx)
+        self.mlp = MLP(dim, int(dim * mlp_ratio), output_dropout_prob=drop, init_method=init_method,
+                       layer_idx=layer_idx, activation="gelu")
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else None
+
+    def _branch(self, y):
+        return self.drop_path(y) if self.drop_path is not None else y
+
+    def forward(self, x, height, width):
+        x = x + self._branch(self.attn(self.norm1(x), height, width, self.shift))
+        return x + self._branch(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """[n, H*W, C] -> [n, ceil(H/2) * ceil(W/2), 2C]: each 2x2 neighbourhood (the map padded to even
+    sizes) concatenated as [(0,0), (1,0), (0,1), (1,1)], normalised, projected without bias."""
+
+    def __init__(self, dim, eps, init_method, *, layer_idx=0):
+        super().__init__()
+        self.norm = LayerNorm(4 * dim, eps=eps, layer_idx=layer_idx)
+        self.reduction = Linear(4 * dim, 2 * dim, bias=False, init_method=init_method, layer_idx=layer_idx)
+
+    def forward(self, x, height, width):
+        n, c = x.shape[0], x.shape[2]
+        x = x.view(n, height, width, c)
+        if height % 2 or width % 2:
+            x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
+        parts = [x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]]
+        x = flow.cat(parts, dim=-1)  # [n, H/2, W/2, 4C]
+        x = x.view(n, -1, 4 * c)
+        return self.reduction(self.norm(x))
+
+
+class SwinTransformer(nn.Module):
+    @configurable
+    def __init__(self, img_size=224, patch_size=4, in_chans=3, num_classes=1000, embed_dim=96, depths=(2, 2, 6, 2),
+                 num_heads=(3, 6, 12, 24), window_size=7, mlp_ratio=4.0, qkv_bias=True, qk_scale=None, drop_rate=0.0,
+                 attn_drop_rate=0.0, drop_path_rate=0.1, ape=False, patch_norm=True, loss_func=None,
+                 layernorm_epsilon=1e-5, initializer_range=0.02):
+        super().__init__()
+        if not qkv_bias:
+            raise NotImplementedError("SwinTransformer(qkv_bias=False): not implemented")
+        if qk_scale is not None:
+            raise NotImplementedError("SwinTransformer(qk_scale=...): not implemented (the scale is head_size^-0.5)")
+        if len(depths) != len(num_heads):
+            raise ValueError(f"SwinTransformer: depths {list(depths)} and num_heads {list(num_heads)} differ in length")
+        init = init_method_normal(initializer_range)
+        eps = layernorm_epsilon
+        self.num_classes, self.embed_dim = int(num_classes), int(embed_dim)
+        self.patch_embed = _PaddedPatchEmbedding(img_size, patch_size, in_chans, embed_dim, eps if patch_norm else None)
+        self.grid = self.patch_embed.grid
+        placement = dist.get_layer_placement(0)
+        self.absolute_pos_embed = make_parameter((1, self.grid[0] * self.grid[1], embed_dim), init, placement,
+                                                 dist.get_nd_sbp([B, B])) if ape else None
+        self.drop_rate = float(drop_rate)
+        rates = np.linspace(0, drop_path_rate, sum(depths)).tolist()
+        self.stages = nn.ModuleList()
+        self.merges = nn.ModuleList()
+        k = 0
+        res = self.grid
+        for i, (depth, heads) in enumerate(zip(depths, num_heads)):
+            dim = embed_dim * 2 ** i
+            self.stages.append(nn.ModuleList([
+                SwinBlock(dim, heads, res, window_size, 0 if j % 2 == 0 else window_size // 2, mlp_ratio,
+                          drop_rate, attn_drop_rate, rates[k + j], eps, init)
+                for j in range(depth)]))
+            res = ((res[0] + 1) // 2, (res[1] + 1) // 2)
+            k += depth
+            if i < len(depths) - 1:
+                self.merges.append(PatchMerging(dim, eps, init))
+        self.num_features = embed_dim * 2 ** (len(depths) - 1)
+        self.norm = LayerNorm(self.num_features, eps=eps, layer_idx=-1)
+        self.head = Linear(self.num_features, num_classes, init_method=init, layer_idx=-1) if num_classes > 0 else None
+        self.loss_func = loss_func if loss_func is not None else _default_loss
+
+    @classmethod
+    def from_config(cls, cfg):
+        return kwargs_from_config(cls, cfg)
+
+    @classmethod
+    def from_huggingface(cls, path, **overrides):
+        """A SwinTransformer with the weights of a HuggingFace Swin folder (SwinForImageClassification
+        or SwinModel)."""
+        from .utils.hf_swin import load_huggingface_swin
+
+        return load_huggingface_swin(cls, path, **overrides)
+
+    def forward_features(self, images):
+        x = self.patch_embed(images)  # [N, H/p * W/p, D]
+        h, w = self.grid
+        if self.absolute_pos_embed is not None:
+            x = x + self.absolute_pos_embed
+        x = F.dropout(x, self.drop_rate, training=self.training)
+        for i, blocks in enumerate(self.stages):
+            for block in blocks:
+                x = block(x, h, w)
+            if i < len(self.merges):
+                x = self.merges[i](x, h, w)  # [N, ceil(h/2) * ceil(w/2), 2C]
+                h, w = (h + 1) // 2, (w + 1) // 2
+        return self.norm(x).mean(dim=1)  # [N, C]
+
+    def forward(self, images, labels=None):
+        return classifier_outputs(self, self.forward_features(images), labels)
+
+
+class _PaddedPatchEmbedding(nn.Module):
+    """Swin's patch embedding: images padded at the bottom/right to a multiple of the patch size,
+    a PatchEmbedding, then (patch_norm) a LayerNorm."""
+
+    def __init__(self, img_size, patch_size, in_chans, embed_dim, norm_eps):
+        super().__init__()
+        img = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.patch = int(patch_size)
+        self.img = img
+        padded = tuple(-(-s // self.patch) * self.patch for s in img)
+        self.inner = PatchEmbedding(padded, self.patch, in_chans, embed_dim)
+        self.grid = self.inner.grid_size
+        self.norm = LayerNorm(embed_dim, eps=norm_eps) if norm_eps is not None else None
+
+    def forward(self, images):
+        if images.ndim != 4 or tuple(images.shape[2:]) != self.img:
+            raise ValueError(f"SwinTransformer: expected images [N, C, {self.img[0]}, {self.img[1]}], "
+                             f"got {list(images.shape)}")
+        ph, pw = (-self.img[0]) % self.patch, (-self.img[1]) % self.patch
+        if ph or pw:
+            images = F.pad(to_placement(images, dist.get_layer_placement(0)), (0, pw, 0, ph))
+        x = self.inner(images)
+        return self.norm(x) if self.norm is not None else x

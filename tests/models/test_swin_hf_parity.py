@@ -1,0 +1,94 @@
+"""SwinTransformer against HuggingFace's SwinForImageClassification on shared weights (small random
+configs saved locally): logits for a plain config, one whose maps need window padding (with
+shifted windows on padded maps and an odd-sized map merged), and one whose window does not divide
+the map; loss and every parameter gradient."""
+import numpy as np
+import pytest
+import torch
+from transformers import SwinConfig, SwinForImageClassification
+
+import engine as flow
+from libai.models import SwinTransformer
+from libai.models.utils.hf_gpt2 import HFConfigError
+
+CASES = {
+    # 16x16 -> 8x8 maps, window 4: two stages of shifted windows, no padding
+    "plain": dict(image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4),
+    # 18x18 (padded to 20), 9x9 (padded to 12), 5x5 (padded to 8, still shifted): padding everywhere
+    "padded": dict(image_size=36, patch_size=2, embed_dim=16, depths=[2, 2, 2], num_heads=[2, 2, 4], window_size=4),
+    # 14x14 with window 3 (padded to 15), merged to 7x7 (padded to 9)
+    "window-3": dict(image_size=28, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=3),
+}
+
+
+def _hf(tmp_path_factory, name):
+    cfg = SwinConfig(**CASES[name], num_labels=5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                     drop_path_rate=0.0)
+    torch.manual_seed(0)
+    model = SwinForImageClassification(cfg)
+    with torch.no_grad():  # non-zero biases and relative position tables
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    path = tmp_path_factory.mktemp(f"swin_{name}")
+    model.save_pretrained(path)
+    return str(path), model
+
+
+def _images(name, n=2, seed=0):
+    s = CASES[name]["image_size"]
+    return np.random.default_rng(seed).standard_normal((n, 3, s, s)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_logits_match(tmp_path_factory, name):
+    path, hf = _hf(tmp_path_factory, name)
+    ours = SwinTransformer.from_huggingface(path).eval()
+    x = _images(name)
+    got = ours(flow.tensor(x))["prediction_scores"].detach().numpy()
+    want = hf.eval()(pixel_values=torch.from_numpy(x)).logits.detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_loss_and_gradients_match(tmp_path_factory):
+    path, hf = _hf(tmp_path_factory, "padded")
+    ours = SwinTransformer.from_huggingface(path).train()
+    x, y = _images("padded", n=4, seed=1), np.array([0, 3, 1, 4])
+    loss = ours(flow.tensor(x), flow.tensor(y))["losses"]
+    loss.backward()
+    hf.train().zero_grad()
+    out = hf(pixel_values=torch.from_numpy(x), labels=torch.from_numpy(y))
+    out.loss.backward()
+    np.testing.assert_allclose(float(loss.detach().numpy()), float(out.loss), rtol=1e-5)
+    grads = dict(ours.named_parameters())
+    hf_grads = {k[len("swin."):] if k.startswith("swin.") else k: p.grad.numpy() for k, p in hf.named_parameters()}
+    floor = 1e-5 * max(np.abs(g).max() for g in hf_grads.values())
+
+    def close(mine, theirs, what):
+        scale = max(np.abs(theirs).max(), floor)
+        assert np.abs(mine - theirs).max() / scale < 1e-4, what
+
+    close(grads["patch_embed.inner.weight"].grad.numpy(), hf_grads["embeddings.patch_embeddings.projection.weight"],
+          "patch embedding")
+    close(grads["head.weight"].grad.numpy(), hf_grads["classifier.weight"], "head")
+    for i, depth in enumerate(CASES["padded"]["depths"]):
+        for j in range(depth):
+            hf_pre, lb = f"encoder.layers.{i}.blocks.{j}.", f"stages.{i}.{j}."
+            # (transformers 5's in-memory names)
+            table = f"{hf_pre}attention.relative_position_bias.relative_position_bias_table"
+            close(grads[f"{lb}attn.relative_position_bias_table"].grad.numpy(), hf_grads[table], f"{lb} bias table")
+            close(grads[f"{lb}mlp.dense_h_to_4h.weight"].grad.numpy(), hf_grads[f"{hf_pre}mlp.fc1.weight"], f"{lb} mlp")
+            close(grads[f"{lb}attn.proj.weight"].grad.numpy(), hf_grads[f"{hf_pre}attention.o_proj.weight"],
+                  f"{lb} proj")
+            close(grads[f"{lb}norm1.weight"].grad.numpy(), hf_grads[f"{hf_pre}layernorm_before.weight"], f"{lb} norm1")
+        if i < 2:
+            close(grads[f"merges.{i}.reduction.weight"].grad.numpy(),
+                  hf_grads[f"encoder.layers.{i}.downsample.reduction.weight"], f"merge {i}")
+
+
+def test_unsupported_hf_configs_are_named(tmp_path):
+    SwinForImageClassification(SwinConfig(**CASES["plain"], use_absolute_embeddings=True)).save_pretrained(
+        tmp_path / "ape")
+    with pytest.raises(HFConfigError, match="use_absolute_embeddings=True"):
+        SwinTransformer.from_huggingface(str(tmp_path / "ape"))
+    with pytest.raises(NotImplementedError, match="qk_scale"):
+        SwinTransformer(img_size=32, qk_scale=0.1)
