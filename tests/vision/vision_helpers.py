@@ -18,3 +18,10 @@ VIT_TINY = ["model.embed_dim=48", "model.depth=2", "model.num_heads=4", "model.d
 
 def train_vit(*args, nprocs=1, timeout=300):
     return train_net(*args, nprocs=nprocs, timeout=timeout, config=VIT_CONFIG)
+
+SWIN_CONFIG = os.path.join(ROOT, "configs", "swin_imagenet.py")
+SWIN_NO_DROP = ["model.drop_path_rate=0.0", "model.drop_rate=0.0", "model.attn_drop_rate=0.0"]
+
+
+def train_swin(*args, nprocs=1, timeout=300):
+    return train_net(*args, nprocs=nprocs, timeout=timeout, config=SWIN_CONFIG)
