@@ -1,22 +1,27 @@
-"""Vision training step: libai VisionTransformer (engine) vs HuggingFace ViTForImageClassification (PyTorch).
+"""Vision training steps: libai VisionTransformer / SwinTransformer (engine) vs HuggingFace
+ViTForImageClassification / SwinForImageClassification (PyTorch).
 
-    python tools/benchmarks/vision_train.py [--steps 12 --group 4]        # ViT, both libraries, one run
+    python tools/benchmarks/vision_train.py [--model vit|swin|both] [--steps 12 --group 4]
     python tools/benchmarks/vision_train.py --layers 1 --hidden 64 --heads 2 --batch 2 --steps 2 --warmup 1
-                                                                          # tiny: does it run?
+                                                                          # tiny ViT: does it run?
 
-Model (defaults, all flags): ViT, image 32, patch 4 (64 patches + the cls token), 6 layers,
-width 384, 6 heads, MLP 1536, 10 classes, fp32, dropout 0, batch 32 of random images and labels
-(seed 0), cross-entropy, AdamW (lr 1e-4, weight decay 0.05). A step is zero_grad + forward +
-loss + backward + optimizer step. Swin joins this script with issue 12's Swin model.
+ViT (defaults, flags --img --patch --layers --hidden --heads --batch): image 32, patch 4 (64
+patches + the cls token), 6 layers, width 384, 6 heads, MLP 1536, batch 32.
+Swin (fixed, tiny-like stages at image 64): patch 2 (a 32x32 map), embed 96, depths (2, 2, 6, 2),
+heads (3, 6, 12, 24), window 4 (maps 32, 16, 8, 4: shifted windows in the first three stages),
+batch 16. (A window of 7 here would leave stages whose map is smaller than the window, which
+transformers 5.23's Swin cannot run.)
+Both: 10 classes, fp32, dropout and drop-path 0, random images and labels (seed 0),
+cross-entropy, AdamW (lr 1e-4, weight decay 0.05). A step is zero_grad + forward + loss +
+backward + optimizer step.
 
-Both models hold the same weights: a randomly initialised transformers ViTForImageClassification
-is saved with save_pretrained and the project's model is built from it with
-`VisionTransformer.from_huggingface` (exact). The first-step losses (same batch) must agree to
-1e-4 relative, else the script exits with an error. Then the two steps run in alternating groups
-of `--group` consecutive steps (the first of each group discarded) and the medians are compared:
-ms/step, images/s and the ratio engine/torch (issue 12's target: at most 1.0). PyTorch runs with
-its default threads (the machine's cores), the engine with its own pool; HF uses its default
-attention (PyTorch's fused scaled_dot_product_attention).
+Both libraries hold the same weights: a randomly initialised transformers model is saved with
+save_pretrained and the project's model is built from it with `from_huggingface` (exact). The
+first-step losses (same batch) must agree to 1e-4 relative, else the script exits with an error.
+Then the two steps run in alternating groups of `--group` consecutive steps (the first of each
+group discarded) and the medians are compared: ms/step, images/s and the ratio engine/torch
+(issue 12's target: at most 1.0). PyTorch runs with its default threads (the machine's cores),
+the engine with its own pool; HF uses its default attention.
 """
 import argparse
 import os
@@ -38,24 +43,34 @@ from gpt2_train import interleaved_times  # noqa: E402
 LR, WD = 1e-4, 0.05
 
 
-def make_batch(a, seed=0):
+SWIN = dict(img=64, patch=2, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=4, batch=16)
+
+
+def make_batch(img, batch, classes, seed=0):
     rng = np.random.default_rng(seed)
-    images = rng.standard_normal((a.batch, 3, a.img, a.img)).astype(np.float32)
-    return images, rng.integers(0, a.classes, a.batch)
+    images = rng.standard_normal((batch, 3, img, img)).astype(np.float32)
+    return images, rng.integers(0, classes, batch)
 
 
-def make_hf(path, a):
+def make_hf(path, a, model):
     import torch
-    from transformers import ViTConfig, ViTForImageClassification
+    from transformers import SwinConfig, SwinForImageClassification, ViTConfig, ViTForImageClassification
 
     torch.manual_seed(0)
-    cfg = ViTConfig(image_size=a.img, patch_size=a.patch, num_channels=3, hidden_size=a.hidden,
-                    num_hidden_layers=a.layers, num_attention_heads=a.heads, intermediate_size=4 * a.hidden,
-                    num_labels=a.classes, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                    attn_implementation="sdpa")
-    model = ViTForImageClassification(cfg)
-    model.save_pretrained(path, safe_serialization=True)
-    return model
+    if model == "vit":
+        cfg = ViTConfig(image_size=a.img, patch_size=a.patch, num_channels=3, hidden_size=a.hidden,
+                        num_hidden_layers=a.layers, num_attention_heads=a.heads, intermediate_size=4 * a.hidden,
+                        num_labels=a.classes, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        attn_implementation="sdpa")
+        hf = ViTForImageClassification(cfg)
+    else:
+        cfg = SwinConfig(image_size=SWIN["img"], patch_size=SWIN["patch"], embed_dim=SWIN["embed"],
+                         depths=list(SWIN["depths"]), num_heads=list(SWIN["heads"]), window_size=SWIN["window"],
+                         num_labels=a.classes, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         drop_path_rate=0.0)
+        hf = SwinForImageClassification(cfg)
+    hf.save_pretrained(path, safe_serialization=True)
+    return hf
 
 
 def torch_step_fn(model, images, labels):
@@ -92,16 +107,17 @@ def engine_step_fn(model, images, labels):
     return step
 
 
-def compare(a):
+def compare(a, model):
     import torch
 
     import engine as flow
-    from libai.models import VisionTransformer
+    from libai.models import SwinTransformer, VisionTransformer
 
-    images, labels = make_batch(a)
+    img, batch = (a.img, a.batch) if model == "vit" else (SWIN["img"], SWIN["batch"])
+    images, labels = make_batch(img, batch, a.classes)
     with tempfile.TemporaryDirectory() as path:
-        hf = make_hf(path, a)
-        ours = VisionTransformer.from_huggingface(path)
+        hf = make_hf(path, a, model)
+        ours = (VisionTransformer if model == "vit" else SwinTransformer).from_huggingface(path)
     step_t, step_f = torch_step_fn(hf, images, labels), engine_step_fn(ours, images, labels)
     losses = [(step_t(), step_f())]
     check_losses(*losses[0])
@@ -109,13 +125,21 @@ def compare(a):
         losses.append((step_t(), step_f()))
     times_t, times_f = interleaved_times([step_t, step_f], a.steps, a.group)
     t_t, t_f = statistics.median(times_t), statistics.median(times_f)
-    print(f"ViT training step: image {a.img}, patch {a.patch}, {a.layers} layers, width {a.hidden}, {a.heads} heads, "
-          f"MLP {4 * a.hidden}, {a.classes} classes, batch {a.batch}, fp32, AdamW(lr={LR}, wd={WD})")
+    if model == "vit":
+        print(f"ViT training step: image {a.img}, patch {a.patch}, {a.layers} layers, width {a.hidden}, "
+              f"{a.heads} heads, MLP {4 * a.hidden}, {a.classes} classes, batch {batch}, fp32, "
+              f"AdamW(lr={LR}, wd={WD})")
+    else:
+        print(f"Swin training step: image {SWIN['img']}, patch {SWIN['patch']}, embed {SWIN['embed']}, depths "
+              f"{SWIN['depths']}, heads {SWIN['heads']}, window {SWIN['window']}, {a.classes} classes, batch {batch}, "
+              f"fp32, AdamW(lr={LR}, wd={WD})")
     print(f"  torch threads {torch.get_num_threads()}, engine threads {flow.backend.parallel.get_num_threads()}")
     lt, lf = losses[0]
     print(f"  first-step loss: torch {lt:.6f}  engine {lf:.6f}  |diff| {abs(lt - lf):.2e}  (agree)")
-    print(f"  torch (HF ViTForImageClassification): {t_t * 1e3:8.1f} ms/step  {a.batch / t_t:8.1f} images/s")
-    print(f"  engine (VisionTransformer)          : {t_f * 1e3:8.1f} ms/step  {a.batch / t_f:8.1f} images/s")
+    name_t = "HF ViTForImageClassification" if model == "vit" else "HF SwinForImageClassification"
+    name_f = "VisionTransformer" if model == "vit" else "SwinTransformer"
+    print(f"  torch ({name_t}): {t_t * 1e3:8.1f} ms/step  {batch / t_t:8.1f} images/s")
+    print(f"  engine ({name_f}): {t_f * 1e3:8.1f} ms/step  {batch / t_f:8.1f} images/s")
     print(f"  ratio engine/torch = {t_f / t_t:.2f}  (medians of {len(times_t)} steps in alternating groups of "
           f"{a.group} after {a.warmup} warm-up step(s); fastest steps {min(times_f) * 1e3:.1f} / "
           f"{min(times_t) * 1e3:.1f} ms, ratio {min(times_f) / min(times_t):.2f})")
@@ -123,6 +147,7 @@ def compare(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", choices=["vit", "swin", "both"], default="vit")
     p.add_argument("--img", type=int, default=32)
     p.add_argument("--patch", type=int, default=4)
     p.add_argument("--layers", type=int, default=6)
@@ -139,7 +164,8 @@ def main():
         p.error("need --warmup >= 1, --group >= 2, --steps >= 1")
     if a.hidden % a.heads or a.img % a.patch:
         p.error("need --hidden divisible by --heads and --img divisible by --patch")
-    compare(a)
+    for model in (("vit", "swin") if a.model == "both" else (a.model,)):
+        compare(a, model)
 
 
 if __name__ == "__main__":
