@@ -55,5 +55,12 @@ def test_vision_train_tiny():
     m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
     assert m, out
     assert abs(float(m.group(1)) - float(m.group(2))) <= 1e-4 * abs(float(m.group(1)))
-    assert re.search(r"engine \(VisionTransformer\)\s+:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
+    assert re.search(r"engine \(VisionTransformer\)\s*:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
     assert re.search(r"ratio engine/torch = \d+\.\d\d", out), out
+
+
+def test_vision_train_swin_runs():
+    out = run_bench("vision_train.py", "--model", "swin", "--steps", "1", "--group", "2", "--warmup", "1")
+    m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
+    assert m, out
+    assert re.search(r"engine \(SwinTransformer\)\s*:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
