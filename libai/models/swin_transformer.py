@@ -99,6 +99,10 @@ class WindowAttention(nn.Module):
         table = ((2 * self.window_size - 1) ** 2, self.num_heads)
         self.relative_position_bias_table = make_parameter(table, init_method_normal(0.02), placement,
                                                            dist.get_nd_sbp([B, S(1)]))
+        # a non-persistent buffer: moves with the module, not in its state dict (as HF's)
+        self.register_buffer("relative_position_index",
+                             flow.tensor(relative_position_index(self.window_size).reshape(-1)), persistent=False)
+        self._masks = {}  # (padded height, padded width, shift) -> the shift mask, built once
 
     def forward(self, x, height, width, shift):
         """x [n, H*W, C] (already normalised) -> [n, H*W, C]; windows of `self.window_size`
@@ -121,14 +125,17 @@ class WindowAttention(nn.Module):
             local = flow.roll(local, shifts=(-shift, -shift), dims=(1, 2))
         win = _partition(local, window)  # [n_l * nW, w^2, 3 C_l]
         win = win.view(win.shape[0], window * window, heads, 3, self.head_size)
-        q, k, v = (win[:, :, :, j].permute(0, 2, 1, 3) for j in range(3))  # [n_l * nW, h_l, w^2, d]
+        # chunk, not indexing: one op whose backward writes the three gradients into one array
+        q, k, v = (t.squeeze(3).permute(0, 2, 1, 3) for t in win.chunk(3, dim=3))  # [n_l * nW, h_l, w^2, d]
         scores = flow.matmul(q, k.transpose(-1, -2)) * self.scale  # [n_l * nW, h_l, w^2, w^2]
         table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
-        index = flow.tensor(relative_position_index(window).reshape(-1))
-        bias = table[index].view(window * window, window * window, heads).permute(2, 0, 1)  # [h_l, w^2, w^2]
+        bias = table[self.relative_position_index].view(window * window, window * window, heads).permute(2, 0, 1)  # [h_l, w^2, w^2]
         scores = scores + bias
         if shift:
-            mask = flow.tensor(shift_mask(hp, wp, window, shift))  # [nW, w^2, w^2]
+            key = (hp, wp, shift)
+            if key not in self._masks:
+                self._masks[key] = flow.tensor(shift_mask(hp, wp, window, shift))  # [nW, w^2, w^2]
+            mask = self._masks[key]
             nw = mask.shape[0]
             scores = (scores.view(n_l, nw, heads, window * window, window * window)
                       + mask.view(1, nw, 1, window * window, window * window))

@@ -92,3 +92,16 @@ def test_unsupported_hf_configs_are_named(tmp_path):
         SwinTransformer.from_huggingface(str(tmp_path / "ape"))
     with pytest.raises(NotImplementedError, match="qk_scale"):
         SwinTransformer(img_size=32, qk_scale=0.1)
+
+
+def test_relative_position_index_is_a_non_persistent_buffer():
+    """Derived from the window size: moves with the module, never in a state dict or a checkpoint,
+    and load_logical_state_dict (strict) does not ask for it."""
+    from libai.models.utils.weights import load_logical_state_dict, logical_state_dict
+
+    model = SwinTransformer(img_size=16, patch_size=2, embed_dim=8, depths=(2,), num_heads=(2,), window_size=4,
+                            num_classes=3)
+    assert dict(model.named_buffers())["stages.0.0.attn.relative_position_index"].shape == (256,)
+    sd = logical_state_dict(model)
+    assert not any("relative_position_index" in k for k in sd)
+    load_logical_state_dict(model, sd)  # strict: every persistent key present, nothing missing

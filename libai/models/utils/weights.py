@@ -22,11 +22,20 @@ def as_numpy(v):
     return np.asarray(v)
 
 
+def _persistent_buffers(model):
+    """(name, tensor) of the buffers a state dict holds: not None and not registered with
+    persistent=False (those are derived, e.g. Swin's relative position index), as state_dict()."""
+    for mod_name, mod in model.named_modules():
+        for name, b in mod._buffers.items():
+            if b is not None and name not in mod._non_persistent_buffers_set:
+                yield (f"{mod_name}.{name}" if mod_name else name), b
+
+
 def load_logical_state_dict(model, state_dict, strict=True):
     """Assign logical arrays (numpy or local tensors) to `model`'s parameters and buffers.
     Checks every key and shape first and raises one error listing all problems."""
     own = dict(model.named_parameters())
-    own.update({k: v for k, v in model.named_buffers() if v is not None})
+    own.update({k: v for k, v in _persistent_buffers(model)})
     missing = [k for k in own if k not in state_dict]
     unexpected = [k for k in state_dict if k not in own]
     errors = []
