@@ -129,7 +129,8 @@ class WindowAttention(nn.Module):
         q, k, v = (t.squeeze(3).permute(0, 2, 1, 3) for t in win.chunk(3, dim=3))  # [n_l * nW, h_l, w^2, d]
         scores = flow.matmul(q, k.transpose(-1, -2)) * self.scale  # [n_l * nW, h_l, w^2, w^2]
         table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
-        bias = table[self.relative_position_index].view(window * window, window * window, heads).permute(2, 0, 1)  # [h_l, w^2, w^2]
+        bias = table[self.relative_position_index].view(window * window, window * window, heads)
+        bias = bias.permute(2, 0, 1)  # [h_l, w^2, w^2]
         scores = scores + bias
         if shift:
             key = (hp, wp, shift)
