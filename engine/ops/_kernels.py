@@ -42,6 +42,28 @@ def row_sum(a, axis):
     return a.sum(axis=axis, keepdims=True, dtype=a.dtype)
 
 
+# numpy's max over a short last axis runs a slow loop per row (measured on rows of 16: 4.0 ms for
+# 786k elements against 1.4 ms halving; rows of 49 and more are faster as one reduction)
+SHORT_ROW = 32
+
+
+def row_max(a):
+    """Max over the last axis, keepdims: halving for short rows (elementwise maxima of the two
+    halves until one column is left; nan propagates as in max)."""
+    n = a.shape[-1] if a.ndim else 0
+    if n > SHORT_ROW or n < 2 or xp_of(a) is not np or a.size == 0:
+        return a.max(axis=-1, keepdims=True)
+    m = a
+    while m.shape[-1] > 1:
+        n = m.shape[-1]
+        half = n // 2
+        r = np.maximum(m[..., :half], m[..., half:2 * half])
+        if n % 2:
+            np.maximum(r[..., :1], m[..., 2 * half:], out=r[..., :1])
+        m = r
+    return m
+
+
 def row_dot(a, b, axis):
     """sum(a * b) over `axis`, keepdims, without materialising a * b on the last axis."""
     xp = xp_of(a)

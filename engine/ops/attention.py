@@ -25,7 +25,7 @@ import numpy as np
 from ..backend import mkl, xp_of
 from ..backend.parallel import parallel_for
 from ..backend.random import default_generator
-from ._core import NoDoubleBackward, check_float, shape_str
+from ._core import NoDoubleBackward, check_float, shape_str, sum_to_array
 from ._kernels import empty, fill_where, ignore_fp_errors, select_bits
 from .dropout import scaled_keep_mask
 from .op import Op
@@ -51,14 +51,30 @@ def _bmm_into(a, b, out):
             out[...] = tmp
 
 
-def _rows_at(arr, i0, i1, b):
-    """Rows [i0:i1] of an array broadcast along the batch axis (size b or 1)."""
-    return arr[i0:i1] if arr.shape[0] == b else arr
-
-
 def _heads(qkv4, d, part):
-    """[n, heads, s, d] view of q (part 0), k (1) or v (2) in a [n, s, heads, 3d] block."""
+    """[rows, heads, s, d] view of q (part 0), k (1) or v (2) in a [rows, s, heads, 3d] block."""
     return qkv4[..., part * d:(part + 1) * d].transpose(0, 2, 1, 3)
+
+
+def _as_groups(arr, lead):
+    """A mask or bias broadcastable to [*lead, heads, s, s] as [n or 1, G or 1, ...3 dims]: the
+    batch seen as n outer rows (lead[0]) of G = prod(lead[1:]) inner ones. Only a mask or bias
+    that varies along the inner axes is copied (broadcast over them, e.g. Swin's [windows, ...]
+    bias under [images, windows]); that copy is G times the bias, never the scores' size. A
+    strided one (a permuted bias table) is made contiguous: the per-block passes over the scores
+    read it many times, and a strided innermost axis makes each pass several times slower."""
+    full = len(lead) + 3
+    arr = xp_of(arr).ascontiguousarray(arr).reshape((1,) * (full - arr.ndim) + tuple(arr.shape))
+    a0, inner, tail = arr.shape[0], arr.shape[1:len(lead)], arr.shape[len(lead):]
+    if all(m == 1 for m in inner):
+        return arr.reshape((a0, 1) + tail)
+    groups = int(np.prod(lead[1:]))
+    return xp_of(arr).broadcast_to(arr, (a0,) + tuple(lead[1:]) + tail).reshape((a0, groups) + tail)
+
+
+def _rows_at(arr, i0, i1, n):
+    """Outer rows [i0:i1] of an array broadcast along them (size n or 1)."""
+    return arr[i0:i1] if arr.shape[0] == n else arr
 
 
 # scores per block of batch rows: measured on the BERT benchmark's attention (16 x 6 x 128 x 128),
@@ -67,34 +83,58 @@ def _heads(qkv4, d, part):
 ROW_BLOCK_ELEMENTS = 1 << 19
 
 
-def _for_batch_rows(xp, b, fn, work, row_elements):
-    """fn(i0, i1) over blocks of batch rows (scores of about ROW_BLOCK_ELEMENTS), the rows split
-    over the engine's threads on the CPU; on the GPU all rows in one call."""
+def _for_row_blocks(xp, n, fn, work, row_elements):
+    """[fn(i0, i1) for each block of outer rows], blocks of about ROW_BLOCK_ELEMENTS scores
+    spread over the engine's threads on the CPU (the blocks do not depend on the thread count,
+    so neither does a sum over their results); on the GPU all rows in one call."""
     if xp is not np:
-        fn(0, b)
-        return
+        return [fn(0, n)]
     step = max(1, ROW_BLOCK_ELEMENTS // max(1, row_elements))
+    starts = range(0, n, step)
 
     def run(s, e):
-        for i in range(s, e, step):
-            fn(i, min(i + step, e))
+        return [fn(i, min(i + step, n)) for i in starts[s:e]]
 
-    parallel_for(run, b, work=work)
+    return [r for part in parallel_for(run, len(starts), work=work) for r in part]
+
+
+class _Layout:
+    """Shapes of one call: the batch [*lead] as n outer rows of G inner ones (b = n * G rows of
+    [heads, s, s] scores), and the mask and bias in that grouping (see _as_groups)."""
+
+    def __init__(self, qkv, heads, mask, bias):
+        self.lead = tuple(qkv.shape[:-2])
+        self.s = qkv.shape[-2]
+        self.heads = heads
+        self.d = qkv.shape[-1] // (3 * heads)
+        self.n = self.lead[0]
+        self.groups = int(np.prod(self.lead[1:]))
+        self.rows = self.n * self.groups
+        self.mask = _as_groups(mask, self.lead) if mask is not None else None
+        self.bias = _as_groups(bias, self.lead) if bias is not None else None
+
+    def scores(self, arr, i0, i1):
+        """The [rows, heads, s, s] array of outer rows i0:i1 as [i1 - i0, G, heads, s, s]."""
+        return arr.reshape((i1 - i0, self.groups) + arr.shape[1:])
+
+    def block(self, arr, i0, i1):
+        """Rows of outer rows i0:i1 of a [rows, ...] array."""
+        return arr[i0 * self.groups:i1 * self.groups]
 
 
 class PackedQKVAttention(Op):
-    """Outputs (ctx, probs, drop): probs = softmax(scaled, masked scores) and drop, the scaled
-    dropout mask (or None), are hidden outputs kept for the backward."""
+    """Outputs (ctx, probs, drop): probs = softmax(scaled, biased, masked scores) and drop, the
+    scaled dropout mask (or None), are hidden outputs kept for the backward."""
 
     name = "PackedQKVAttention"
     save_inputs = (0,)
     save_outputs = (1, 2)
 
     @staticmethod
-    def forward(ctx, qkv, mask, heads, scale, fill, dropout_p, generator):
+    def forward(ctx, qkv, mask, bias, heads, scale, fill, dropout_p, generator):
         xp = xp_of(qkv)
-        b, s = qkv.shape[:2]
-        d = qkv.shape[2] // (3 * heads)
+        lay = _Layout(qkv, heads, mask, bias)
+        s, d, b = lay.s, lay.d, lay.rows
         dt = qkv.dtype
         qkv4 = qkv.reshape(b, s, heads, 3 * d)
         probs = empty(xp, (b, heads, s, s), dt)
@@ -104,103 +144,153 @@ class PackedQKVAttention(Op):
         bits = None
         zero_mask = False
         if mask is not None:
-            mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
             # a fully masked row with a finite fill is uniform; its masked entries get no
             # gradient (they are constants of the masked fill), as in scale_mask_softmax
-            zero_mask = bool(np.isfinite(fill) and mask.all(axis=-1).any())
+            zero_mask = bool(np.isfinite(fill) and lay.mask.all(axis=-1).any())
             if xp is np:
-                bits = select_bits(mask, fill, dt)
-        ctx.heads, ctx.d, ctx.scale, ctx.mask, ctx.zero_mask = heads, d, scale, mask, zero_mask
+                bits = select_bits(lay.mask, fill, dt)
+        ctx.layout, ctx.scale, ctx.zero_mask = lay, scale, zero_mask
+        ctx.bias_shape = None if bias is None else bias.shape
 
         def rows(i0, i1):
-            blk = qkv4[i0:i1]
-            p = probs[i0:i1]
+            blk = lay.block(qkv4, i0, i1)
+            p = lay.block(probs, i0, i1)
             _bmm_into(_heads(blk, d, 0), _heads(blk, d, 1).transpose(0, 1, 3, 2), p)
             p *= dt.type(scale)
+            p5 = lay.scores(p, i0, i1)
+            if lay.bias is not None:
+                p5 += _rows_at(lay.bias, i0, i1, lay.n)
             if bits is not None:
-                keep_bits = _rows_at(bits[0], i0, i1, b)
-                fill_where(p, p, keep_bits, _rows_at(bits[1], i0, i1, b))
+                fill_where(p5, p5, _rows_at(bits[0], i0, i1, lay.n), _rows_at(bits[1], i0, i1, lay.n))
             elif mask is not None:
-                xp.copyto(p, dt.type(fill), where=xp.broadcast_to(_rows_at(mask, i0, i1, b), p.shape))
+                xp.copyto(p5, dt.type(fill), where=xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), p5.shape))
             _softmax_rows(p, p, -1, log=False)
-            pd = p * drop[i0:i1] if drop is not None else p
-            _bmm_into(pd, _heads(blk, d, 2), out[i0:i1].transpose(0, 2, 1, 3))
+            pd = p * lay.block(drop, i0, i1) if drop is not None else p
+            _bmm_into(pd, _heads(blk, d, 2), lay.block(out, i0, i1).transpose(0, 2, 1, 3))
 
         with ignore_fp_errors(xp):
-            _for_batch_rows(xp, b, rows, work=b * heads * s * s * d, row_elements=heads * s * s)
+            _for_row_blocks(xp, lay.n, rows, work=b * heads * s * s * d, row_elements=lay.groups * heads * s * s)
         # (no dropout: an empty array stands for the mask, outputs are arrays)
-        return out.reshape(b, s, heads * d), probs, drop if drop is not None else xp.empty(0, dt)
+        ctx_out = out.reshape(lay.lead + (s, heads * d))
+        return ctx_out, probs, drop if drop is not None else xp.empty(0, dt)
 
     @staticmethod
     def backward(ctx, g, *_):
         qkv, probs, drop = ctx.saved_tensors
-        dqkv = PackedQKVAttentionGrad.apply(g, qkv, probs, drop, heads=ctx.heads, scale=ctx.scale,
-                                            mask=ctx.mask, zero_mask=ctx.zero_mask)
-        return dqkv, None
+        want_bias = ctx.bias_shape is not None and ctx.needs_input_grad[2]
+        dqkv, dbias = PackedQKVAttentionGrad.apply(g, qkv, probs, drop, layout=ctx.layout, scale=ctx.scale,
+                                                   zero_mask=ctx.zero_mask,
+                                                   bias_shape=ctx.bias_shape if want_bias else None)
+        return dqkv, None, dbias if want_bias else None
 
 
 class PackedQKVAttentionGrad(NoDoubleBackward, Op):
-    """dqkv of PackedQKVAttention, in the layout of qkv."""
+    """(dqkv in the layout of qkv, dbias in the shape of the bias or empty) of PackedQKVAttention."""
 
     name = "PackedQKVAttentionGrad"
 
     @staticmethod
-    def forward(ctx, g, qkv, probs, drop, heads, scale, mask, zero_mask):
+    def forward(ctx, g, qkv, probs, drop, layout, scale, zero_mask, bias_shape):
         ctx.op_name = "packed_qkv_attention"
         xp = xp_of(qkv)
-        b, s = qkv.shape[:2]
-        d = qkv.shape[2] // (3 * heads)
+        lay = layout
+        s, d, heads, b = lay.s, lay.d, lay.heads, lay.rows
         dt = qkv.dtype
         qkv4 = qkv.reshape(b, s, heads, 3 * d)
         g4 = g.reshape(b, s, heads, d)
         dqkv = empty(xp, (b, s, heads, 3 * d), dt)
         drop = drop if drop.size else None
+        # the bias's gradient is the softmax's input gradient summed over what the bias was
+        # broadcast along: per outer row when it has them, else one partial sum per block
+        bias5 = lay.bias.shape if bias_shape is not None else None
+        per_row = bias5 is not None and bias5[0] == lay.n and lay.n > 1
+        dbias5 = empty(xp, bias5, dt) if per_row else None
 
         def rows(i0, i1):
-            blk, dblk = qkv4[i0:i1], dqkv[i0:i1]
-            p = probs[i0:i1]
-            go = g4[i0:i1].transpose(0, 2, 1, 3)  # [n, heads, s, d]
-            pd = p * drop[i0:i1] if drop is not None else p
+            blk, dblk = lay.block(qkv4, i0, i1), lay.block(dqkv, i0, i1)
+            p = lay.block(probs, i0, i1)
+            go = lay.block(g4, i0, i1).transpose(0, 2, 1, 3)  # [rows, heads, s, d]
+            pd = p * lay.block(drop, i0, i1) if drop is not None else p
             _bmm_into(pd.transpose(0, 1, 3, 2), go, _heads(dblk, d, 2))  # dv = pd^T g
             dp = xp.empty(p.shape, dt)
             _bmm_into(go, _heads(blk, d, 2).transpose(0, 1, 3, 2), dp)  # d(pd) = g v^T
             if drop is not None:
-                dp *= drop[i0:i1]
-            # the softmax's backward, times the scale, in place: ds = scale * p * (dp - sum(dp * p))
-            zm = xp.broadcast_to(_rows_at(mask, i0, i1, b), dp.shape) if zero_mask else None
-            _softmax_grad_rows(dp, p, dp, -1, scale, zm)
+                dp *= lay.block(drop, i0, i1)
+            # the softmax's backward in place: ds = p * (dp - sum(dp * p)), times the scale
+            # here unless the bias needs ds itself first
+            dp5, p5 = lay.scores(dp, i0, i1), lay.scores(p, i0, i1)
+            zm = xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), dp5.shape) if zero_mask else None
+            _softmax_grad_rows(dp5, p5, dp5, -1, 1.0 if bias5 is not None else scale, zm)
+            part = None
+            if bias5 is not None:
+                if per_row:
+                    dbias5[i0:i1] = sum_to_array(dp5, (i1 - i0,) + bias5[1:])
+                else:
+                    part = sum_to_array(dp5, bias5)
+                    part = part.copy() if part.base is dp or part is dp5 else part
+                dp *= dt.type(scale)
             _bmm_into(dp, _heads(blk, d, 1), _heads(dblk, d, 0))  # dq = ds k
             _bmm_into(dp.transpose(0, 1, 3, 2), _heads(blk, d, 0), _heads(dblk, d, 1))  # dk = ds^T q
+            return part
 
         with ignore_fp_errors(xp):
-            _for_batch_rows(xp, b, rows, work=2 * b * heads * s * s * d, row_elements=heads * s * s)
-        return dqkv.reshape(qkv.shape)
+            parts = _for_row_blocks(xp, lay.n, rows, work=2 * b * heads * s * s * d,
+                                    row_elements=lay.groups * heads * s * s)
+        if bias5 is None:
+            dbias = xp.empty(0, dt)
+        else:
+            if not per_row:
+                dbias5 = parts[0]
+                for part in parts[1:]:
+                    dbias5 = dbias5 + part
+            dbias = _from_groups(dbias5, lay.lead, bias_shape)
+        return dqkv.reshape(qkv.shape), dbias
+
+
+def _from_groups(arr5, lead, shape):
+    """The inverse of _as_groups for a gradient: [n or 1, G or 1, ...] summed back to `shape`."""
+    tail = arr5.shape[2:]
+    if arr5.shape[1] == 1:
+        full = (arr5.shape[0],) + (1,) * (len(lead) - 1) + tail
+    else:
+        full = (arr5.shape[0],) + tuple(lead[1:]) + tail
+    return sum_to_array(arr5.reshape(full), tuple(shape))
 
 
 def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropout_p=0.0, training=True,
-                         generator=None):
+                         generator=None, bias=None):
     """Attention core on a packed QKV projection (see the module docstring).
 
-    qkv:   [b, s, heads * 3 * d], each head's [q | k | v] side by side.
-    mask:  bool, broadcastable to [b, heads, s, s]; True entries are masked out (filled with
+    qkv:   [*batch, s, heads * 3 * d] (one or more batch axes), each head's [q | k | v] side by side.
+    mask:  bool, broadcastable to [*batch, heads, s, s]; True entries are masked out (filled with
            `fill` before the softmax, as `scale_mask_softmax` does). None: no mask.
     scale: multiplies the scores (default 1 / sqrt(d)).
-    Returns ctx [b, s, heads * d].
+    bias:  float, of qkv's dtype, broadcastable to [*batch, heads, s, s]: added to the scaled
+           scores before the mask (a relative position bias, an additive mask); it gets a
+           gradient. Swin passes qkv as [images, windows, s, ...] and a [windows, heads, s, s] bias.
+    Returns ctx [*batch, s, heads * d].
     """
     check_float(qkv, "packed_qkv_attention")
-    if qkv.ndim != 3 or heads <= 0 or qkv.shape[2] % (3 * heads):
-        raise RuntimeError(f"packed_qkv_attention: expected qkv of shape [batch, seq, heads * 3 * head_size] "
+    if qkv.ndim < 3 or heads <= 0 or qkv.shape[-1] % (3 * heads):
+        raise RuntimeError(f"packed_qkv_attention: expected qkv of shape [*batch, seq, heads * 3 * head_size] "
                            f"with heads={heads}, got {shape_str(qkv.shape)}")
-    b, s = qkv.shape[:2]
-    d = qkv.shape[2] // (3 * heads)
-    if mask is not None:
-        if mask.dtype.name != "bool" or mask.ndim > 4 or any(
-                m not in (1, full) for m, full in zip((1,) * (4 - mask.ndim) + tuple(mask.shape), (b, heads, s, s))):
-            raise RuntimeError(f"packed_qkv_attention: mask must be bool and broadcastable to "
-                               f"{shape_str((b, heads, s, s))}, got {mask.dtype.name} {shape_str(mask.shape)}")
+    s = qkv.shape[-2]
+    full = tuple(qkv.shape[:-2]) + (heads, s, s)
+
+    def broadcastable(t):
+        return t.ndim <= len(full) and all(m in (1, f) for m, f in zip((1,) * (len(full) - t.ndim) + tuple(t.shape),
+                                                                          full))
+
+    if mask is not None and (mask.dtype.name != "bool" or not broadcastable(mask)):
+        raise RuntimeError(f"packed_qkv_attention: mask must be bool and broadcastable to "
+                           f"{shape_str(full)}, got {mask.dtype.name} {shape_str(mask.shape)}")
+    if bias is not None and (bias.dtype != qkv.dtype or not broadcastable(bias)):
+        raise RuntimeError(f"packed_qkv_attention: bias must be {qkv.dtype.name} (the dtype of qkv) and "
+                           f"broadcastable to {shape_str(full)}, got {bias.dtype.name} {shape_str(bias.shape)}")
     if not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
     p = float(dropout_p) if training else 0.0
+    d = qkv.shape[-1] // (3 * heads)
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    return PackedQKVAttention.apply(qkv, mask, heads=int(heads), scale=scale, fill=float(fill), dropout_p=p,
+    return PackedQKVAttention.apply(qkv, mask, bias, heads=int(heads), scale=scale, fill=float(fill), dropout_p=p,
                                     generator=generator or default_generator)[0]

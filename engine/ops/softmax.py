@@ -8,10 +8,10 @@ backward is written in engine ops). float16/bfloat16 inputs are computed in floa
 """
 import numpy as np
 
-from ..backend import dtypes, xp_of
+from ..backend import dtypes, mkl, xp_of
 from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
-from ._kernels import blocked, empty, fill_where, row_dot, row_sum, rows_of, select_bits, work_array
+from ._kernels import blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
 from .op import Op
 
 __all__ = ["softmax", "log_softmax", "scale_mask_softmax"]
@@ -39,12 +39,15 @@ def _softmax_rows(x, z, axis, log):
     """z = (log_)softmax(x) along `axis`, written into z."""
     xp = xp_of(x)
     axis %= x.ndim
-    xp.subtract(x, x.max(axis=axis, keepdims=True), out=z)
+    xp.subtract(x, row_max(x) if axis == x.ndim - 1 else x.max(axis=axis, keepdims=True), out=z)
     if log:
         e = xp.exp(z)
         z -= xp.log(row_sum(e, axis))
     else:
-        xp.exp(z, out=z)
+        # probabilities below the smallest normal float are flushed to 0 (MKL): a masked score
+        # (-100, -10000) would otherwise leave denormals that slow every later product ~40x
+        if xp is not np or not mkl.vml("Exp", z, z, flush_denormals=True):
+            xp.exp(z, out=z)
         z *= 1 / row_sum(z, axis)
     return z
 

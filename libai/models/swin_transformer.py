@@ -124,27 +124,19 @@ class WindowAttention(nn.Module):
         if shift:
             local = flow.roll(local, shifts=(-shift, -shift), dims=(1, 2))
         win = _partition(local, window)  # [n_l * nW, w^2, 3 C_l]
-        win = win.view(win.shape[0], window * window, heads, 3, self.head_size)
-        # chunk, not indexing: one op whose backward writes the three gradients into one array
-        q, k, v = (t.squeeze(3).permute(0, 2, 1, 3) for t in win.chunk(3, dim=3))  # [n_l * nW, h_l, w^2, d]
-        scores = flow.matmul(q, k.transpose(-1, -2)) * self.scale  # [n_l * nW, h_l, w^2, w^2]
+        nw = (hp // window) * (wp // window)
         table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
         bias = table[self.relative_position_index].view(window * window, window * window, heads)
         bias = bias.permute(2, 0, 1)  # [h_l, w^2, w^2]
-        scores = scores + bias
         if shift:
             key = (hp, wp, shift)
             if key not in self._masks:
                 self._masks[key] = flow.tensor(shift_mask(hp, wp, window, shift))  # [nW, w^2, w^2]
-            mask = self._masks[key]
-            nw = mask.shape[0]
-            scores = (scores.view(n_l, nw, heads, window * window, window * window)
-                      + mask.view(1, nw, 1, window * window, window * window))
-            scores = scores.view(n_l * nw, heads, window * window, window * window)
-        probs = F.softmax(scores, dim=-1)
-        if self.training and self.attn_drop > 0:
-            probs = F.dropout(probs, self.attn_drop, training=True)
-        ctx = flow.matmul(probs, v).permute(0, 2, 1, 3).reshape(-1, window * window, heads * self.head_size)
+            bias = bias + self._masks[key].view(nw, 1, window * window, window * window)  # [nW, h_l, w^2, w^2]
+        # the attention core as one op: scores + bias, softmax, dropout, @ v, per image and window
+        ctx = F.packed_qkv_attention(win.view(n_l, nw, window * window, win.shape[-1]), heads, scale=self.scale,
+                                     bias=bias, dropout_p=self.attn_drop, training=self.training)
+        ctx = ctx.view(n_l * nw, window * window, heads * self.head_size)  # [n_l * nW, w^2, C_l]
         ctx = _merge(ctx, window, n_l, hp, wp)  # [n_l, H', W', C_l]
         if shift:
             ctx = flow.roll(ctx, shifts=(shift, shift), dims=(1, 2))

@@ -8,16 +8,18 @@ from harness import Input as I, OpCase
 CASES = []
 
 
-def _attention(m, qkv, mask=None, heads=2, scale=None, fill=-10000.0):
+def _attention(m, qkv, mask=None, heads=2, scale=None, fill=-10000.0, bias=None):
     if m is not torch:
-        return m.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=scale, fill=fill)
-    b, s = qkv.shape[:2]
-    d = qkv.shape[2] // (3 * heads)
-    q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(b, s, heads, 3 * d).chunk(3, dim=-1))
+        return m.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=scale, fill=fill, bias=bias)
+    lead, s = tuple(qkv.shape[:-2]), qkv.shape[-2]
+    d = qkv.shape[-1] // (3 * heads)
+    q, k, v = (t.transpose(-3, -2) for t in qkv.reshape(*lead, s, heads, 3 * d).chunk(3, dim=-1))
     scores = (q @ k.transpose(-1, -2)) * (d ** -0.5 if scale is None else scale)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(mask, fill)
-    return (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(b, s, heads * d)
+    return (scores.softmax(-1) @ v).transpose(-3, -2).reshape(*lead, s, heads * d)
 
 
 def _mask(value):
@@ -42,4 +44,11 @@ CASES += [
     OpCase("packed_qkv_attention", lambda m, x: _attention(m, x, heads=3), [I((2, 1, 18))], name="seq1"),
     OpCase("packed_qkv_attention", lambda m, x: _attention(m, x, heads=4), [I((5, 7, 24), dtype="float64")],
            name="float64"),
+    # an additive bias with its gradient: shared, per row, Swin's windows (a second batch axis)
+    OpCase("packed_qkv_attention", lambda m, x, bb: _attention(m, x, bias=bb), [I((3, 5, 12)), I((2, 5, 5))],
+           name="bias-shared"),
+    OpCase("packed_qkv_attention", lambda m, x, bb, k: _attention(m, x, k, bias=bb),
+           [I((3, 5, 12)), I((3, 2, 5, 5)), _mask(_PAD)], name="bias-per-row+padding"),
+    OpCase("packed_qkv_attention", lambda m, x, bb: _attention(m, x, bias=bb), [I((2, 4, 5, 12)), I((4, 2, 5, 5))],
+           name="bias-windows"),
 ]
