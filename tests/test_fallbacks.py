@@ -1,6 +1,7 @@
-"""The engine without its CPU accelerations: with MKL off (numpy's OpenBLAS, numpy's GELU) and the
-buffer pool off, the parity cases of the ops they touch still match PyTorch. The default suite
-runs with both on; this runs those cases again in a child process with both off."""
+"""The engine without its CPU accelerations: with MKL off (numpy's OpenBLAS, numpy's GELU), the
+compiled kernels off (numpy's layer_norm) and the buffer pool off, the parity cases of the ops
+they touch still match PyTorch. The default suite runs with all on; this runs those cases again
+in a child process with all off."""
 import os
 import subprocess
 import sys
@@ -8,11 +9,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_ops_parity_with_mkl_and_the_buffer_pool_off():
-    env = dict(os.environ, ENGINE_MKL="0", ENGINE_BUFFER_POOL_MB="0", PYTHONPATH=ROOT)
-    code = "import engine.backend.mkl as m, engine.backend.buffers as b; print(m.available(), b._limit)"
+def test_ops_parity_with_mkl_the_jit_and_the_buffer_pool_off():
+    env = dict(os.environ, ENGINE_MKL="0", ENGINE_JIT="0", ENGINE_BUFFER_POOL_MB="0", PYTHONPATH=ROOT)
+    code = ("import engine.backend.mkl as m, engine.backend.buffers as b, engine.backend.jit as j; "
+            "print(m.available(), b._limit, j.available())")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert r.stdout.split() == ["False", "0"], r.stdout + r.stderr
+    assert r.stdout.split() == ["False", "0", "False"], r.stdout + r.stderr
     selection = "matmul or linear or gelu or attention or bmm or mm or einsum or softmax or layer_norm or conv"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
                         os.path.join(ROOT, "tests", "ops", "test_parity.py"), "-k", selection],

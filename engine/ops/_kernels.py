@@ -128,15 +128,15 @@ def row_blocks(shape, target=BLOCK_ELEMENTS):
     return blocks
 
 
-def blocked(fn, shape):
-    """Run `fn(sel)` for every block selector of `shape`, the blocks spread over threads, and
-    return the results of `fn` in block order.
+def blocked(fn, shape, target=BLOCK_ELEMENTS):
+    """Run `fn(sel)` for every block selector of `shape` (blocks of about `target` elements), the
+    blocks spread over threads, and return the results of `fn` in block order.
 
     The blocks depend on `shape` only (not on the thread count), so a reduction that combines
     the per-block results in this list's order gives the same bits on every run and with any
     number of threads. `fn` must only write its own block's outputs: combining results in a
     shared accumulator (or a list appended to) from `fn` would follow the threads' timing."""
-    blocks = row_blocks(tuple(shape))
+    blocks = row_blocks(tuple(shape), target)
     size = 1
     for d in shape:
         size *= d

@@ -1,13 +1,18 @@
 """Normalisation: layer_norm (one fused kernel forward, one fused grad op), normalize (L_p) and
 cosine_similarity.
 
+layer_norm's row kernels are compiled (engine.backend.jit) where numba is installed: one loop
+per row instead of seven numpy passes per block of rows (Swin's [16384, 96] activations: forward
++ backward 5.7 -> 2.2 ms, PyTorch 1.7 ms). The numpy kernels stay the reference and the path for
+what the compiled ones do not take (other dtypes, strided rows, CuPy).
+
 Values only the backward needs (layer_norm's normalised input and rstd) are hidden outputs of
 the forward, so they are Tensors with a meaning on every rank when tensors are global. The
 fused grad ops raise a clear error on double backward.
 """
 import numpy as np
 
-from ..backend import xp_of
+from ..backend import jit, xp_of
 from ..tensor import _check_dim
 from ._core import NoDoubleBackward, broadcast_shapes, check_float, promote_operands, shape_str
 from ._kernels import blocked, empty as _empty, row_dot, work_array
@@ -17,9 +22,72 @@ __all__ = ["layer_norm", "normalize", "cosine_similarity"]
 
 
 # ------------------------------------------------------------------ layer_norm
+def _layer_norm_rows_loop(x2, w, b, eps, zero, y, mean, rstd, xhat):
+    """The compiled forward of a block of rows: two passes over each row (in cache) instead of
+    numpy's seven over the block. `zero` (0 in the arrays' dtype) types the accumulators."""
+    m, d = x2.shape
+    inv = (zero + 1) / d
+    for i in range(m):
+        s = zero
+        for j in range(d):
+            s += x2[i, j]
+        mu = s * inv
+        v = zero
+        for j in range(d):
+            t = x2[i, j] - mu
+            v += t * t
+        r = (zero + 1) / np.sqrt(v * inv + eps)
+        mean[i, 0] = mu
+        rstd[i, 0] = r
+        for j in range(d):
+            h = (x2[i, j] - mu) * r
+            xhat[i, j] = h
+            y[i, j] = h * w[j] + b[j]
+
+
+def _layer_norm_grad_rows_loop(g2, xhat, rstd, w, zero, dx, dw, db):
+    """The compiled backward of a block of rows: dx written, the block's dw and db summed in."""
+    m, d = xhat.shape
+    inv = (zero + 1) / d
+    for i in range(m):
+        c1 = zero
+        c2 = zero
+        for j in range(d):
+            gw = g2[i, j] * w[j]
+            c1 += gw
+            c2 += gw * xhat[i, j]
+            dw[j] += g2[i, j] * xhat[i, j]
+            db[j] += g2[i, j]
+        c1 *= inv
+        c2 *= inv
+        r = rstd[i, 0]
+        for j in range(d):
+            dx[i, j] = r * (g2[i, j] * w[j] - c1 - xhat[i, j] * c2)
+
+
+_layer_norm_rows_jit = jit.kernel(_layer_norm_rows_loop)
+_layer_norm_grad_rows_jit = jit.kernel(_layer_norm_grad_rows_loop)
+# the compiled kernels keep a row in cache by themselves: larger blocks, fewer calls (each call
+# costs ~20 us of argument checking)
+BLOCK_ELEMENTS = (1 << 18) if _layer_norm_rows_jit is not None else (1 << 16)
+
+
+def _jit_ok(*arrays):
+    """Whether the compiled kernels take these arrays: numpy float32/float64, one dtype, rows
+    contiguous."""
+    dt = arrays[0].dtype
+    return all(isinstance(a, np.ndarray) and a.dtype == dt and a.strides[-1] == a.itemsize for a in arrays) \
+        and dt in (np.float32, np.float64)
+
+
 def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
     """One block of rows of layer_norm, every result written into the given arrays."""
     xp = xp_of(x2)
+    if _layer_norm_rows_jit is not None and _jit_ok(x2, y, xhat):
+        d, dt = x2.shape[1], x2.dtype
+        _layer_norm_rows_jit(x2, w if w is not None else np.ones(d, dt), b if b is not None else np.zeros(d, dt),
+                             dt.type(eps), dt.type(0), y, mean, rstd, xhat)
+        return
     f = x2.dtype.type
     d = x2.shape[1]
     mean[:, 0] = xp.einsum("ij->i", x2)
@@ -72,7 +140,7 @@ class LayerNorm(Op):
             _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel], xhat[sel])
 
         if xp is np:
-            blocked(rows, x2.shape)
+            blocked(rows, x2.shape, BLOCK_ELEMENTS)
         else:
             rows((Ellipsis,))
         stat_shape = lead + (1,) * k
@@ -117,7 +185,7 @@ class LayerNormGrad(NoDoubleBackward, Op):
 
         # partial (dw, db) per row block, in block order: summed in that order, whatever thread
         # finished first, so dw and db have the same bits on every run and for any thread count
-        parts = blocked(rows, (m, d)) if xp is np else [rows((Ellipsis,))]
+        parts = blocked(rows, (m, d), BLOCK_ELEMENTS) if xp is np else [rows((Ellipsis,))]
         dw = db = empty
         if w is not None:
             dw = _sum_in_order([p[0] for p in parts]).reshape(wshape).astype(w.dtype, copy=False)
@@ -139,6 +207,10 @@ def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
     xp = xp_of(g2)
     f = xhat.dtype.type
     d = xhat.shape[1]
+    if _layer_norm_grad_rows_jit is not None and _jit_ok(g2, xhat, dx):
+        dw, db = np.zeros(d, xhat.dtype), np.zeros(d, xhat.dtype)
+        _layer_norm_grad_rows_jit(g2, xhat, rstd, w if w is not None else np.ones(d, xhat.dtype), f(0), dx, dw, db)
+        return (dw if w is not None else None), (db if has_b else None)
     dw = xp.einsum("ij,ij->j", g2, xhat) if w is not None else None
     db = xp.einsum("ij->j", g2) if has_b else None
     if w is not None:
