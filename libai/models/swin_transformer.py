@@ -107,23 +107,27 @@ class WindowAttention(nn.Module):
     def forward(self, x, height, width, shift):
         """x [n, H*W, C] (already normalised) -> [n, H*W, C]; windows of `self.window_size`
         (clamped to the map), shifted by `shift`."""
-        n, c = x.shape[0], x.shape[2]
+        c = x.shape[2]
         window = self.window_size
         pad_b, pad_r = (-height) % window, (-width) % window
         hp, wp = height + pad_b, width + pad_r
+        placement = x.placement
+        dp_sbp = S(0) if split_on_dp(x.shape) else B
+        # the windows are cut before the q/k/v projection (a per-token map, so it commutes with
+        # the pad, the shift and the partition): those copies move C channels instead of 3C
+        tokens = x.to_global(sbp=dist.get_nd_sbp([dp_sbp, B])).to_local()  # [n_l, H*W, C]: this rank's samples
+        n_l = tokens.shape[0]
+        tokens = tokens.view(n_l, height, width, c)
         if pad_b or pad_r:  # zero tokens at the bottom/right (their q, k, v are the biases)
-            x = F.pad(x.view(n, height, width, c), (0, 0, 0, pad_r, 0, pad_b)).view(n, hp * wp, c)
-        qkv = self.qkv(x)  # [n, Hp*Wp, 3C] split over tp by heads
-        placement = qkv.placement
-        dp_sbp = S(0) if split_on_dp(qkv.shape) else B
-        sbp = dist.get_nd_sbp([dp_sbp, S(2)])
-        local = qkv.to_global(sbp=sbp).to_local()  # [n_l, Hp*Wp, 3 C_l]: this rank's samples and heads
-        heads = local.shape[2] // (3 * self.head_size)
-        n_l = local.shape[0]
-        local = local.view(n_l, hp, wp, 3 * heads * self.head_size)
+            tokens = F.pad(tokens, (0, 0, 0, pad_r, 0, pad_b))  # [n_l, Hp, Wp, C]
         if shift:
-            local = flow.roll(local, shifts=(-shift, -shift), dims=(1, 2))
-        win = _partition(local, window)  # [n_l * nW, w^2, 3 C_l]
+            tokens = flow.roll(tokens, shifts=(-shift, -shift), dims=(1, 2))
+        tokens = _partition(tokens, window).view(n_l, hp * wp, c)  # [n_l, nW * w^2, C] in window order
+        x = tokens.to_global(placement=placement, sbp=dist.get_nd_sbp([dp_sbp, B]))
+        qkv = self.qkv(x)  # [n, nW * w^2, 3C] split over tp by heads
+        sbp = dist.get_nd_sbp([dp_sbp, S(2)])
+        win = qkv.to_global(sbp=sbp).to_local()  # [n_l, nW * w^2, 3 C_l]: this rank's samples and heads
+        heads = win.shape[2] // (3 * self.head_size)
         nw = (hp // window) * (wp // window)
         table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
         bias = table[self.relative_position_index].view(window * window, window * window, heads)
