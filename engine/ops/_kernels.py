@@ -147,6 +147,24 @@ def blocked(fn, shape, target=BLOCK_ELEMENTS):
     return [r for part in parallel_for(run, len(blocks), work=size) for r in part]
 
 
+# column sums of at least this many elements go by fixed blocks of rows over the threads
+# (a [16384, 384] bias gradient: 0.87 ms as one einsum, ~0.6 ms on two threads)
+PARALLEL_COLUMN_SUM = 1 << 21
+
+
+def column_sum(x2):
+    """x2 [m, n] summed over its rows, in x2's dtype. einsum (1.3x faster than `sum(axis=0)`,
+    same order, same bits); large arrays by fixed blocks of rows summed in block order, so the
+    bits do not depend on the thread count."""
+    if x2.size < PARALLEL_COLUMN_SUM or xp_of(x2) is not np:
+        return xp_of(x2).einsum("ij->j", x2)
+    parts = blocked(lambda sel: np.einsum("ij->j", x2[sel]), x2.shape, PARALLEL_COLUMN_SUM // 2)
+    total = parts[0]
+    for p in parts[1:]:
+        total += p
+    return total
+
+
 def rows_of(a, shape):
     """`a` broadcast to `shape` (a view), so that `rows_of(a, shape)[s:e]` is always valid."""
     return a if a.shape == tuple(shape) else np.broadcast_to(a, shape)

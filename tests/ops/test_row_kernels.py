@@ -28,3 +28,29 @@ def test_row_max_on_views_and_empty_arrays():
     assert row_max(np.zeros((0, 8), np.float32)).shape == (0, 1)
     with pytest.raises(ValueError):
         row_max(np.zeros((3, 0), np.float32))  # as numpy: no identity for an empty row
+
+
+@pytest.mark.parametrize("rows", [1, 7, 5000, 9000])
+def test_column_sum_equals_numpy_and_not_the_thread_count(rows):
+    """A bias gradient's sum over rows (engine.ops._core.sum_to_array's common case): numpy's
+    result, and the same bits for any thread count (the large case runs in fixed blocks)."""
+    from engine.backend import parallel
+    from engine.ops._core import sum_to_array
+    from engine.ops._kernels import PARALLEL_COLUMN_SUM
+
+    x = np.random.default_rng(rows).standard_normal((rows, 300)).astype(np.float32)
+    before = parallel.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            parallel.set_num_threads(threads)
+            results.append(sum_to_array(x.reshape(rows, 3, 100).reshape(rows, 300), (300,)))
+    finally:
+        parallel.set_num_threads(before)
+    assert results[0].shape == (300,) and results[0].dtype == np.float32
+    np.testing.assert_allclose(results[0], x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    if x.size < PARALLEL_COLUMN_SUM:
+        np.testing.assert_array_equal(results[0], x.sum(axis=0))  # one einsum: numpy's own order
+    assert sum_to_array(x[None], (1, 1, 300)).shape == (1, 1, 300)
