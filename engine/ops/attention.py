@@ -227,7 +227,7 @@ class PackedQKVAttentionGrad(NoDoubleBackward, Op):
                     dbias5[i0:i1] = sum_to_array(dp5, (i1 - i0,) + bias5[1:])
                 else:
                     part = sum_to_array(dp5, bias5)
-                    part = part.copy() if part.base is dp or part is dp5 else part
+                    part = part.copy() if part is dp5 else part  # dp is scaled in place next
                 dp *= dt.type(scale)
             _bmm_into(dp, _heads(blk, d, 1), _heads(dblk, d, 0))  # dq = ds k
             _bmm_into(dp.transpose(0, 1, 3, 2), _heads(blk, d, 0), _heads(dblk, d, 1))  # dk = ds^T q
