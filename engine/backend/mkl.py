@@ -27,7 +27,6 @@ _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
 _CBWR_AUTO = 2  # MKL_CBWR_AUTO
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _VML_HA_IGNORE_ERRORS = 0x2 | 0x100  # VML_HA | VML_ERRMODE_IGNORE: full accuracy, no errno/stderr
-_VML_FTZDAZ_ON = 0x00280000  # denormal results flushed to zero (and denormal inputs read as zero)
 _INT_MAX = 2 ** 31 - 1  # MKL_INT of the LP64 interface
 
 _lib = None
@@ -246,18 +245,18 @@ def _pointers(x):
 
 
 # ------------------------------------------------------------------ vector math
-def vml(name, x, out, flush_denormals=False):
+def vml(name, x, out):
     """out = f(x) elementwise with MKL's vector math, f one of "CdfNorm", "Erf", "Exp", "Tanh",
     for contiguous float32/float64 arrays (in place allowed); returns whether it did (False: use
-    numpy). flush_denormals: results below the smallest normal number become 0, for values
-    that feed products (a softmax's exp(-100)): arithmetic on denormals is some 40x slower."""
+    numpy). Not for a softmax's exp: every input whose result underflows takes a slow path
+    (~100x), with or without MKL's flush-to-zero mode (engine.backend.fpenv)."""
     if _lib is None or x.dtype != out.dtype or x.dtype not in (np.float32, np.float64):
         return False
     if x.size != out.size or x.size > _INT_MAX or not (x.flags.c_contiguous and out.flags.c_contiguous):
         return False
     if x.size:
         fn = getattr(_lib, ("vms" if x.dtype == np.float32 else "vmd") + name)
-        fn(x.size, _ptr(x), _ptr(out), _VML_HA_IGNORE_ERRORS | (_VML_FTZDAZ_ON if flush_denormals else 0))
+        fn(x.size, _ptr(x), _ptr(out), _VML_HA_IGNORE_ERRORS)
         _check()
     return True
 

@@ -120,7 +120,12 @@ def row_blocks(shape, target=BLOCK_ELEMENTS):
     if k == 0:
         return [(slice(None),)]
     axis = k - 1  # split this axis into chunks; iterate over the axes before it
-    step = max(1, target // inner)
+    # equal chunks, a power of two of them: rows 682 + 682 + 682 + 34 of a [2080, 384] array on
+    # two threads gave one thread twice the other's work (layer_norm: 1.25x faster on two
+    # threads than on one, instead of ~1.9x)
+    chunks = -(-shape[axis] // max(1, target // inner))
+    chunks = min(shape[axis], 1 << (chunks - 1).bit_length())
+    step = -(-shape[axis] // chunks)
     blocks = []
     for idx in np.ndindex(*shape[:axis]):
         for s in range(0, shape[axis], step):

@@ -81,15 +81,26 @@ def _rows_at(arr, i0, i1, n):
 # fwd + bwd 12.9 ms one row at a time, 11.3 ms at 2^17, 10.3 ms from 2^19 on (fewer, larger MKL
 # calls; the blocks no longer fit L2 but the products and the softmax passes do not mind)
 ROW_BLOCK_ELEMENTS = 1 << 19
+# Each block costs some 25 numpy and MKL calls (~0.2 ms fwd + bwd with two threads taking turns
+# at the GIL), so small calls are cut in as few blocks as can keep two threads busy: measured on
+# Swin's window attention (16 images, windows of 16 tokens), fwd + bwd of a [16, 16 windows,
+# 6 heads] call 7.6 ms in one block, 5.1 in two, 6.0 in four, 8.5 in eight; of a [16, 1, 24 heads]
+# call (98K scores) 2.2 ms in one, 2.7 in two. So: one block below SPLIT_MIN_ELEMENTS scores, else
+# at least two, and a power of two of them (even shares for 2 or 4 threads; 3 blocks on 2
+# threads left one thread twice the work). The count depends on the shapes only, never on the
+# thread count, so neither does a sum over the blocks' results.
+SPLIT_MIN_ELEMENTS = 1 << 17
 
 
 def _for_row_blocks(xp, n, fn, work, row_elements):
-    """[fn(i0, i1) for each block of outer rows], blocks of about ROW_BLOCK_ELEMENTS scores
-    spread over the engine's threads on the CPU (the blocks do not depend on the thread count,
-    so neither does a sum over their results); on the GPU all rows in one call."""
+    """[fn(i0, i1) for each block of outer rows] (see ROW_BLOCK_ELEMENTS) spread over the
+    engine's threads on the CPU; on the GPU all rows in one call."""
     if xp is not np:
         return [fn(0, n)]
-    step = max(1, ROW_BLOCK_ELEMENTS // max(1, row_elements))
+    total = n * row_elements
+    blocks = max(-(-total // ROW_BLOCK_ELEMENTS), 2 if total >= SPLIT_MIN_ELEMENTS else 1)
+    blocks = min(n, 1 << (blocks - 1).bit_length())
+    step = -(-n // blocks)
     starts = range(0, n, step)
 
     def run(s, e):

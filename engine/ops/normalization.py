@@ -22,47 +22,51 @@ __all__ = ["layer_norm", "normalize", "cosine_similarity"]
 
 
 # ------------------------------------------------------------------ layer_norm
-def _layer_norm_rows_loop(x2, w, b, eps, zero, y, mean, rstd, xhat):
+def _layer_norm_rows_loop(x2, w, b, eps, inv, one, y, mean, rstd, xhat):
     """The compiled forward of a block of rows: two passes over each row (in cache) instead of
-    numpy's seven over the block. `zero` (0 in the arrays' dtype) types the accumulators."""
+    numpy's seven over the block. `inv` (1 / row length) and `one` come in the arrays' dtype, so
+    that float32 rows are computed in float32 (an integer or Python float would promote the
+    arithmetic to float64: half the vector width and a conversion per element)."""
     m, d = x2.shape
-    inv = (zero + 1) / d
     for i in range(m):
-        s = zero
+        row = x2[i]
+        s = inv - inv
         for j in range(d):
-            s += x2[i, j]
+            s += row[j]
         mu = s * inv
-        v = zero
+        v = inv - inv
         for j in range(d):
-            t = x2[i, j] - mu
+            t = row[j] - mu
             v += t * t
-        r = (zero + 1) / np.sqrt(v * inv + eps)
+        r = one / np.sqrt(v * inv + eps)
         mean[i, 0] = mu
         rstd[i, 0] = r
+        h_row, y_row = xhat[i], y[i]
         for j in range(d):
-            h = (x2[i, j] - mu) * r
-            xhat[i, j] = h
-            y[i, j] = h * w[j] + b[j]
+            h = (row[j] - mu) * r
+            h_row[j] = h
+            y_row[j] = h * w[j] + b[j]
 
 
-def _layer_norm_grad_rows_loop(g2, xhat, rstd, w, zero, dx, dw, db):
-    """The compiled backward of a block of rows: dx written, the block's dw and db summed in."""
+def _layer_norm_grad_rows_loop(g2, xhat, rstd, w, inv, dx, dw, db):
+    """The compiled backward of a block of rows: dx written, the block's dw and db summed in
+    (dtypes as in the forward)."""
     m, d = xhat.shape
-    inv = (zero + 1) / d
     for i in range(m):
-        c1 = zero
-        c2 = zero
+        g_row, h_row, dx_row = g2[i], xhat[i], dx[i]
+        c1 = inv - inv
+        c2 = inv - inv
         for j in range(d):
-            gw = g2[i, j] * w[j]
+            gw = g_row[j] * w[j]
             c1 += gw
-            c2 += gw * xhat[i, j]
-            dw[j] += g2[i, j] * xhat[i, j]
-            db[j] += g2[i, j]
+            c2 += gw * h_row[j]
+            dw[j] += g_row[j] * h_row[j]
+            db[j] += g_row[j]
         c1 *= inv
         c2 *= inv
         r = rstd[i, 0]
         for j in range(d):
-            dx[i, j] = r * (g2[i, j] * w[j] - c1 - xhat[i, j] * c2)
+            dx_row[j] = r * (g_row[j] * w[j] - c1 - h_row[j] * c2)
 
 
 _layer_norm_rows_jit = jit.kernel(_layer_norm_rows_loop)
@@ -86,7 +90,7 @@ def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
     if _layer_norm_rows_jit is not None and _jit_ok(x2, y, xhat):
         d, dt = x2.shape[1], x2.dtype
         _layer_norm_rows_jit(x2, w if w is not None else np.ones(d, dt), b if b is not None else np.zeros(d, dt),
-                             dt.type(eps), dt.type(0), y, mean, rstd, xhat)
+                             dt.type(eps), dt.type(1.0 / d), dt.type(1), y, mean, rstd, xhat)
         return
     f = x2.dtype.type
     d = x2.shape[1]
@@ -209,7 +213,8 @@ def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
     d = xhat.shape[1]
     if _layer_norm_grad_rows_jit is not None and _jit_ok(g2, xhat, dx):
         dw, db = np.zeros(d, xhat.dtype), np.zeros(d, xhat.dtype)
-        _layer_norm_grad_rows_jit(g2, xhat, rstd, w if w is not None else np.ones(d, xhat.dtype), f(0), dx, dw, db)
+        _layer_norm_grad_rows_jit(g2, xhat, rstd, w if w is not None else np.ones(d, xhat.dtype), f(1.0 / d),
+                                  dx, dw, db)
         return (dw if w is not None else None), (db if has_b else None)
     dw = xp.einsum("ij,ij->j", g2, xhat) if w is not None else None
     db = xp.einsum("ij->j", g2) if has_b else None

@@ -6,9 +6,12 @@ gradient op. Kernels work in place on temporaries they own (`x - max` is allocat
 CPU, row blocks run on the engine's threads. The grad ops are themselves differentiable (their
 backward is written in engine ops). float16/bfloat16 inputs are computed in float32.
 """
+import contextlib
+
 import numpy as np
 
-from ..backend import dtypes, mkl, xp_of
+from ..backend import dtypes, xp_of
+from ..backend.fpenv import flush_denormals
 from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
 from ._kernels import blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
@@ -36,19 +39,19 @@ def _softmax_array(x, axis, log):
 
 
 def _softmax_rows(x, z, axis, log):
-    """z = (log_)softmax(x) along `axis`, written into z."""
+    """z = (log_)softmax(x) along `axis`, written into z. On the CPU with denormals flushed to
+    zero: a masked score (-100, -10000) would otherwise leave exp() denormals that slow every
+    later product ~100x (engine.backend.fpenv)."""
     xp = xp_of(x)
     axis %= x.ndim
-    xp.subtract(x, row_max(x) if axis == x.ndim - 1 else x.max(axis=axis, keepdims=True), out=z)
-    if log:
-        e = xp.exp(z)
-        z -= xp.log(row_sum(e, axis))
-    else:
-        # probabilities below the smallest normal float are flushed to 0 (MKL): a masked score
-        # (-100, -10000) would otherwise leave denormals that slow every later product ~40x
-        if xp is not np or not mkl.vml("Exp", z, z, flush_denormals=True):
-            xp.exp(z, out=z)
-        z *= 1 / row_sum(z, axis)
+    with flush_denormals() if xp is np else contextlib.nullcontext():
+        xp.subtract(x, row_max(x) if axis == x.ndim - 1 else x.max(axis=axis, keepdims=True), out=z)
+        if log:
+            e = xp.exp(z)
+            z -= xp.log(row_sum(e, axis))
+        else:
+            xp.exp(z, out=z)  # numpy's, not MKL's: that one is ~100x slower on every underflow
+            z *= 1 / row_sum(z, axis)
     return z
 
 

@@ -48,7 +48,10 @@ def test_column_sum_equals_numpy_and_not_the_thread_count(rows):
     finally:
         parallel.set_num_threads(before)
     assert results[0].shape == (300,) and results[0].dtype == np.float32
-    np.testing.assert_allclose(results[0], x.astype(np.float64).sum(0), rtol=1e-5, atol=1e-4)
+    # at least as accurate as numpy's own float32 sum over the rows (blocks only shorten the
+    # sequential runs); a fixed tolerance would pass or fail with the block sizes' luck
+    exact = x.astype(np.float64).sum(0)
+    assert np.abs(results[0] - exact).max() <= np.abs(x.sum(axis=0) - exact).max()
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     if x.size < PARALLEL_COLUMN_SUM:
