@@ -92,3 +92,43 @@ def test_a_forked_child_gets_its_own_threads(threads):
         p.kill()
     assert not alive, "parallel_for hung in a forked child"
     assert p.exitcode == 0 and q.get(timeout=10) == [4, 4, 2]
+
+
+# ------------------------------------------------------------------ copies on the threads
+COPY_CASES = [
+    ((16, 32, 32, 96), (0, 2, 1, 3)),  # a window partition's permute
+    ((1, 1, 700, 400), (0, 1, 3, 2)),  # leading axes of 1: split along the first longer one
+    ((3, 5, 7, 11), (3, 1, 0, 2)),  # small: numpy's own copy
+    ((600, 500), (1, 0)),
+]
+
+
+@pytest.mark.parametrize("shape,perm", COPY_CASES)
+def test_copy_and_reshape_of_permuted_arrays_equal_numpy(threads, shape, perm):
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32).transpose(perm)
+    c = parallel.copy(a)
+    assert c.flags.c_contiguous and c.dtype == a.dtype
+    np.testing.assert_array_equal(c, a)
+    r = parallel.reshape(a, (-1, a.shape[-1]))
+    np.testing.assert_array_equal(r, np.reshape(a, (-1, a.shape[-1])))
+
+
+def test_reshape_keeps_views_where_numpy_does(threads):
+    base = np.zeros((64, 4096), np.float32)
+    strided = base[:, ::2]  # not contiguous, but its rows split without a copy
+    v = parallel.reshape(strided, (64, 2, 1024))
+    assert np.shares_memory(v, base)
+    assert np.shares_memory(parallel.reshape(base, (-1,)), base)
+
+
+@pytest.mark.parametrize("shape,shifts,axes", [
+    ((16, 32, 32, 96), (-2, -2), (1, 2)),  # Swin's shifted windows
+    ((16, 32, 32, 96), (2, 2), (1, 2)),
+    ((4, 300, 300), (7, -13), (1, 2)),
+    ((4, 300, 300), (5, 1), (1, 1)),  # one axis twice: the shifts add up
+    ((4, 300, 300), (0, 300), (1, 2)),  # whole turns
+    ((300, 4, 300), (1,), (0,)),  # the split axis itself rolls: numpy's roll
+])
+def test_roll_equals_numpy(threads, shape, shifts, axes):
+    a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    np.testing.assert_array_equal(parallel.roll(a, shifts, axes), np.roll(a, shifts, axis=axes))

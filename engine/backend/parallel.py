@@ -170,6 +170,78 @@ def parallel_for(fn, n, work=None, grain=1):
         _pool_lock.release()
 
 
+# copies of at least this many elements run on the engine's threads: a hand-off costs up to
+# ~80 us when parallel calls follow each other, a copy of 2^18 float32 (1 MiB) ~150 us
+MIN_PARALLEL_COPY = 1 << 18
+
+
+def _split_axis(shape):
+    """The first axis worth splitting a copy along (at least two entries), or None."""
+    for axis, d in enumerate(shape):
+        if d >= 2:
+            return axis
+    return None
+
+
+def copy(a):
+    """A C-contiguous copy of the numpy array `a` (any strides), by ranges of its first axis of
+    length >= 2 on the engine's threads when large: reshapes of permuted arrays (window
+    partitions, head splits) are single-threaded numpy copies otherwise."""
+    out = buffers.empty(a.shape, a.dtype)
+    axis = _split_axis(a.shape)
+    if _threads == 1 or a.size < MIN_PARALLEL_COPY or axis is None:
+        np.copyto(out, a)
+        return out
+    lead = (slice(None),) * axis
+
+    def run(s, e):
+        np.copyto(out[lead + (slice(s, e),)], a[lead + (slice(s, e),)])
+
+    parallel_for(run, a.shape[axis], work=a.size)
+    return out
+
+
+def reshape(a, shape):
+    """`a.reshape(shape)`: a view when numpy can make one, else a copy (parallel when large)."""
+    if not isinstance(a, np.ndarray) or a.flags.c_contiguous or a.size < MIN_PARALLEL_COPY:
+        return a.reshape(shape)
+    try:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:  # needs a copy
+        return copy(a).reshape(shape)
+    except TypeError:  # numpy < 2.1: no copy= keyword
+        return a.reshape(shape)
+
+
+def _roll_into(out, a, shifts, axes):
+    """out[...] = np.roll(a, shifts, axes) as 2^len(axes) block copies, without a temporary."""
+    pieces = [((), ())]
+    for axis in range(a.ndim):
+        n = a.shape[axis]
+        k = sum(sh for sh, ax in zip(shifts, axes) if ax == axis) % n if axis in axes and n else 0
+        segments = [(slice(k, n), slice(0, n - k)), (slice(0, k), slice(n - k, n))] if k else [(slice(None),) * 2]
+        pieces = [(dst + (sd,), src + (ss,)) for dst, src in pieces for sd, ss in segments]
+    for dst, src in pieces:
+        out[dst] = a[src]
+
+
+def roll(a, shifts, axes):
+    """np.roll(a, shifts, axes) of a numpy array (axes non-negative), by ranges of the first
+    axis on the engine's threads when large and that axis is not rolled (Swin's shifted windows
+    roll axes 1 and 2 of [images, H, W, C])."""
+    axis = _split_axis(a.shape)
+    if _threads == 1 or a.size < MIN_PARALLEL_COPY or axis is None or axis in axes:
+        return np.roll(a, shifts, axis=axes)
+    out = buffers.empty(a.shape, a.dtype)
+    lead = (slice(None),) * axis
+
+    def run(s, e):
+        _roll_into(out[lead + (slice(s, e),)], a[lead + (slice(s, e),)], shifts, axes)
+
+    parallel_for(run, a.shape[axis], work=a.size)
+    return out
+
+
 def rows_view(a):
     """`a` as a 2-D (rows, last) array without copying when possible."""
     return a.reshape(-1, a.shape[-1]) if a.ndim != 2 else a

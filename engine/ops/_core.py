@@ -4,7 +4,7 @@ import numbers
 
 import numpy as np
 
-from ..backend import dtypes, xp_of
+from ..backend import dtypes, parallel, xp_of
 from ..tensor import Tensor, tensor_method
 from .op import Op
 
@@ -39,7 +39,7 @@ class Clone(Op):
 
     @staticmethod
     def forward(ctx, x):
-        return x.copy()
+        return parallel.copy(x) if isinstance(x, np.ndarray) else x.copy()
 
     @staticmethod
     def backward(ctx, g):
@@ -173,7 +173,7 @@ class Reshape(Op):
     @staticmethod
     def forward(ctx, x, shape):
         ctx.in_shape = x.shape
-        return x.reshape(shape)
+        return parallel.reshape(x, shape)  # a view, or a copy on the engine's threads
 
     @staticmethod
     def backward(ctx, g):

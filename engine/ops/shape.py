@@ -13,7 +13,7 @@ are not seen by the original; call `.contiguous()` first when that matters.
 import numpy as np
 
 from .op import Op
-from ..backend import dtypes, xp_of
+from ..backend import dtypes, parallel, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import _core
 from ._core import cast, infer_shape, shape_str
@@ -578,6 +578,8 @@ class Roll(Op):
         ctx.shifts, ctx.dims = shifts, dims
         if dims is None:
             return xp_of(x).roll(x.reshape(-1), shifts[0]).reshape(x.shape)
+        if isinstance(x, np.ndarray):
+            return parallel.roll(x, shifts, dims)
         return xp_of(x).roll(x, shifts, axis=dims)
 
     @staticmethod

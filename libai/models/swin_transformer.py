@@ -190,9 +190,12 @@ class PatchMerging(nn.Module):
         x = x.view(n, height, width, c)
         if height % 2 or width % 2:
             x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
-        parts = [x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]]
-        x = flow.cat(parts, dim=-1)  # [n, H/2, W/2, 4C]
-        x = x.view(n, -1, 4 * c)
+        h2, w2 = (height + 1) // 2, (width + 1) // 2
+        # the four strided slices [0::2, 0::2], [1::2, 0::2], [0::2, 1::2], [1::2, 1::2] side by
+        # side are one copy: channel block k = 2 * column offset + row offset
+        x = x.view(n, h2, 2, w2, 2, c)  # [n, H/2, row offset, W/2, column offset, C]
+        x = x.permute(0, 1, 3, 4, 2, 5)  # [n, H/2, W/2, column offset, row offset, C]
+        x = x.reshape(n, h2 * w2, 4 * c)
         return self.reduction(self.norm(x))
 
 
