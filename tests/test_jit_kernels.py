@@ -106,3 +106,31 @@ def test_engine_runs_without_the_jit():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "turned", "off", "by", "ENGINE_JIT=0", "None", "True"], r.stdout
+
+
+# ------------------------------------------------------------------ Adam / AdamW update
+@needs_jit
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("decoupled,wd,beta1", [(True, 0.05, 0.9), (False, 0.01, 0.9), (True, 0.0, 0.9),
+                                                (False, 0.1, 0.3)])
+def test_adam_compiled_update_has_the_numpy_bits(monkeypatch, dtype, decoupled, wd, beta1):
+    """Adam (L2 decay) and AdamW (decoupled) over several steps, with beta1 <= 0.5 (the other
+    branch of torch's lerp) and without decay; sizes that leave a ragged last range."""
+    from engine.optim import adam
+
+    rng = np.random.default_rng(7)
+    n = 3 * adam._BLOCK + 17
+    w0 = rng.standard_normal(n).astype(dtype)
+    m0, v0 = (rng.standard_normal(n) * 0.1).astype(dtype), (rng.random(n) * 0.01).astype(dtype)
+    grads = [rng.standard_normal(n).astype(dtype) for _ in range(3)]
+    results = []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(adam, "_adam_jit", None)
+        w, m, v = w0.copy(), m0.copy(), v0.copy()
+        for step, g in enumerate(grads, 1):
+            adam._adam_blocked(w, g, m, v, 1e-3, wd, 1e-8, beta1, 0.999, step, decoupled)
+        results.append((w, m, v))
+        monkeypatch.undo()
+    for a, b, what in zip(*results, ("weights", "first moment", "second moment")):
+        np.testing.assert_array_equal(a, b, err_msg=what)

@@ -42,8 +42,9 @@ def why_unavailable():
 class _Kernel:
     """A Python function compiled with numba at its first call (by one thread)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, fastmath=True):
         self.fn = fn
+        self.fastmath = set(_FASTMATH) if fastmath else False
         self.compiled = None
         self.lock = threading.Lock()
         self.__doc__ = fn.__doc__
@@ -54,10 +55,12 @@ class _Kernel:
                 if self.compiled is None:
                     import numba
 
-                    self.compiled = numba.njit(nogil=True, cache=True, fastmath=set(_FASTMATH))(self.fn)
+                    self.compiled = numba.njit(nogil=True, cache=True, fastmath=self.fastmath)(self.fn)
         return self.compiled(*args)
 
 
-def kernel(fn):
-    """fn, to be compiled at its first call and cached on disk; None without numba."""
-    return _Kernel(fn) if _why_not is None else None
+def kernel(fn, fastmath=True):
+    """fn, to be compiled at its first call and cached on disk; None without numba. fastmath=False
+    for a kernel that must give the bits of the numpy operations it replaces (no fused
+    multiply-adds, no reassociation)."""
+    return _Kernel(fn, fastmath) if _why_not is None else None

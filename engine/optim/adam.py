@@ -11,7 +11,7 @@ Same formulas as torch.optim.Adam / AdamW (single-tensor path), with t the step 
 """
 import numpy as np
 
-from ..backend import xp_of
+from ..backend import jit, xp_of
 from ..backend.parallel import parallel_for
 from .optimizer import Optimizer, check_number, zeros_state
 
@@ -128,17 +128,60 @@ def _blocked_ok(*arrays):
         and len({a.dtype for a in arrays}) == 1 and arrays[0].dtype.kind == "f"
 
 
+def _adam_loop(w, g, m, v, decay, wd, lerp_w, lerp_small, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step,
+               decoupled, has_wd):
+    """The compiled update: `_adam_blocked`'s numpy operations, in the same order and the same
+    dtype, on one element at a time, so that every bit agrees (no fastmath here: no fused
+    multiply-adds, no reassociation) while the parameter, its gradient and both moments are
+    read once and written once instead of a dozen passes."""
+    for i in range(w.shape[0]):
+        wi = w[i]
+        gi = g[i]
+        if has_wd:
+            if decoupled:
+                wi = wi * decay
+            else:
+                gi = wi * wd + gi
+        mi = m[i]
+        d = gi - mi
+        if lerp_small:
+            mi = mi + d * lerp_w
+        else:
+            mi = gi - d * lerp_w
+        t = gi * one_minus_beta2
+        t = t * gi
+        vi = v[i] * beta2 + t
+        den = np.sqrt(vi) / bc2_sqrt + eps
+        w[i] = wi + (mi / den) * neg_step
+        m[i] = mi
+        v[i] = vi
+
+
+_adam_jit = jit.kernel(_adam_loop, fastmath=False)
+
+
 def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
     """The update of `Adam._update` (no amsgrad / maximize) on numpy arrays, block by block over
     the engine's threads: the same operations in the same order on every element (so the same
     results), but each block's passes stay in the cache instead of streaming the whole
-    parameter, its gradient and both moments through memory a dozen times on one thread."""
+    parameter, its gradient and both moments through memory a dozen times on one thread. With
+    numba (engine.backend.jit) the whole update is one compiled pass per thread range with the
+    same bits (AdamW on 4M float32 parameters, two threads: 8.5 -> 5.5 ms)."""
     w1, g1, m1, v1 = w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1)
     n = w1.size
-    nblocks = -(-n // _BLOCK)
     bias_correction1 = 1.0 - beta1 ** step
     bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
     step_size = lr / bias_correction1
+    lerp_weight = 1.0 - beta1
+    if _adam_jit is not None and w1.dtype in (np.float32, np.float64):
+        f = w1.dtype.type
+        small = abs(lerp_weight) < 0.5
+        consts = (f(1.0 - lr * wd), f(wd), f(lerp_weight if small else 1.0 - lerp_weight), small, f(beta2),
+                  f(1.0 - beta2), f(bias_correction2_sqrt), f(eps), f(-step_size), bool(decoupled), wd != 0)
+        parallel_for(lambda s, e: _adam_jit(w1[s:e], g1[s:e], m1[s:e], v1[s:e], *consts), n, work=n,
+                     grain=_BLOCK)
+        return
+    nblocks = -(-n // _BLOCK)
 
     def run(b0, b1):
         for s in range(b0 * _BLOCK, min(b1 * _BLOCK, n), _BLOCK):
@@ -150,7 +193,7 @@ def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
                 gb = np.multiply(wb, wd)
                 np.add(gb, g1[s:e], out=gb)
             tmp = np.subtract(gb, mb)
-            _lerp_into(np, mb, gb, tmp, 1.0 - beta1)
+            _lerp_into(np, mb, gb, tmp, lerp_weight)
             update_second_moment(np, vb, gb, tmp, beta2)
             np.sqrt(vb, out=tmp)
             np.divide(tmp, bias_correction2_sqrt, out=tmp)
