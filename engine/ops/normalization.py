@@ -22,11 +22,12 @@ __all__ = ["layer_norm", "normalize", "cosine_similarity"]
 
 
 # ------------------------------------------------------------------ layer_norm
-def _layer_norm_rows_loop(x2, w, b, eps, inv, one, y, mean, rstd, xhat):
+def _layer_norm_rows_loop(x2, w, b, eps, inv, one, y, mean, rstd):
     """The compiled forward of a block of rows: two passes over each row (in cache) instead of
-    numpy's seven over the block. `inv` (1 / row length) and `one` come in the arrays' dtype, so
-    that float32 rows are computed in float32 (an integer or Python float would promote the
-    arithmetic to float64: half the vector width and a conversion per element)."""
+    numpy's seven over the block, one write (y). `inv` (1 / row length) and `one` come in the
+    arrays' dtype, so that float32 rows are computed in float32 (an integer or Python float
+    would promote the arithmetic to float64: half the vector width and a conversion per
+    element)."""
     m, d = x2.shape
     for i in range(m):
         row = x2[i]
@@ -41,32 +42,32 @@ def _layer_norm_rows_loop(x2, w, b, eps, inv, one, y, mean, rstd, xhat):
         r = one / np.sqrt(v * inv + eps)
         mean[i, 0] = mu
         rstd[i, 0] = r
-        h_row, y_row = xhat[i], y[i]
+        y_row = y[i]
         for j in range(d):
-            h = (row[j] - mu) * r
-            h_row[j] = h
-            y_row[j] = h * w[j] + b[j]
+            y_row[j] = (row[j] - mu) * r * w[j] + b[j]
 
 
-def _layer_norm_grad_rows_loop(g2, xhat, rstd, w, inv, dx, dw, db):
-    """The compiled backward of a block of rows: dx written, the block's dw and db summed in
-    (dtypes as in the forward)."""
-    m, d = xhat.shape
+def _layer_norm_grad_rows_loop(g2, x2, mean, rstd, w, inv, dx, dw, db):
+    """The compiled backward of a block of rows: the normalised rows recomputed from x, mean and
+    rstd (as the forward computed them), dx written, the block's dw and db summed in (dtypes as
+    in the forward)."""
+    m, d = x2.shape
     for i in range(m):
-        g_row, h_row, dx_row = g2[i], xhat[i], dx[i]
+        g_row, x_row, dx_row = g2[i], x2[i], dx[i]
+        mu, r = mean[i, 0], rstd[i, 0]
         c1 = inv - inv
         c2 = inv - inv
         for j in range(d):
+            h = (x_row[j] - mu) * r
             gw = g_row[j] * w[j]
             c1 += gw
-            c2 += gw * h_row[j]
-            dw[j] += g_row[j] * h_row[j]
+            c2 += gw * h
+            dw[j] += g_row[j] * h
             db[j] += g_row[j]
         c1 *= inv
         c2 *= inv
-        r = rstd[i, 0]
         for j in range(d):
-            dx_row[j] = r * (g_row[j] * w[j] - c1 - h_row[j] * c2)
+            dx_row[j] = r * (g_row[j] * w[j] - c1 - (x_row[j] - mu) * r * c2)
 
 
 _layer_norm_rows_jit = jit.kernel(_layer_norm_rows_loop)
@@ -84,19 +85,19 @@ def _jit_ok(*arrays):
         and dt in (np.float32, np.float64)
 
 
-def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
+def _layer_norm_rows(x2, w, b, eps, y, mean, rstd):
     """One block of rows of layer_norm, every result written into the given arrays."""
     xp = xp_of(x2)
-    if _layer_norm_rows_jit is not None and _jit_ok(x2, y, xhat):
+    if _layer_norm_rows_jit is not None and _jit_ok(x2, y):
         d, dt = x2.shape[1], x2.dtype
         _layer_norm_rows_jit(x2, w if w is not None else np.ones(d, dt), b if b is not None else np.zeros(d, dt),
-                             dt.type(eps), dt.type(1.0 / d), dt.type(1), y, mean, rstd, xhat)
+                             dt.type(eps), dt.type(1.0 / d), dt.type(1), y, mean, rstd)
         return
     f = x2.dtype.type
     d = x2.shape[1]
     mean[:, 0] = xp.einsum("ij->i", x2)
     mean *= f(1.0 / d)
-    xp.subtract(x2, mean, out=xhat)
+    xhat = xp.subtract(x2, mean)  # the block's normalised rows (a temporary)
     rstd[:, 0] = xp.einsum("ij,ij->i", xhat, xhat)
     rstd *= f(1.0 / d)
     rstd += f(eps)
@@ -114,12 +115,14 @@ def _layer_norm_rows(x2, w, b, eps, y, mean, rstd, xhat):
 
 
 class LayerNorm(Op):
-    """y = (x - mean) * rstd * w + b over the last k dims. Outputs (y, mean, rstd, xhat): the
-    last three are hidden; xhat = (x - mean) * rstd is kept so backward need not recompute it."""
+    """y = (x - mean) * rstd * w + b over the last k dims. Outputs (y, mean, rstd), the last two
+    hidden; the backward recomputes (x - mean) * rstd from x (as PyTorch does) rather than the
+    forward writing it out: one array less written and kept (layer_norm forward on [2080, 384]:
+    see docs/engine.md)."""
 
     name = "NativeLayerNorm"
-    save_outputs = (2, 3)
-    save_inputs = (1,)
+    save_outputs = (1, 2)
+    save_inputs = (0, 1)
 
     @staticmethod
     def forward(ctx, x, w, b, k, eps):
@@ -131,30 +134,28 @@ class LayerNorm(Op):
         ctx.k, ctx.shape, ctx.has_w, ctx.has_b = k, x.shape, w is not None, b is not None
         if x2.size == 0:
             stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
-            return xp.empty(x.shape, dtype=dtype), stat, stat, xp.empty(x2.shape, x2.dtype)
+            return xp.empty(x.shape, dtype=dtype), stat, stat
         m = x2.shape[0]
         y = _empty(xp, x2.shape, x2.dtype)
-        xhat = _empty(xp, x2.shape, x2.dtype)
         mean = xp.empty((m, 1), dtype=x2.dtype)
         rstd = xp.empty((m, 1), dtype=x2.dtype)
         w2 = work_array(w).reshape(d) if w is not None else None
         b2 = work_array(b).reshape(d) if b is not None else None
 
         def rows(sel):
-            _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel], xhat[sel])
+            _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel])
 
         if xp is np:
             blocked(rows, x2.shape, BLOCK_ELEMENTS)
         else:
             rows((Ellipsis,))
         stat_shape = lead + (1,) * k
-        return (y.reshape(x.shape).astype(dtype, copy=False), mean.reshape(stat_shape),
-                rstd.reshape(stat_shape), xhat)
+        return y.reshape(x.shape).astype(dtype, copy=False), mean.reshape(stat_shape), rstd.reshape(stat_shape)
 
     @staticmethod
     def backward(ctx, g, *_):
-        w, rstd, xhat = ctx.saved_tensors
-        dx, dw, db = LayerNormGrad.apply(g, xhat, rstd, w, k=ctx.k, has_b=ctx.has_b)
+        x, w, mean, rstd = ctx.saved_tensors
+        dx, dw, db = LayerNormGrad.apply(g, x, mean, rstd, w, k=ctx.k, has_b=ctx.has_b)
         return (dx if ctx.needs_input_grad[0] else None,
                 dw if ctx.has_w and ctx.needs_input_grad[1] else None,
                 db if ctx.has_b and ctx.needs_input_grad[2] else None)
@@ -162,30 +163,33 @@ class LayerNorm(Op):
 
 class LayerNormGrad(NoDoubleBackward, Op):
     """dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), dw = sum(g*xhat), db = sum(g),
-    over float32 in one pass chain (PyTorch's formula)."""
+    with xhat = (x - mean) * rstd recomputed, over float32 in one pass chain (PyTorch's
+    formula)."""
 
     name = "NativeLayerNormBackward"
 
     @staticmethod
-    def forward(ctx, g, xhat, rstd, w, k, has_b):
+    def forward(ctx, g, x, mean, rstd, w, k, has_b):
         ctx.op_name = "layer_norm"
         xp = xp_of(g)
-        m, d = xhat.shape
+        d = int(np.prod(x.shape[x.ndim - k:])) if k else 1
+        x2 = work_array(x).reshape(-1, d)
+        m = x2.shape[0]
         dtype = g.dtype
         g2 = work_array(g).reshape(m, d)
-        if g2.dtype != xhat.dtype:
-            g2 = g2.astype(xhat.dtype)
-        rstd = rstd.reshape(m, 1)
+        if g2.dtype != x2.dtype:
+            g2 = g2.astype(x2.dtype)
+        mean, rstd = mean.reshape(m, 1), rstd.reshape(m, 1)
         wshape = g.shape[g.ndim - k:]
         empty = xp.zeros(0, dtype=dtype)
         if m == 0 or d == 0:
             zero_w = xp.zeros(wshape, dtype=w.dtype) if w is not None else empty
             return xp.zeros(g.shape, dtype), zero_w, zero_w if has_b else empty
         w2 = work_array(w).reshape(d) if w is not None else None
-        dx = _empty(xp, (m, d), xhat.dtype)
+        dx = _empty(xp, (m, d), x2.dtype)
 
         def rows(sel):
-            return _layer_norm_grad_rows(g2[sel], xhat[sel], rstd[sel], w2, dx[sel], has_b)
+            return _layer_norm_grad_rows(g2[sel], x2[sel], mean[sel], rstd[sel], w2, dx[sel], has_b)
 
         # partial (dw, db) per row block, in block order: summed in that order, whatever thread
         # finished first, so dw and db have the same bits on every run and for any thread count
@@ -206,16 +210,18 @@ def _sum_in_order(arrays):
     return total
 
 
-def _layer_norm_grad_rows(g2, xhat, rstd, w, dx, has_b):
+def _layer_norm_grad_rows(g2, x2, mean, rstd, w, dx, has_b):
     """dx for a block of rows (written into dx) and that block's partial dw, db."""
     xp = xp_of(g2)
-    f = xhat.dtype.type
-    d = xhat.shape[1]
-    if _layer_norm_grad_rows_jit is not None and _jit_ok(g2, xhat, dx):
-        dw, db = np.zeros(d, xhat.dtype), np.zeros(d, xhat.dtype)
-        _layer_norm_grad_rows_jit(g2, xhat, rstd, w if w is not None else np.ones(d, xhat.dtype), f(1.0 / d),
+    f = x2.dtype.type
+    d = x2.shape[1]
+    if _layer_norm_grad_rows_jit is not None and _jit_ok(g2, x2, dx):
+        dw, db = np.zeros(d, x2.dtype), np.zeros(d, x2.dtype)
+        _layer_norm_grad_rows_jit(g2, x2, mean, rstd, w if w is not None else np.ones(d, x2.dtype), f(1.0 / d),
                                   dx, dw, db)
         return (dw if w is not None else None), (db if has_b else None)
+    xhat = xp.subtract(x2, mean)  # the forward's normalised rows, recomputed
+    xhat *= rstd
     dw = xp.einsum("ij,ij->j", g2, xhat) if w is not None else None
     db = xp.einsum("ij->j", g2) if has_b else None
     if w is not None:
