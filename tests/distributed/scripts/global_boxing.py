@@ -1,8 +1,9 @@
 """Boxing matrix on every rank count it runs on (2 or 4): every (from, to) pair of nd-SBP over
 {S(0), S(1), B, P} on even (8, 12) and uneven (5, 7) shapes keeps the logical value, and the
-gradient through the two conversions is the gradient of the identity. On 4 ranks also the 2-D
-mesh [[0, 1], [2, 3]] and conversions between placements (ranks outside a placement run the
-very same code: to_global is collective over the union of the ranks)."""
+gradient through the two conversions is the gradient of the identity. On 2 ranks also the
+meshes [[0], [1]] and [[0, 1]] (an axis of one rank), on 4 ranks the 2-D mesh [[0, 1], [2, 3]]
+and conversions between placements (ranks outside a placement run the very same code: to_global
+is collective over the union of the ranks)."""
 import itertools
 
 import numpy as np
@@ -70,6 +71,9 @@ def across(ps, pd, sbps_src, sbps_dst):
 
 def main():
     total = matrix(flow.placement("cpu", list(range(n))), check_meta=True)
+    if n == 2:  # meshes with an axis of one rank: every conversion along it is the identity
+        total += matrix(flow.placement("cpu", [[0], [1]]), check_meta=False)
+        total += matrix(flow.placement("cpu", [[0, 1]]), check_meta=False)
     if n == 4:
         total += matrix(flow.placement("cpu", [[0, 1], [2, 3]]), check_meta=False)
         P = lambda ranks: flow.placement("cpu", ranks)  # noqa: E731
