@@ -145,3 +145,22 @@ def test_training_step_runs_with_drop_path_and_soft_labels():
     assert all(p.grad is not None for p in model.parameters())
     with pytest.raises(ValueError, match=r"expected images \[N, 3, 16, 16\]"):
         model(flow.zeros(2, 3, 8, 8))
+
+
+def test_missing_and_extra_tensors_are_refused(hf_folder):
+    from safetensors.numpy import load_file
+
+    from libai.models.utils.hf_vit import hf_to_libai_vit
+
+    path, _ = hf_folder
+    sd = load_file(f"{path}/model.safetensors")
+    kw = dict(num_heads=4, depth=3)
+    assert "cls_token" in hf_to_libai_vit(sd, kw, path="f.safetensors")
+    missing = {k: v for k, v in sd.items() if "layer.1.output.dense.bias" not in k}
+    with pytest.raises(HFConfigError, match="f.safetensors: missing tensor 'encoder.layer.1.output.dense.bias'"):
+        hf_to_libai_vit(missing, kw, path="f.safetensors")
+    extra = dict(sd, **{"vit.encoder.layer.9.output.dense.bias": np.zeros(3, np.float32)})
+    with pytest.raises(HFConfigError, match="VisionTransformer does not have: .*layer.9.output.dense.bias"):
+        hf_to_libai_vit(extra, kw, path="f.safetensors")
+    with_pooler = dict(sd, **{"vit.pooler.dense.bias": np.zeros(3, np.float32)})
+    hf_to_libai_vit(with_pooler, kw)  # a ViTModel's pooler is ignored, not refused

@@ -22,7 +22,7 @@ import numpy as np
 
 from .hf_bert import qkv_hf_to_libai
 from .hf_gpt2 import HFConfigError
-from .hf_vit import load_huggingface_classifier
+from .hf_vit import TensorReader, load_huggingface_classifier
 
 __all__ = ["swin_kwargs_from_hf_config", "hf_to_libai_swin", "load_huggingface_swin"]
 
@@ -66,14 +66,7 @@ def _file_name(k):
 
 def hf_to_libai_swin(hf_sd, kw, path="<state dict>"):
     """{libai name: array} from a HF Swin state dict (file or transformers 5 in-memory names)."""
-    sd = {_file_name(k): np.asarray(v) for k, v in hf_sd.items()}
-    used = set()
-
-    def take(name):
-        if name not in sd:
-            raise HFConfigError(f"{path}: missing tensor {name!r}")
-        used.add(name)
-        return sd[name]
+    take = TensorReader({_file_name(k): np.asarray(v) for k, v in hf_sd.items()}, path)
 
     out = {}
     for part in ("weight", "bias"):
@@ -96,12 +89,10 @@ def hf_to_libai_swin(hf_sd, kw, path="<state dict>"):
             out[f"merges.{i}.norm.weight"] = take(f"encoder.layers.{i}.downsample.norm.weight")
             out[f"merges.{i}.norm.bias"] = take(f"encoder.layers.{i}.downsample.norm.bias")
             out[f"merges.{i}.reduction.weight"] = take(f"encoder.layers.{i}.downsample.reduction.weight")
-    if "classifier.weight" in sd:
+    if "classifier.weight" in take:
         out["head.weight"], out["head.bias"] = take("classifier.weight"), take("classifier.bias")
-    unused = sorted(k for k in sd if k not in used and "relative_position_index" not in k
-                    and not k.startswith("pooler."))
-    if unused:
-        raise HFConfigError(f"{path}: tensors SwinTransformer does not have: {unused[:8]}")
+    take.refuse_unused("SwinTransformer",
+                       ignore=lambda k: "relative_position_index" in k or k.startswith("pooler."))
     return out
 
 

@@ -89,16 +89,31 @@ def _normalise(hf_sd):
     return out
 
 
+class TensorReader:
+    """The tensors of a HF state dict, taken by name: a missing one is an error naming it and the
+    file, and `refuse_unused` errs on tensors the model has no place for (ViT and Swin)."""
+
+    def __init__(self, sd, path):
+        self.sd, self.path, self.used = sd, path, set()
+
+    def __contains__(self, name):
+        return name in self.sd
+
+    def __call__(self, name):
+        if name not in self.sd:
+            raise HFConfigError(f"{self.path}: missing tensor {name!r}")
+        self.used.add(name)
+        return self.sd[name]
+
+    def refuse_unused(self, model_name, ignore):
+        unused = sorted(k for k in self.sd if k not in self.used and not ignore(k))
+        if unused:
+            raise HFConfigError(f"{self.path}: tensors {model_name} does not have: {unused[:8]}")
+
+
 def hf_to_libai_vit(hf_sd, kw, path="<state dict>"):
     """{libai name: array} from a HF ViT state dict (with or without the "vit." prefix)."""
-    sd = _normalise(hf_sd)
-    used = set()
-
-    def take(name):
-        if name not in sd:
-            raise HFConfigError(f"{path}: missing tensor {name!r}")
-        used.add(name)
-        return sd[name]
+    take = TensorReader(_normalise(hf_sd), path)
 
     heads = int(kw["num_heads"])
     out = {"cls_token": take("embeddings.cls_token"), "pos_embed": take("embeddings.position_embeddings"),
@@ -115,11 +130,9 @@ def hf_to_libai_vit(hf_sd, kw, path="<state dict>"):
             out[f"{lb}self_attention.dense.{part}"] = take(f"{hf}attention.output.dense.{part}")
             out[f"{lb}mlp.dense_h_to_4h.{part}"] = take(f"{hf}intermediate.dense.{part}")
             out[f"{lb}mlp.dense_4h_to_h.{part}"] = take(f"{hf}output.dense.{part}")
-    if "classifier.weight" in sd:
+    if "classifier.weight" in take:
         out["head.weight"], out["head.bias"] = take("classifier.weight"), take("classifier.bias")
-    unused = sorted(k for k in sd if k not in used and not k.startswith("pooler."))
-    if unused:
-        raise HFConfigError(f"{path}: tensors VisionTransformer does not have: {unused[:8]}")
+    take.refuse_unused("VisionTransformer", ignore=lambda k: k.startswith("pooler."))
     return out
 
 
