@@ -175,30 +175,34 @@ def parallel_for(fn, n, work=None, grain=1):
 MIN_PARALLEL_COPY = 1 << 18
 
 
-def _split_axis(shape):
-    """The first axis worth splitting a copy along (at least two entries), or None."""
-    for axis, d in enumerate(shape):
-        if d >= 2:
-            return axis
-    return None
+def _copy_axis(a, rolled=()):
+    """The axis a large copy of `a` is split along on the threads: the first of length >= 2,
+    unless it is among `rolled`; None for one thread, a small array or no such axis."""
+    axis = next((k for k, d in enumerate(a.shape) if d >= 2), None)
+    if _threads == 1 or a.size < MIN_PARALLEL_COPY or axis in rolled:
+        return None
+    return axis
+
+
+def _copy_by_ranges(a, axis, fn):
+    """A new array `out` with fn(out part, a part) over ranges of `axis` on the threads."""
+    out = buffers.empty(a.shape, a.dtype)
+    lead = (slice(None),) * axis
+    parallel_for(lambda s, e: fn(out[lead + (slice(s, e),)], a[lead + (slice(s, e),)]), a.shape[axis],
+                 work=a.size)
+    return out
 
 
 def copy(a):
-    """A C-contiguous copy of the numpy array `a` (any strides), by ranges of its first axis of
-    length >= 2 on the engine's threads when large: reshapes of permuted arrays (window
-    partitions, head splits) are single-threaded numpy copies otherwise."""
-    out = buffers.empty(a.shape, a.dtype)
-    axis = _split_axis(a.shape)
-    if _threads == 1 or a.size < MIN_PARALLEL_COPY or axis is None:
+    """A C-contiguous copy of the numpy array `a` (any strides), on the engine's threads when
+    large: reshapes of permuted arrays (window partitions, head splits) are single-threaded numpy
+    copies otherwise."""
+    axis = _copy_axis(a)
+    if axis is None:
+        out = buffers.empty(a.shape, a.dtype)
         np.copyto(out, a)
         return out
-    lead = (slice(None),) * axis
-
-    def run(s, e):
-        np.copyto(out[lead + (slice(s, e),)], a[lead + (slice(s, e),)])
-
-    parallel_for(run, a.shape[axis], work=a.size)
-    return out
+    return _copy_by_ranges(a, axis, np.copyto)
 
 
 def reshape(a, shape):
@@ -226,20 +230,13 @@ def _roll_into(out, a, shifts, axes):
 
 
 def roll(a, shifts, axes):
-    """np.roll(a, shifts, axes) of a numpy array (axes non-negative), by ranges of the first
-    axis on the engine's threads when large and that axis is not rolled (Swin's shifted windows
-    roll axes 1 and 2 of [images, H, W, C])."""
-    axis = _split_axis(a.shape)
-    if _threads == 1 or a.size < MIN_PARALLEL_COPY or axis is None or axis in axes:
+    """np.roll(a, shifts, axes) of a numpy array (axes non-negative), on the engine's threads
+    when large and the split axis is not rolled (Swin's shifted windows roll axes 1 and 2 of
+    [images, H, W, C])."""
+    axis = _copy_axis(a, rolled=axes)
+    if axis is None:
         return np.roll(a, shifts, axis=axes)
-    out = buffers.empty(a.shape, a.dtype)
-    lead = (slice(None),) * axis
-
-    def run(s, e):
-        _roll_into(out[lead + (slice(s, e),)], a[lead + (slice(s, e),)], shifts, axes)
-
-    parallel_for(run, a.shape[axis], work=a.size)
-    return out
+    return _copy_by_ranges(a, axis, lambda out, part: _roll_into(out, part, shifts, axes))
 
 
 def rows_view(a):
