@@ -8,10 +8,16 @@ Why the kernels look the way they do:
     array.
   * Each hot op has one fused grad Op (`GeluGrad`, `SigmoidGrad`, ...) whose own backward is written
     in engine ops, so double backward still works.
+  * GELU (exact and tanh) and its gradient run as one compiled loop per thread on float32 where
+    numba is installed (engine/ops/_jit_activations.py: ~3x fewer ns per element than the
+    numpy kernels, which stay the reference and the path for float64 and CuPy).
   * Exact gelu needs erf. scipy's erf is a scalar double-precision routine (~14 ns/element), far
-    too slow for an activation, so float32/16 use a minimax fit erf(u) ~ tanh(u * P(u^2)) on
-    |u| <= 4 (max abs error 1.4e-7, about one float32 ulp; numpy's tanh is vectorised). float64
-    and `erf` itself use scipy.special / cupyx.scipy.special for full accuracy.
+    too slow for an activation, so float32/16 use MKL's CdfNorm or a minimax fit
+    erf(u) ~ tanh(u * P(u^2)) on |u| <= 4 (max abs error 1.4e-7, about one float32 ulp; numpy's
+    tanh is vectorised). float64 and `erf` itself use scipy.special / cupyx.scipy.special for
+    full accuracy.
+  * GELU saves only its input, as PyTorch does: the backward computes Phi(x) again, which costs
+    less than writing it out in the forward and keeping it alive until the backward.
   * Kernels run under `errstate(all="ignore")`: inf/nan results are silent, as in PyTorch.
 """
 import math
@@ -21,7 +27,7 @@ import numpy as np
 from .op import Op
 from ..backend.parallel import parallel_for
 from ._kernels import BLOCK_ELEMENTS, LOW_PRECISION, empty as _empty, ignore_fp_errors, rsqrt_array
-from ..backend import dtypes, mkl, xp_of
+from ..backend import dtypes, jit, mkl, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
 from ._core import cast
@@ -69,6 +75,24 @@ def _apply(kernel, *arrays):
         o = out.reshape(-1)
         parallel_for(lambda s, e: _blocks(kernel, o, flat, s, e), n, grain=_BLOCK)
     return out.astype(dt) if dt in LOW_PRECISION else out
+
+
+_COMPILED = {name: jit.kernel(f"engine.ops._jit_activations:{name}", fastmath={"contract"})
+             for name in ("gelu_loop", "gelu_grad_loop", "gelu_tanh_loop", "gelu_tanh_grad_loop")}
+
+
+def _apply_compiled(loop, *arrays):
+    """The array `_apply` would return, computed by the compiled `loop(*flat_inputs, flat_out)`
+    over one contiguous range per thread; None where the loop does not apply (no numba, CuPy,
+    float64: those take `_apply`). float16/bfloat16 are computed in float32."""
+    dt = arrays[0].dtype
+    if loop is None or not isinstance(arrays[0], np.ndarray) or (dt != np.float32 and dt not in LOW_PRECISION):
+        return None
+    flat = [np.ascontiguousarray(a, dtype=np.float32).reshape(-1) for a in arrays]
+    out = _empty(np, arrays[0].shape, np.float32)
+    o = out.reshape(-1)
+    parallel_for(lambda s, e: loop(*(a[s:e] for a in flat), o[s:e]), o.size, grain=_BLOCK)
+    return out if dt == np.float32 else out.astype(dt)
 
 
 def _special(xp):
@@ -120,26 +144,6 @@ def _normal_cdf(xp, x, out):
 def _k_gelu(xp, out, x):
     _normal_cdf(xp, x, out)
     out *= x
-
-
-def _k_gelu_and_cdf(xp, out, x, cdf):
-    _normal_cdf(xp, x, cdf)
-    xp.multiply(x, cdf, out=out)
-
-
-def _k_normal_cdf(xp, out, x):
-    _normal_cdf(xp, x, out)
-
-
-def _k_gelu_grad_from_cdf(xp, out, g, x, cdf):
-    # Phi(x) + x phi(x), with Phi given
-    xp.multiply(x, x, out=out)
-    out *= -0.5
-    xp.exp(out, out=out)
-    out *= x
-    out *= _INV_SQRT_2PI
-    out += cdf
-    out *= g
 
 
 def _k_gelu_grad(xp, out, g, x):
@@ -641,25 +645,22 @@ def relu_(input):
 
 
 class GeluGrad(Op):
-    """dx of gelu. The exact form takes Phi(x) from the forward (a hidden output), which leaves
-    one exp to the backward instead of a second evaluation of the CDF."""
+    """dx of gelu, from g and x (Phi(x) computed again rather than kept from the forward)."""
 
     name = "GeluGrad"
-    save_inputs = (0, 1, 2)
+    save_inputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, g, x, cdf, approximate):
+    def forward(ctx, g, x, approximate):
         ctx.approximate = approximate
         if approximate == "tanh":
-            return _apply(_k_gelu_tanh_grad, g, x)
-        if cdf is None:
-            return _apply(_k_gelu_grad, g, x)
-        return _apply(_k_gelu_grad_from_cdf, g, x, cdf)
+            return _run(_COMPILED["gelu_tanh_grad_loop"], _k_gelu_tanh_grad, g, x)
+        return _run(_COMPILED["gelu_grad_loop"], _k_gelu_grad, g, x)
 
     @staticmethod
     def backward(ctx, gg):
-        g, x, cdf = ctx.saved_tensors
-        dg = GeluGrad.apply(gg, x, cdf, approximate=ctx.approximate) if ctx.needs_input_grad[0] else None
+        g, x = ctx.saved_tensors
+        dg = GeluGrad.apply(gg, x, approximate=ctx.approximate) if ctx.needs_input_grad[0] else None
         dx = None
         if ctx.needs_input_grad[1]:
             if ctx.approximate == "tanh":
@@ -671,52 +672,38 @@ class GeluGrad(Op):
             else:
                 second = exp(x * x * -0.5) * _INV_SQRT_2PI * (2 - x * x)  # phi(x) (2 - x^2)
             dx = gg * g * second
-        return dg, dx, None  # the second derivative is computed from x, not through Phi
+        return dg, dx
 
 
-class GeluTanh(Op):
+def _run(loop, kernel, *arrays):
+    """The compiled loop where it applies, else the numpy kernel."""
+    out = _apply_compiled(loop, *arrays)
+    return out if out is not None else _apply(kernel, *arrays)
+
+
+class Gelu(_SavesInput):
+    """x Phi(x), or with approximate="tanh" 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+
     name = "Gelu"
-    save_inputs = (0,)
 
     @staticmethod
-    def forward(ctx, x):
-        return _apply(_k_gelu_tanh, x)
+    def forward(ctx, x, approximate):
+        ctx.approximate = approximate
+        if approximate == "tanh":
+            return _run(_COMPILED["gelu_tanh_loop"], _k_gelu_tanh, x)
+        return _run(_COMPILED["gelu_loop"], _k_gelu, x)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        return GeluGrad.apply(g, x, None, approximate="tanh")
-
-
-class GeluExact(Op):
-    """x * Phi(x); Phi(x) is a second, hidden output kept for the backward."""
-
-    name = "Gelu"
-    save_inputs = (0,)
-    save_outputs = (1,)
-
-    @staticmethod
-    def forward(ctx, x):
-        xp = xp_of(x)
-        if x.dtype in LOW_PRECISION:
-            cdf = _apply(_k_normal_cdf, x)
-            return x * cdf, cdf
-        # one blocked pass for both outputs: the kernel writes Phi(x) into `cdf`, a contiguous
-        # array it is handed as an input (so its flat blocks are views of it), and x * Phi(x)
-        cdf = _empty(xp, x.shape, x.dtype)
-        return _apply(_k_gelu_and_cdf, x, cdf), cdf
-
-    @staticmethod
-    def backward(ctx, g, _):
-        x, cdf = ctx.saved_tensors
-        return GeluGrad.apply(g, x, cdf, approximate="none")
+        return GeluGrad.apply(g, x, approximate=ctx.approximate)
 
 
 def gelu(input, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     x = _require_float(input, "gelu")
-    return GeluTanh.apply(x) if approximate == "tanh" else GeluExact.apply(x)[0]
+    return Gelu.apply(x, approximate=approximate)
 
 
 def _silu_second(gg, g, x):

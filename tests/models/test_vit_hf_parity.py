@@ -59,11 +59,14 @@ def test_loss_and_every_gradient_match(hf_folder):
     theirs = {_file_name(k): v for k, v in theirs.items()}
     assert sorted(mine) == sorted(theirs)
     # relative to each tensor's largest gradient; the key biases' gradients are zero in exact
-    # arithmetic (softmax ignores a constant per query), so their floor is the model's largest
-    floor = 1e-5 * max(np.abs(g).max() for g in theirs.values())
+    # arithmetic (softmax ignores a constant per query): both sides hold rounding noise there
+    # (~5e-10 of the largest gradient), so they must be that small rather than equal
+    largest = max(np.abs(g).max() for g in theirs.values())
     for k, g in theirs.items():
-        scale = max(np.abs(g).max(), floor)
-        assert np.abs(mine[k] - g).max() / scale < 1e-4, k
+        if k.endswith("attention.key.bias"):
+            assert max(np.abs(mine[k]).max(), np.abs(g).max()) < 1e-7 * largest, k
+            continue
+        assert np.abs(mine[k] - g).max() / np.abs(g).max() < 1e-4, k
 
 
 def ours_kwargs(hf):
