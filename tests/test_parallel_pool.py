@@ -1,6 +1,7 @@
 """engine.backend.parallel.parallel_for: results in range order, errors reach the caller, and a
 call that finds the pool busy (a nested call, another thread's call) runs serially, never hangs."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -21,10 +22,38 @@ BIG = 1 << 20  # enough work to use the threads
 
 def test_ranges_cover_n_in_order_on_several_threads(threads):
     seen = []
-    out = parallel.parallel_for(lambda s, e: (s, e, seen.append(threading.current_thread().name)), 10,
-                                work=BIG)
-    assert [(s, e) for s, e, _ in out] == [(0, 4), (4, 8), (8, 10)]
+
+    def fn(s, e):
+        seen.append(threading.current_thread().name)
+        time.sleep(0.05)  # long enough for every pool thread to wake and take a range
+        return s, e
+
+    out = parallel.parallel_for(fn, 10, work=BIG)
+    assert out == [(0, 4), (4, 8), (8, 10)]
     assert len(set(seen)) == 3
+
+
+def test_threads_take_the_next_free_range_and_sleepers_are_called_off(threads):
+    """Ranges are taken one at a time: while the caller is busy with a slow range the pool
+    threads run the others; quick ranges the caller finishes before any thread wakes are all
+    its own, and the call neither waits for the sleeping threads nor leaves them a range."""
+    runs = {}
+
+    def fn(s, e):
+        runs[s] = threading.current_thread().name
+        if s == 0:
+            time.sleep(0.2)
+        return e - s
+
+    assert parallel.parallel_for(fn, 12, work=BIG, per_thread=2) == [2] * 6
+    assert runs[0] == threading.current_thread().name
+    assert all(runs[s] != runs[0] for s in range(2, 12, 2))  # the others while range 0 slept
+    runs.clear()
+    for _ in range(20):
+        assert parallel.parallel_for(lambda s, e: (s, e), 9, work=BIG, per_thread=3) == \
+            [(s, s + 1) for s in range(9)]
+    time.sleep(0.05)
+    assert parallel.parallel_for(lambda s, e: e - s, 10, work=BIG) == [4, 4, 2]  # nothing left stuck
 
 
 def test_an_error_in_a_pool_thread_reaches_the_caller_and_the_pool_still_works(threads):
@@ -39,17 +68,23 @@ def test_an_error_in_a_pool_thread_reaches_the_caller_and_the_pool_still_works(t
 
 
 def test_an_error_on_the_calling_thread_waits_for_the_others(threads):
-    finished = []
+    started, finished = [], []
 
     def fn(s, e):
+        started.append(s)
         if s == 0:
+            time.sleep(0.02)  # the pool threads are running their ranges meanwhile
             raise KeyError("first range")
+        time.sleep(0.1)
         finished.append(s)
         return s
 
     with pytest.raises(KeyError):
         parallel.parallel_for(fn, 10, work=BIG)
-    assert sorted(finished) == [4, 8]  # nothing still running after the call returned
+    at_return = sorted(finished)
+    assert sorted(s for s in started if s != 0) == at_return  # every range that began had ended
+    time.sleep(0.2)
+    assert sorted(finished) == at_return  # and no range begins after the call returned
 
 
 def test_nested_and_concurrent_calls_run_serially_with_the_same_ranges(threads):

@@ -28,6 +28,10 @@ from collections import OrderedDict
 import numpy as np
 
 MIN_BYTES = 1 << 20
+# arrays start on a cache line: glibc's large blocks start 16 bytes into a page, and a 64-byte
+# vector store that straddles two lines costs about two (exact GELU writing 3.2M floats from a
+# cold cache, two threads: 2.3 -> 1.5 ms with the output aligned)
+ALIGN = 64
 _limit = int(float(os.environ.get("ENGINE_BUFFER_POOL_MB", "2048")) * (1 << 20))
 _pool = OrderedDict()  # nbytes -> [uint8 buffers], most recently used size last
 _pooled = 0
@@ -81,14 +85,15 @@ def empty(shape, dtype):
         buffers = _pool.get(nbytes)
         buf = _free_buffer(buffers) if buffers else None
         if buf is None:
-            buf = np.empty(nbytes, np.uint8)
+            buf = np.empty(nbytes + ALIGN, np.uint8)
             if _release(nbytes):
                 _pool.setdefault(nbytes, []).append(buf)
                 _pooled_ids.add(id(buf))
                 _pooled += nbytes
         if buffers is not None:
             _pool.move_to_end(nbytes)
-        return buf.view(dtype).reshape(shape)
+        start = -buf.ctypes.data % ALIGN
+        return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def stats():

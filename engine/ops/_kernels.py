@@ -5,7 +5,7 @@ import numpy as np
 
 from ..backend import dtypes, xp_of
 from ..backend import buffers
-from ..backend.parallel import matmul as parallel_matmul, parallel_for
+from ..backend.parallel import matmul as parallel_matmul, parallel_map
 
 # computed in float32 and cast back, as PyTorch accumulates them in float
 LOW_PRECISION = (np.dtype(np.float16), dtypes.bfloat16.np)
@@ -145,11 +145,7 @@ def blocked(fn, shape, target=BLOCK_ELEMENTS):
     size = 1
     for d in shape:
         size *= d
-
-    def run(s, e):
-        return [fn(sel) for sel in blocks[s:e]]
-
-    return [r for part in parallel_for(run, len(blocks), work=size) for r in part]
+    return parallel_map(lambda i: fn(blocks[i]), len(blocks), size)
 
 
 # column sums of at least this many elements go by fixed blocks of rows over the threads

@@ -23,7 +23,7 @@ probabilities would, so a run keeps its random stream whether the core is fused 
 import numpy as np
 
 from ..backend import mkl, xp_of
-from ..backend.parallel import parallel_for
+from ..backend.parallel import parallel_map
 from ..backend.random import default_generator
 from ._core import NoDoubleBackward, check_float, shape_str, sum_to_array
 from ._kernels import empty, fill_where, ignore_fp_errors, select_bits
@@ -102,11 +102,7 @@ def _for_row_blocks(xp, n, fn, work, row_elements):
     blocks = min(n, 1 << (blocks - 1).bit_length())
     step = -(-n // blocks)
     starts = range(0, n, step)
-
-    def run(s, e):
-        return [fn(i, min(i + step, n)) for i in starts[s:e]]
-
-    return [r for part in parallel_for(run, len(starts), work=work) for r in part]
+    return parallel_map(lambda j: fn(starts[j], min(starts[j] + step, n)), len(starts), work)
 
 
 class _Layout:

@@ -142,7 +142,7 @@ def _cross_entropy_index_blocked(ctx, x2, lead, target, w, ignore_index, reducti
             np.log(sb, out=lse[s0:s1])
             e *= 1 / sb
 
-    parallel_for(run, -(-m // step), work=x2.size)
+    parallel_for(run, -(-m // step), work=x2.size, per_thread=4)
     loss = _reduce_weighted(ctx, (lse[:, 0] - zt) * sw, sw, lead, reduction)
     return np.asarray(loss).astype(dtype, copy=False), p
 

@@ -73,7 +73,7 @@ def _apply(kernel, *arrays):
     else:
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         o = out.reshape(-1)
-        parallel_for(lambda s, e: _blocks(kernel, o, flat, s, e), n, grain=_BLOCK)
+        parallel_for(lambda s, e: _blocks(kernel, o, flat, s, e), n, grain=_BLOCK, per_thread=4)
     return out.astype(dt) if dt in LOW_PRECISION else out
 
 
@@ -91,7 +91,7 @@ def _apply_compiled(loop, *arrays):
     flat = [np.ascontiguousarray(a, dtype=np.float32).reshape(-1) for a in arrays]
     out = _empty(np, arrays[0].shape, np.float32)
     o = out.reshape(-1)
-    parallel_for(lambda s, e: loop(*(a[s:e] for a in flat), o[s:e]), o.size, grain=_BLOCK)
+    parallel_for(lambda s, e: loop(*(a[s:e] for a in flat), o[s:e]), o.size, grain=_BLOCK, per_thread=4)
     return out if dt == np.float32 else out.astype(dt)
 
 

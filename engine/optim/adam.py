@@ -179,7 +179,7 @@ def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
         consts = (f(1.0 - lr * wd), f(wd), f(lerp_weight if small else 1.0 - lerp_weight), small, f(beta2),
                   f(1.0 - beta2), f(bias_correction2_sqrt), f(eps), f(-step_size), bool(decoupled), wd != 0)
         parallel_for(lambda s, e: _adam_jit(w1[s:e], g1[s:e], m1[s:e], v1[s:e], *consts), n, work=n,
-                     grain=_BLOCK)
+                     grain=_BLOCK, per_thread=4)
         return
     nblocks = -(-n // _BLOCK)
 
@@ -202,7 +202,7 @@ def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
             np.multiply(tmp, -step_size, out=tmp)
             np.add(wb, tmp, out=wb)
 
-    parallel_for(run, nblocks, work=n)
+    parallel_for(run, nblocks, work=n, per_thread=4)
 
 
 class AdamW(Adam):
