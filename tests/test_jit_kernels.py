@@ -247,3 +247,44 @@ def test_gelu_compiled_in_low_precision(dtype):
     np.testing.assert_allclose(y.detach().float().numpy(), xr * cdf, rtol=tol, atol=tol)
     np.testing.assert_allclose(t.grad.float().numpy(), cdf + xr * np.exp(-xr ** 2 / 2) / np.sqrt(2 * np.pi),
                                rtol=tol, atol=tol)
+
+
+@needs_jit
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the numpy reference on inf and nan rows
+@pytest.mark.parametrize("d", [1, 17, 65, 1000])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_softmax_rows_compiled_equal_numpy(d, in_place, monkeypatch):
+    """The compiled softmax and softmax-gradient rows against the numpy kernels: random rows,
+    rows with nan, +inf, all -inf, a -inf entry, -1e30, -0.0 and huge spreads; in place
+    (one array in and out, as the attention core calls them) and not."""
+    from engine.ops import softmax as S
+
+    rng = np.random.default_rng(d)
+    x = (rng.standard_normal((40, d)) * 6).astype(np.float32)
+    g = rng.standard_normal((40, d)).astype(np.float32)
+    x[1, d // 2] = np.nan
+    x[2, 0] = np.inf
+    x[3] = -np.inf
+    x[4, -1] = -np.inf
+    x[5] = -1e30
+    x[6] = -0.0
+    x[7, 0] = 80.0  # the others underflow to 0
+    results = []
+    for compiled in (True, False):
+        if not compiled:
+            for name in ("_SOFTMAX_JIT", "_SOFTMAX_INPLACE_JIT", "_SOFTMAX_GRAD_JIT", "_SOFTMAX_GRAD_INPLACE_JIT"):
+                monkeypatch.setattr(S, name, None)
+        z = x.copy()
+        S._softmax_rows(z if in_place else x, z, -1, False)
+        dx = g.copy()
+        S._softmax_grad_rows(dx if in_place else g, z, dx, -1, 0.125, None)
+        results.append((z, dx))
+        monkeypatch.undo()
+    (z, dx), (z_ref, dx_ref) = results
+    # (the gradient's g - sum(g y) cancels: the two sums, in different orders, differ by ulps)
+    for got, want, atol in ((z, z_ref, 1e-7), (dx, dx_ref, 5e-7)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=atol)
+    assert np.isnan(z[1]).all() and np.isnan(z[3]).all() and (d == 1 or z[4, -1] == 0.0)
+    np.testing.assert_allclose(z[5], 1.0 / d, rtol=1e-6)
+    np.testing.assert_allclose(z.sum(-1)[8:], 1.0, rtol=1e-5)

@@ -55,6 +55,18 @@ def _f32_from_bits(typingctx, bits):
     return types.float32(bits), codegen
 
 
+@intrinsic
+def _bits_of_f32(typingctx, value):
+    """The IEEE bits of a float32, as an int32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(value), codegen
+
+
 _LOG2E = _f32(1 / math.log(2))
 _LN2_HI, _LN2_LO = _f32(0.693359375), _f32(-2.12194440e-4)  # ln 2 = hi + lo, hi exact in 9 bits
 _EXP_LO = _f32(-125 * math.log(2))  # below it the result is < 2^-125 and is returned as 0
@@ -83,6 +95,11 @@ def exp_f32(x):
     y = _f32(0.0) if x < _EXP_LO else y
     return _INF if x > _EXP_HI else y
 
+
+# a copy that LLVM inlines after numba compiled it on its own: its instructions keep their
+# `contract`-only flags inside a caller compiled with `reassoc` (a vectorised sum), which could
+# otherwise fold the two-part range reduction x - n hi - n lo into x - n (hi + lo)
+exp_f32_own_flags = numba.njit(error_model="numpy", fastmath={"contract"})(exp_f32.py_func)
 
 _SQRT_HALF = _f32(1 / math.sqrt(2))
 _INV_SQRT_2PI = _f32(1 / math.sqrt(2 * math.pi))
@@ -168,3 +185,64 @@ def gelu_tanh_grad_loop(g, x, out):
         s, c = _sigmoid_and_complement(u + u)
         du = _TANH_K0 + _f32(3.0) * _TANH_K1 * v2
         out[i] = g[i] * (s + _f32(2.0) * v * s * c * du)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _softmax_row(row, out):
+    top = np.int32(-2147483648)
+    for j in range(row.size):
+        b = _bits_of_f32(row[j])
+        top = max(top, b ^ ((b >> 31) & np.int32(0x7FFFFFFF)))
+    mx = _f32_from_bits(top ^ ((top >> 31) & np.int32(0x7FFFFFFF)))
+    total = _f32(0.0)
+    for j in range(row.size):
+        e = exp_f32_own_flags(row[j] - mx)
+        out[j] = e
+        total += e
+    inv = _f32(1.0) / total
+    for j in range(row.size):
+        out[j] *= inv
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _softmax_grad_row(g_row, y_row, out, scale):
+    dot = _f32(0.0)
+    for j in range(g_row.size):
+        dot += g_row[j] * y_row[j]
+    for j in range(g_row.size):
+        out[j] = (g_row[j] - dot) * y_row[j] * scale
+
+
+# The row kernels below are compiled with `reassoc` (the row sums vectorise) and come in pairs:
+# when input and output are one array, LLVM's run-time overlap check sees them overlap and takes
+# its scalar loop (5x slower), so the in-place kernels are handed the array once.
+
+def softmax_rows_loop(x, z):
+    """z = softmax(x) along the rows of the 2-D float32 arrays x and z.
+
+    The row maximum is taken over integer keys (the float bits with the magnitude bits flipped
+    for negatives, which orders them as the floats): an integer max vectorises where a float one
+    with nan semantics does not. A nan in a row makes the whole row nan through the sum, as in
+    the numpy kernel."""
+    for i in range(x.shape[0]):
+        _softmax_row(x[i], z[i])
+
+
+def softmax_rows_inplace_loop(z):
+    """softmax_rows_loop(z, z)."""
+    for i in range(z.shape[0]):
+        row = z[i]
+        _softmax_row(row, row)
+
+
+def softmax_grad_rows_loop(g, y, dx, scale):
+    """dx = scale * y * (g - sum(g * y)) along the rows of 2-D float32 arrays."""
+    for i in range(g.shape[0]):
+        _softmax_grad_row(g[i], y[i], dx[i], scale)
+
+
+def softmax_grad_rows_inplace_loop(g, y, scale):
+    """softmax_grad_rows_loop(g, y, g, scale)."""
+    for i in range(g.shape[0]):
+        row = g[i]
+        _softmax_grad_row(row, y[i], row, scale)
