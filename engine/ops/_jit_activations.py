@@ -131,11 +131,6 @@ def normal_cdf(x):
 
 
 @_inline
-def _sigmoid(s):
-    return _f32(1.0) / (_f32(1.0) + exp_f32(-s))
-
-
-@_inline
 def _sigmoid_and_complement(s):
     """(sigmoid(s), 1 - sigmoid(s)), the second without the cancellation of 1 - sigmoid(s) for
     large s: with e = exp(-s), 1 - sigmoid(s) = e sigmoid(s)."""
@@ -173,7 +168,7 @@ def gelu_tanh_loop(x, out):
     for i in range(x.size):
         v = x[i]
         u = v * (_TANH_K0 + _TANH_K1 * v * v)
-        out[i] = v * _sigmoid(u + u)
+        out[i] = v * _sigmoid_and_complement(u + u)[0]
 
 
 def gelu_tanh_grad_loop(g, x, out):

@@ -83,8 +83,9 @@ _COMPILED = {name: jit.kernel(f"engine.ops._jit_activations:{name}", fastmath={"
 
 def _apply_compiled(loop, *arrays):
     """The array `_apply` would return, computed by the compiled `loop(*flat_inputs, flat_out)`
-    over one contiguous range per thread; None where the loop does not apply (no numba, CuPy,
-    float64: those take `_apply`). float16/bfloat16 are computed in float32."""
+    over contiguous ranges (four per thread, taken as threads come free); None where the loop
+    does not apply (no numba, CuPy, float64: those take `_apply`). float16/bfloat16 are
+    computed in float32."""
     dt = arrays[0].dtype
     if loop is None or not isinstance(arrays[0], np.ndarray) or (dt != np.float32 and dt not in LOW_PRECISION):
         return None
