@@ -100,13 +100,18 @@ train = dict(
     dist=dict(
         data_parallel_size=1,
         tensor_parallel_size=1,
-        # pipeline parallelism is not implemented: only 1 is accepted
+        # pipeline stages (ranks are stage-major: stage s holds ranks [s*dp*tp, (s+1)*dp*tp));
+        # train.num_accumulation_steps is the number of micro-batches (libai/engine/pipeline.py)
         pipeline_parallel_size=1,
-        # number of layers split into stages (with pipeline_parallel_size 1: every layer on stage 0)
+        # number of layers split into stages (the recipes set it to the model's layer count;
+        # with pipeline_parallel_size 1: every layer on stage 0)
         pipeline_num_layers=None,
         # optional manual stage id of every layer, e.g. [0, 0, 0, 1] for 4 layers on 2 stages;
         # None: layers are split evenly
         custom_pipeline_stage_id=None,
+        # micro-batch schedule of the pipeline: "1F1B" (Megatron's: warm-up, one forward one
+        # backward, cool-down) or "GPipe" (all forwards, then all backwards); same gradients
+        pipeline_schedule="1F1B",
     ),
 
     # Device type of the model and its input tensors: "cpu" or "cuda" (LiBai's default is "cuda";

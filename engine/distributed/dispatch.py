@@ -23,7 +23,7 @@ from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 from ..tensor import Tensor
 from . import comm
-from .global_tensor import GlobalMeta, global_to_global, make_global
+from .global_tensor import GlobalMeta, _stage_state, global_to_global, make_global
 from .rules import rule_for
 from .sbp import Signature, all_broadcast_signature, broadcast, partial_sum
 
@@ -163,7 +163,7 @@ def global_apply(op, inputs, attrs):
     if composed is not None:  # written with other global ops (e.g. vocab-parallel cross-entropy)
         return composed
     if not placement.has_rank(comm.get_rank()):
-        return _outside_placement(rule, attrs, placement, inputs)
+        return _outside_placement(op, rule, attrs, placement, inputs)
     plan = _plan(op, rule, inputs, metas, attrs, placement)
     ctx, outs, needs_grad = _run_kernel(plan)
     results = _wrap_outputs(plan, outs)
@@ -191,8 +191,13 @@ def _check_inputs(op, inputs):
     return metas
 
 
-def _outside_placement(rule, attrs, placement, inputs):
-    """On a rank outside the placement: empty outputs (no data, no logical shape here)."""
+def _outside_placement(op, rule, attrs, placement, inputs):
+    """On a rank outside the placement: empty outputs (no data, no logical shape here); an error
+    in pipeline stage-local execution (engine.distributed.pipeline.stage_local)."""
+    if _stage_state["strict"]:
+        raise RuntimeError(f"{op.name or op.__name__}: rank {comm.get_rank()} runs it on tensors of {placement!r}, "
+                           "which does not hold them (pipeline stage-local execution: a step of one stage used a "
+                           "tensor of another stage)")
     n_out = rule.n_outputs(attrs)
     device = inputs[0]._device if inputs[0] is not None else None
     outs = tuple(make_global(np.empty((0,)), GlobalMeta(placement, (broadcast,) * placement.ndim, None), device)

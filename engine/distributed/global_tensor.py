@@ -224,6 +224,11 @@ def dual(s):
     return s
 
 
+# Pipeline stage-local execution (engine.distributed.pipeline): stand-ins for tensors of another
+# stage ({id(tensor): copy on this stage}, used by to_global) and the depth of `stage_local()`.
+_stage_state = {"stand_ins": {}, "strict": 0}
+
+
 def global_to_global(x, placement_, sbp, grad_sbp=None):
     """Box `x` to (placement, sbp); backward boxes the gradient back (through grad_sbp)."""
     meta = x._global
@@ -350,6 +355,10 @@ def to_global(self, placement=None, sbp=None, grad_sbp=None, check_meta=True):
     arguments (one Allgather of a few int64) and all raise the same error on a mismatch
     instead of hanging in a collective.
     """
+    if _stage_state["stand_ins"] and self._global is not None and not self._global.here:
+        stand_in = _stage_state["stand_ins"].get(id(self))
+        if stand_in is not None:  # a tied parameter of another pipeline stage: its copy on this one
+            return stand_in.to_global(placement, sbp, grad_sbp, check_meta)
     placement_, sbp = _resolve(self, placement, sbp)
     if self._global is None:
         if grad_sbp is not None:
@@ -416,7 +425,7 @@ def _box_leaf_grad(leaf, grad):
     if gm.placement == lm.placement and gm.sbp == lm.sbp:
         return grad
     if _sync["deferred"] and gm.placement == lm.placement:
-        keep = tuple(g if (g.is_partial and l.is_broadcast) else l for g, l in zip(gm.sbp, lm.sbp))
+        keep = tuple(g if (g.is_partial and own.is_broadcast) else own for g, own in zip(gm.sbp, lm.sbp))
         return global_to_global(grad, lm.placement, keep)
     return global_to_global(grad, lm.placement, lm.sbp)
 

@@ -34,8 +34,6 @@ NOT_IMPLEMENTED = {
     "activation_checkpoint.enabled": "activation checkpointing",
     "zero_optimization.enabled": "ZeRO (sharding optimizer states over data-parallel ranks)",
     "zero_optimization.stage": "ZeRO stages",
-    "dist.pipeline_parallel_size": "pipeline parallelism (the topology places layers on stages, but no "
-                                   "schedule runs them)",
     "nccl_fusion_threshold_mb": "OneFlow's NCCL fusion of collectives",
     "nccl_fusion_max_ops": "OneFlow's NCCL fusion of collectives",
     "consumed_train_samples": "starting from a sample count (a resume restores the data position "
@@ -97,6 +95,8 @@ VALUE_CHECKS = {
     "dist.custom_pipeline_stage_id": _optional(
         ((lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x >= 0 for x in v)),
          "a list of stage ids (integers >= 0)")),
+    "dist.pipeline_parallel_size": _POSITIVE,
+    "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),
     "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
     "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),
 }

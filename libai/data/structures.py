@@ -191,17 +191,19 @@ class Instance:
             ret.set(k, values)
         return ret
 
-    def to_global(self, device_type=None):
-        """Make every DistTensorData field global (see DistTensorData.to_global); returns self."""
+    def to_global(self, device_type=None, placement=None):
+        """Make every DistTensorData field global (see DistTensorData.to_global), on its layer
+        placement or on `placement` (a pipeline stage: every field there); returns self."""
         for v in self._fields.values():
             if isinstance(v, DistTensorData):
-                v.to_global(device_type=device_type)
+                v.to_global(placement=placement, device_type=device_type)
         return self
 
-    def to_model_inputs(self, device_type=None):
+    def to_model_inputs(self, device_type=None, placement=None):
         """The trainer hook: {field: global tensor} for the model's keyword arguments
-        (DistTensorData fields made global on their layer placement; other fields as they are)."""
-        self.to_global(device_type=device_type)
+        (DistTensorData fields made global on their layer placement, or all on `placement`;
+        other fields as they are)."""
+        self.to_global(device_type=device_type, placement=placement)
         return {k: (v.tensor if isinstance(v, DistTensorData) else v) for k, v in self._fields.items()}
 
     def __str__(self):

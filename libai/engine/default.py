@@ -186,9 +186,10 @@ class DefaultTrainer(TrainerBase):
         self.lr_scheduler = self.build_lr_scheduler(cfg, self.optimizer, warmup_iter=self.warmup_iter)
 
         device = self.input_device(cfg)
+        self.pipeline = self.build_pipeline(cfg, self.model)
         self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
                                      cfg.train.num_accumulation_steps,
-                                     get_batch=lambda data: self.get_batch(data, device))
+                                     get_batch=lambda data: self.get_batch(data, device), pipeline=self.pipeline)
 
         checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
         if hasattr(self.train_loader, "state_dict") and hasattr(self.train_loader, "load_state_dict"):
@@ -315,15 +316,16 @@ class DefaultTrainer(TrainerBase):
         return device
 
     @classmethod
-    def get_batch(cls, data, input_placement_device="cpu"):
+    def get_batch(cls, data, input_placement_device="cpu", placement=None):
         """Turn a loader batch into the model's keyword arguments (tensors moved to the input
         device). Override for e.g. mixup or global tensors.
 
         A batch with a `to_model_inputs(device_type)` method (a `libai.data.structures.Instance`
         of DistTensorData, as the GPT-2 loaders yield) is converted by it: each field becomes a
-        global tensor on its layer's placement with sbp [S(0), B] over the (dp, tp) mesh."""
+        global tensor on its layer's placement with sbp [S(0), B] over the (dp, tp) mesh, or
+        on `placement` (a pipeline stage: the fields its steps read)."""
         if hasattr(data, "to_model_inputs"):
-            return data.to_model_inputs(input_placement_device)
+            return data.to_model_inputs(input_placement_device, placement=placement)
         if input_placement_device == "cuda":
             return {k: (v.to("cuda") if isinstance(v, flow.Tensor) else v) for k, v in data.items()}
         return dict(data)
@@ -337,6 +339,19 @@ class DefaultTrainer(TrainerBase):
         if cls.input_device(cfg) == "cuda":
             model = model.to("cuda")
         return model
+
+    @classmethod
+    def build_pipeline(cls, cfg, model):
+        """The pipeline schedule runner when train.dist.pipeline_parallel_size > 1 (None
+        otherwise): train.dist.pipeline_schedule ("1F1B" or "GPipe") over
+        train.num_accumulation_steps micro-batches (libai.engine.pipeline)."""
+        if dist.get_pipeline_parallel_size() == 1:
+            return None
+        from .pipeline import PipelineRunner
+
+        device = cls.input_device(cfg)
+        return PipelineRunner(model, lambda data, placement: cls.get_batch(data, device, placement),
+                              kind=cfg.train.dist.pipeline_schedule, device_type=device)
 
     @classmethod
     def build_optimizer(cls, cfg, model):
@@ -453,6 +468,7 @@ class DefaultTrainer(TrainerBase):
             test_loaders = cls.build_test_loader(cfg)
         logger = logging.getLogger(__name__)
         device = cls.input_device(cfg)
+        pipeline = cls.build_pipeline(cfg, model)
         results = OrderedDict()
         for idx, loader in enumerate(test_loaders):
             ev = evaluator if evaluator is not None else cls.build_evaluator(cfg)
@@ -460,7 +476,8 @@ class DefaultTrainer(TrainerBase):
             if name in results:
                 name = f"{name}_{idx}"
             res = inference_on_dataset(model, loader, ev, cfg.train.evaluation.eval_iter,
-                                       get_batch=lambda data: cls.get_batch(data, device), should_stop=should_stop)
+                                       get_batch=lambda data: cls.get_batch(data, device), should_stop=should_stop,
+                                       forward=pipeline.forward_only if pipeline is not None else None)
             results[name] = res
             if dist.is_main_process():
                 logger.info(f"Evaluation results for {name} in csv format:")

@@ -25,6 +25,8 @@ import threading
 import time
 import weakref
 
+import numpy as np
+
 import engine as flow
 import engine.distributed as _edist
 from libai.utils import distributed as dist
@@ -274,9 +276,15 @@ class EagerTrainer(TrainerBase):
         optimizer.step(); optimizer.zero_grad()
 
     The logged losses are the means over the m micro-batches, so micro-batch b x m steps
-    matches micro-batch (b*m) x 1 step."""
+    matches micro-batch (b*m) x 1 step.
 
-    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None):
+    With a `pipeline` (a libai.engine.pipeline.PipelineRunner, pipeline_parallel_size > 1) the
+    m micro-batches run through the stages on its schedule instead; gradient sync, clipping
+    (the global norm over every stage) and the optimizer step follow as above. The schedule's
+    bubble (the stages' mean idle fraction of the schedule's time) and each stage's busy time
+    are logged."""
+
+    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None):
         super().__init__()
         model.train()
         self.model = model
@@ -285,6 +293,8 @@ class EagerTrainer(TrainerBase):
         self.optimizer = optimizer
         self.grad_acc_steps = int(grad_acc_steps or 1)
         self.get_batch = get_batch
+        self.pipeline = pipeline
+        self._stage_group = None
 
     @property
     def _data_loader_iter(self):
@@ -311,10 +321,51 @@ class EagerTrainer(TrainerBase):
         for group in self.optimizer.param_groups:
             max_norm = group.get("clip_grad_max_norm")
             if max_norm is not None and max_norm > 0:
-                flow.nn.utils.clip_grad_norm_(group["params"], max_norm, group.get("clip_grad_norm_type", 2.0))
+                norm_type = group.get("clip_grad_norm_type", 2.0)
+                if self.pipeline is None:
+                    flow.nn.utils.clip_grad_norm_(group["params"], max_norm, norm_type)
+                else:
+                    total = self._norm_over_stages(group["params"], float(norm_type))
+                    flow.nn.utils.clip_grads_with_norm_(group["params"], max_norm, total)
+
+    def _norm_over_stages(self, params, norm_type):
+        """The gradient norm over every pipeline stage: this stage's total (its ranks hold only
+        their stage's gradients), combined with the other stages' over the ranks that share this
+        rank's (dp, tp) coordinates."""
+        grads = [p.grad for p in params if p.grad is not None]
+        local = float(flow.nn.utils.get_total_norm(grads, norm_type).item()) if grads else 0.0
+        if self._stage_group is None:
+            topo = dist.get_dist_util()
+            ranks = topo.ranks[:, topo.data_parallel_rank, topo.tensor_parallel_rank].tolist()
+            self._stage_group = _edist.new_group(ranks)
+        if norm_type == float("inf"):
+            vals = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group).numpy()
+            return float(vals.max())
+        vals = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group).numpy()
+        return float(np.sum(vals ** norm_type) ** (1.0 / norm_type))
+
+    def _run_pipeline(self):
+        m = self.grad_acc_steps
+        self.optimizer.zero_grad()
+        logged, data_time = self.pipeline.run(lambda: next(self._data_loader_iter), m)
+        self.sync_grads()
+        self.clip_grads()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        means = {k: sum(d[k] for d in logged) / m for k in logged[0]}
+        self.write_metrics(means, data_time)
+        timing = self.pipeline.last_timing
+        if dist.is_main_process():
+            busy, total = timing[:, 0], timing[:, 1]
+            storage = get_event_storage()
+            storage.put_scalar("pipeline_bubble", float(np.mean(1.0 - busy / total)), smoothing_hint=False)
+            for s, b in enumerate(busy):
+                storage.put_scalar(f"pipeline_stage{s}_busy_time", float(b), smoothing_hint=False)
 
     def run_step(self):
         assert self.model.training, "[EagerTrainer] model was changed to eval mode!"
+        if self.pipeline is not None:
+            return self._run_pipeline()
         m = self.grad_acc_steps
         data_time = 0.0
         loss_sums = {}

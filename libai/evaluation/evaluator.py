@@ -75,14 +75,18 @@ def _default_get_batch(batch):
 
 
 def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batch=None, batch_size=None,
-                         should_stop=None):
+                         should_stop=None, forward=None):
     """Run `model` over `data_loader` (at most `eval_iter` batches; None or <= 0: all) in eval
     mode without autograd, feeding `evaluator`; returns `evaluator.evaluate()`.
 
     `get_batch(batch)` maps a loader batch to the model's keyword arguments (default: as is).
     `should_stop()`, asked before each batch after the first (on every rank: it may be a
     collective, e.g. the trainer's `stop_requested`), ends the evaluation early with
-    EvaluationInterrupted. A tqdm bar shows progress on rank 0 only."""
+    EvaluationInterrupted. A tqdm bar shows progress on rank 0 only.
+
+    `forward(batch) -> (inputs, outputs)` replaces `get_batch` and the model call (a pipeline:
+    libai.engine.pipeline.PipelineRunner.forward_only); outputs None (a rank of a stage other
+    than the last) skips the evaluator on that rank."""
     logger = logging.getLogger(__name__)
     get_batch = get_batch or _default_get_batch
     if evaluator is None:
@@ -108,9 +112,13 @@ def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batc
             if idx and should_stop is not None and should_stop():
                 bar.close()
                 raise EvaluationInterrupted(f"evaluation stopped after {idx} of {total or 'all'} batches")
-            inputs = get_batch(batch)
-            outputs = model(**inputs)
-            evaluator.process(inputs, outputs)
+            if forward is not None:
+                inputs, outputs = forward(batch)
+            else:
+                inputs = get_batch(batch)
+                outputs = model(**inputs)
+            if outputs is not None:
+                evaluator.process(inputs, outputs)
             n_done += 1
             bar.update(1)
         bar.close()

@@ -34,6 +34,7 @@ from libai.layers import (
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
+from .utils.pipeline import PipelineStep
 
 __all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss", "GPTEmbedding", "Transformer"]
 
@@ -44,7 +45,8 @@ _REQUIRED_KEYS = ("hidden_layers", "vocab_size", "hidden_size", "num_attention_h
 
 
 class GPTEmbedding(nn.Module):
-    def __init__(self, vocab_size, hidden_size, max_seq_length, init_method=nn.init.normal_, embedding_dropout_prob=0.0):
+    def __init__(self, vocab_size, hidden_size, max_seq_length, init_method=nn.init.normal_,
+                 embedding_dropout_prob=0.0):
         super().__init__()
         self.max_seq_length = int(max_seq_length)
         self.token_embeddings = VocabEmbedding(vocab_size, hidden_size, init_method=init_method, layer_idx=0)
@@ -193,10 +195,34 @@ class GPTForPreTraining(nn.Module):
         self.loss_func = GPTLoss()
 
     def forward(self, input_ids, labels=None):
-        logits = self.GPT_model(input_ids)
+        return self._outputs(self.GPT_model(input_ids), labels)
+
+    def _outputs(self, logits, labels):
         if labels is not None:
             losses = self.loss_func(logits, labels)
             if self.training:
                 return losses
             return {"prediction_scores": logits, **losses}
         return {"prediction_scores": logits}
+
+    # ---- pipeline parallelism (libai.engine.pipeline): the forward above, cut into stage steps
+    def pipeline_steps(self):
+        gpt = self.GPT_model
+
+        def embed(carry, batch):
+            return {"hidden": gpt.embeddings(batch["input_ids"])}  # [b, s, h]
+
+        def layer_step(layer):
+            return lambda carry, batch: {"hidden": layer(carry["hidden"])}
+
+        def head(carry, batch):
+            hidden = gpt.transformer.layernorm_f(carry["hidden"])
+            logits = gpt.lm_head(hidden, gpt.embeddings.token_embeddings.weight)  # [b, s, vocab]
+            return self._outputs(logits, batch.get("labels"))
+
+        layers = [PipelineStep(layer.layer_idx, layer_step(layer)) for layer in gpt.transformer.layers]
+        return [PipelineStep(0, embed), *layers, PipelineStep(-1, head)]
+
+    def pipeline_tied_parameters(self):
+        """The word embedding (first stage) is also the LM head's weight (last stage)."""
+        return [(self.GPT_model.embeddings.token_embeddings.weight, -1)]

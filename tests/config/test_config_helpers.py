@@ -44,6 +44,7 @@ def test_get_config_train():
         "pipeline_parallel_size": 1,
         "pipeline_num_layers": None,
         "custom_pipeline_stage_id": None,
+        "pipeline_schedule": "1F1B",
     }
 
 

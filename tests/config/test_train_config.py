@@ -94,7 +94,7 @@ def test_a_config_without_train_is_an_error():
 
 NON_DEFAULT = {
     "amp.enabled": "true", "activation_checkpoint.enabled": "true", "zero_optimization.enabled": "true",
-    "zero_optimization.stage": "2", "dist.pipeline_parallel_size": "2", "nccl_fusion_threshold_mb": "32",
+    "zero_optimization.stage": "2", "nccl_fusion_threshold_mb": "32",
     "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
     "train_samples": "1000", "start_iter": "5", "rdma_enabled": "true",
 }

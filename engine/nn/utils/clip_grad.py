@@ -14,7 +14,7 @@ from ...backend import dtypes, to_device, xp_of
 from ...ops.creation import tensor
 from ...tensor import Tensor
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_"]
 
 
 def _grads(parameters):
@@ -60,21 +60,19 @@ def _grad_norm(g, p, acc):
     return meta.reduce_over_splits(xp.asarray(n ** p).reshape(1))[0] ** (1.0 / p)
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
-    """Scale all gradients so that their joint `norm_type`-norm is at most `max_norm`.
-
-    Returns the total norm (before clipping) as a 0-d tensor. `foreach` is accepted for torch
-    compatibility; every path here is already one in-place ufunc per gradient.
-    """
-    grads = _grads(parameters)
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The `norm_type`-norm of the norms of `tensors` (torch.nn.utils.get_total_norm) as a 0-d
+    tensor, accumulated in float32 (float64 when every tensor is float64). A sharded global
+    tensor counts with its whole logical value. A pipeline stage computes its own total with
+    this and combines the stages' totals (libai's trainer) before `clip_grads_with_norm_`."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t is not None]
     norm_type = float(norm_type)
-    max_norm = float(max_norm)
-    if not grads:
+    if not tensors:
         return tensor(0.0)
-    acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in grads) else dtypes.float32.np
-    dev = grads[0]._device
-    xp = xp_of(grads[0]._data)
-    norms = [to_device(_grad_norm(g, norm_type, acc), dev) for g in grads]
+    acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in tensors) else dtypes.float32.np
+    dev = tensors[0]._device
+    xp = xp_of(tensors[0]._data)
+    norms = [to_device(_grad_norm(g, norm_type, acc), dev) for g in tensors]
     total = _array_norm(xp, xp.stack(norms), norm_type, acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(
@@ -82,13 +80,38 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             "cannot be clipped. To disable this error and scale the gradients by the non-finite norm "
             "anyway, set `error_if_nonfinite=False`"
         )
-    coef = xp.minimum(max_norm / (total + 1e-6), 1.0).astype(acc)
+    return Tensor._make(xp.asarray(total, dtype=acc), dev)
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """Scale the gradients of `parameters` by min(1, max_norm / (total_norm + 1e-6)) in place
+    (torch.nn.utils.clip_grads_with_norm_); `total_norm` is a 0-d tensor or a number."""
+    grads = _grads(parameters)
+    if not grads:
+        return
+    total = total_norm._data if isinstance(total_norm, Tensor) else total_norm
+    xp = xp_of(grads[0]._data)
+    acc = xp.asarray(total).dtype if isinstance(total_norm, Tensor) else dtypes.float32.np
+    coef = xp.minimum(float(max_norm) / (xp.asarray(total) + 1e-6), 1.0).astype(acc)
     with np.errstate(invalid="ignore"):  # a non-finite norm scales to nan, silently as in torch
         for g in grads:
             a = g._data
             xp_of(a).multiply(a, to_device(coef, g._device), out=a, casting="unsafe")
             g._bump_version()
-    return Tensor._make(xp.asarray(total, dtype=acc), dev)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Scale all gradients so that their joint `norm_type`-norm is at most `max_norm`.
+
+    Returns the total norm (before clipping) as a 0-d tensor. `foreach` is accepted for torch
+    compatibility; every path here is already one in-place ufunc per gradient.
+    """
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    parameters = list(parameters)
+    total = get_total_norm(_grads(parameters), norm_type, error_if_nonfinite)
+    clip_grads_with_norm_(parameters, max_norm, total)
+    return total
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):

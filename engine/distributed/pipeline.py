@@ -1,0 +1,132 @@
+"""What pipeline parallelism needs from the engine: stage-local execution.
+
+Ranks outside a tensor's placement skip its ops (empty outputs, no logical shape, no autograd),
+so a model can not simply run everywhere and leave the right ops to the right ranks. A pipeline
+instead runs each stage's part of the model only on the stage's ranks (docs/global_tensor.md,
+"Pipelines"), and what crosses a stage boundary is handed over here, point to point:
+
+* `send(tensor, placement)` / `recv(src_placement, placement)`: the rank at mesh coordinates c
+  of the source placement sends its *shard* to the rank at coordinates c of the destination
+  (both placements have the same mesh shape, as LiBai's stages do), with a small header (dtype,
+  shapes, SBP), so the tensor arrives with its SBP and nothing is gathered. `send` does not
+  block (the request is returned); `recv` does. The received tensor is a new leaf: the
+  schedule keeps it, runs backward on its stage and sends its gradient back the same way.
+* `stand_ins({param: copy})`: while open, moving `param` (a tensor of another stage) to a
+  placement with `.to_global(placement=...)` yields `copy` instead (a tied word embedding used
+  by the head on the last stage: the schedule fetches it once per step and returns its gradient).
+* `stage_local()`: while open, an op on a tensor whose placement does not hold this rank is an
+  error naming the op and the placement, instead of a silent empty result (a model's pipeline
+  steps that touch another stage's tensor fail at once).
+"""
+import contextlib
+
+import numpy as np
+
+from . import comm
+from .boxing import _dtype_table
+from .global_tensor import GlobalMeta, _stage_state, make_global
+from .sbp import broadcast, partial_max, partial_sum, split
+
+__all__ = ["send", "recv", "peer", "stand_ins", "stage_local", "in_stage_local"]
+
+_HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
+_CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
+_SBPS = {v: k for k, v in _CODES.items()}
+
+
+def peer(rank, src_placement, dst_placement):
+    """The rank of `dst_placement` at `rank`'s mesh coordinates in `src_placement`."""
+    if tuple(src_placement.hierarchy) != tuple(dst_placement.hierarchy):
+        raise ValueError(f"pipeline handoff between placements of different mesh shapes: {src_placement!r} -> "
+                         f"{dst_placement!r} (every stage must have the same [dp, tp] mesh)")
+    return int(dst_placement.mesh[src_placement.coords(rank)])
+
+
+def _encode(arr, meta, requires_grad):
+    codes = [_CODES[s] if not s.is_split else s.axis for s in meta.sbp]
+    head = [_dtype_table().index(arr.dtype), int(requires_grad), arr.ndim, len(codes), *codes,
+            *arr.shape, *meta.shape]
+    if len(head) > _HEADER:
+        raise ValueError(f"pipeline handoff: a {arr.ndim}-d tensor on a {len(codes)}-d mesh does not fit the header")
+    out = np.zeros(_HEADER, dtype=np.int64)
+    out[:len(head)] = head
+    return out
+
+
+def _decode(head):
+    dtype = _dtype_table()[int(head[0])]
+    requires_grad, ndim, mesh_ndim = bool(head[1]), int(head[2]), int(head[3])
+    i = 4
+    sbp = tuple(_SBPS[int(c)] if c < 0 else split(int(c)) for c in head[i:i + mesh_ndim])
+    i += mesh_ndim
+    local = tuple(int(s) for s in head[i:i + ndim])
+    logical = tuple(int(s) for s in head[i + ndim:i + 2 * ndim])
+    return dtype, requires_grad, sbp, local, logical
+
+
+def send(tensor, placement, tag=0):
+    """Send this rank's shard of global `tensor` to its peer in `placement` (non-blocking).
+    Returns the requests; their buffers stay alive until waited on."""
+    meta = tensor._global
+    if meta is None:
+        raise TypeError("pipeline send: the tensor must be global (made with .to_global or on a placement)")
+    me = comm.get_rank()
+    dst = peer(me, meta.placement, placement)
+    arr = tensor._data
+    host = np.ascontiguousarray(arr if isinstance(arr, np.ndarray) else arr.get())
+    head = _encode(host, meta, tensor.requires_grad)
+    return [comm.isend(head, dst, tag=tag), comm.isend(host.reshape(-1).view(np.uint8), dst, tag=tag)]
+
+
+def recv(src_placement, placement, tag=0, device=None):
+    """The global tensor on `placement` whose shards the peers in `src_placement` sent with
+    `send` (blocking). It is a leaf, requiring grad when the sent tensor did."""
+    me = comm.get_rank()
+    src = peer(me, placement, src_placement)
+    head = np.empty(_HEADER, dtype=np.int64)
+    comm.recv(head, src, tag=tag)
+    dtype, requires_grad, sbp, local, logical = _decode(head)
+    raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    comm.recv(raw, src, tag=tag)
+    arr = raw.view(dtype).reshape(local)
+    if device is not None and device.type != "cpu":
+        from ..backend import to_device
+
+        arr = to_device(arr, device)
+    t = make_global(arr, GlobalMeta(placement, sbp, logical), device)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+# ------------------------------------------------------------------ stand-ins and strictness
+# (the state lives in global_tensor, which global_to_global and the dispatch consult)
+
+
+@contextlib.contextmanager
+def stand_ins(mapping):
+    """While open, `.to_global(placement=...)` of a key of `mapping` (a tensor of another stage)
+    starts from its value (a copy on this rank's stage) instead."""
+    table = _stage_state["stand_ins"]
+    saved = dict(table)
+    table.update({id(k): v for k, v in mapping.items()})
+    try:
+        yield
+    finally:
+        table.clear()
+        table.update(saved)
+
+
+@contextlib.contextmanager
+def stage_local():
+    """While open, an op on a tensor of a placement without this rank raises (see the module
+    docstring)."""
+    _stage_state["strict"] += 1
+    try:
+        yield
+    finally:
+        _stage_state["strict"] -= 1
+
+
+def in_stage_local():
+    return _stage_state["strict"] > 0
