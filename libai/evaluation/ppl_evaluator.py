@@ -41,8 +41,10 @@ class PPLEvaluator(DatasetEvaluator):
         self._weight += weight
 
     def evaluate(self):
-        keys = sorted(self._sums)
-        vec = dist.all_reduce_sum_numpy(np.asarray([self._sums[k] for k in keys] + [self._weight], dtype=np.float64))
+        # ranks that saw no batch (the stages before the last in a pipeline) know no loss names
+        keys = sorted(set().union(*dist.all_gather_object(sorted(self._sums))))
+        sums = [self._sums.get(k, 0.0) for k in keys]
+        vec = dist.all_reduce_sum_numpy(np.asarray(sums + [self._weight], dtype=np.float64))
         weight = vec[-1]
         results = OrderedDict()
         for k, s in zip(keys, vec[:-1]):

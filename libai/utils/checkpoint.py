@@ -81,14 +81,43 @@ def _logical_array(t):
     return np.array(t.detach()._host(), copy=True)
 
 
+_TAG_TO_WRITER = 7201
+
+
+def _first_rank(placement):
+    return int(np.asarray(placement.mesh).reshape(-1)[0])
+
+
+def _to_writer(placement, make):
+    """`make()` (a picklable value computed by the ranks of `placement`: a collective among
+    them) on rank 0, the writer, also when `placement` does not hold it (a pipeline stage);
+    None on the other ranks outside `placement`."""
+    me = dist.get_rank()
+    here = placement.has_rank(me)
+    value = make() if here else None
+    if placement.has_rank(0):
+        return value
+    comm = flow.distributed.comm.get_world_group().comm
+    if me == _first_rank(placement):
+        comm.send(value, dest=0, tag=_TAG_TO_WRITER)
+    elif me == 0:
+        value = comm.recv(source=_first_rank(placement), tag=_TAG_TO_WRITER)
+    return value if me == 0 else None
+
+
 def to_logical(obj):
     """`obj` (a state dict: nested dicts / lists / tuples of tensors and plain values) with every
     tensor replaced by a local CPU tensor of its logical value. Global tensors are gathered, so
-    every rank of their placement must call this (in the same order)."""
+    every rank must call this (in the same order); rank 0 gets every value, also of a tensor
+    whose placement (a pipeline stage) does not hold it, and a rank outside a tensor's
+    placement gets None for it."""
     if isinstance(obj, flow.Tensor):
         if obj._global is None and obj.device.type == "cpu":
             return obj.detach()
-        return flow.tensor(_logical_array(obj), dtype=obj.dtype)
+        if obj._global is None:
+            return flow.tensor(_logical_array(obj), dtype=obj.dtype)
+        arr = _to_writer(obj.placement, lambda: _logical_array(obj))
+        return None if arr is None else flow.tensor(arr, dtype=obj.dtype)
     if isinstance(obj, dict):
         items = [(k, to_logical(v)) for k, v in obj.items()]
         try:
@@ -118,6 +147,39 @@ def _like(value, target):
         return flow.tensor(arr, dtype=dtype, placement=target.placement, sbp=target.sbp)
     t = flow.tensor(arr, dtype=dtype)
     return t.to(target.device) if target.device.type != "cpu" else t
+
+
+def optimizer_logical_state(optimizer):
+    """`to_logical(optimizer.state_dict())`, complete on rank 0 also under pipeline parallelism,
+    where each stage's ranks hold the states of their own parameters only: the entries of the
+    parameters of a stage without rank 0 are gathered there and sent to rank 0."""
+    sd = optimizer.state_dict()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    index, ordered = {}, []
+    for p in params:
+        if id(p) not in index:
+            index[id(p)] = len(index)
+            ordered.append(p)
+    stage_local = [p for p in ordered if p._global is not None and not p._global.placement.has_rank(0)]
+    if not stage_local:
+        return to_logical(sd)
+    state = {}
+    for i, p in enumerate(ordered):
+        if p._global is None:
+            if i in sd["state"]:
+                state[i] = to_logical(sd["state"][i])
+            continue
+
+        def entry(i=i):
+            e = sd["state"].get(i)
+            return None if not e else {k: (v.detach().numpy() if isinstance(v, flow.Tensor) and v._global is None
+                                           else _logical_array(v) if isinstance(v, flow.Tensor) else v)
+                                       for k, v in e.items()}
+
+        value = _to_writer(p.placement, entry)
+        if value is not None:
+            state[i] = {k: (flow.tensor(v) if isinstance(v, np.ndarray) else v) for k, v in value.items()}
+    return {"state": state, "param_groups": sd["param_groups"]}
 
 
 def _optimizer_params_by_saved_index(optimizer, state_dict):
@@ -218,7 +280,8 @@ class Checkpointer:
         dist.synchronize()
         # logical states: gathering global tensors is collective, so every rank takes part
         model_sd = to_logical(self.model.state_dict())
-        others = {key: to_logical(obj.state_dict()) for key, obj in self.checkpointables.items()}
+        others = {key: (optimizer_logical_state(obj) if isinstance(obj, flow.optim.Optimizer)
+                        else to_logical(obj.state_dict())) for key, obj in self.checkpointables.items()}
         if self.save_to_disk:
             flow.save(model_sd, os.path.join(tmp, MODEL_FILE))
             for key, sd in others.items():

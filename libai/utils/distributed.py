@@ -27,7 +27,7 @@ __all__ = [
     "get_layer_ranks", "get_layer_stage_id", "get_nd_sbp", "get_hidden_sbp",
     "is_data_parallel", "is_tensor_model_parallel", "is_pipeline_model_parallel",
     "is_data_model_parallel", "all_reduce_sum_numpy", "check_tensor_parallel_divisible",
-    "get_world_placement", "broadcast_object", "max_over_ranks",
+    "get_world_placement", "broadcast_object", "all_gather_object", "max_over_ranks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,13 @@ def broadcast_object(obj, src=0):
     if get_world_size() == 1:
         return obj
     return _edist.comm.get_world_group().comm.bcast(obj, root=src)
+
+
+def all_gather_object(obj):
+    """Every rank's picklable `obj`, in rank order (`[obj]` in one process)."""
+    if get_world_size() == 1:
+        return [obj]
+    return _edist.comm.get_world_group().comm.allgather(obj)
 
 
 def max_over_ranks(value):
