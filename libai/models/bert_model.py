@@ -40,6 +40,7 @@ from libai.layers.utils import settle, to_placement
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
+from .utils.pipeline import PipelineStep
 from .utils.weights import as_numpy
 
 __all__ = ["BertModel", "BertForPreTraining", "BertForSequenceClassification", "BertEmbeddings", "BertLoss",
@@ -170,10 +171,29 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, tokentype_ids)  # [b, s, h]
         for layer in self.encoders:
             x = layer(x, attention_mask)
+        return self._final(x)
+
+    def _final(self, x):
+        """(sequence_output, pooled_output) from the last encoder's output."""
         if self.final_layernorm is not None:
             x = self.final_layernorm(x)
         pooled = self.pooler(x) if self.pooler is not None else None
         return x, pooled
+
+    def pipeline_steps(self, head):
+        """The forward above as pipeline steps (libai.engine.pipeline) ending in
+        `head(sequence_output, pooled_output, batch)`, the model's outputs."""
+        def embed(carry, batch):
+            return {"hidden": self.embeddings(batch["input_ids"], batch.get("tokentype_ids"))}  # [b, s, h]
+
+        def encoder_step(layer):
+            return lambda carry, batch: {"hidden": layer(carry["hidden"], batch.get("attention_mask"))}
+
+        def final(carry, batch):
+            return head(*self._final(carry["hidden"]), batch)
+
+        encoders = [PipelineStep(layer.layer_idx, encoder_step(layer)) for layer in self.encoders]
+        return [PipelineStep(0, embed), *encoders, PipelineStep(-1, final)]
 
     @property
     def word_embeddings_weight(self):
@@ -302,6 +322,18 @@ class BertForPreTraining(nn.Module):
     def forward(self, input_ids, attention_mask=None, tokentype_ids=None, ns_labels=None, lm_labels=None,
                 loss_mask=None):
         sequence_output, pooled = self.bert(input_ids, attention_mask, tokentype_ids)
+        return self._heads(sequence_output, pooled, ns_labels, lm_labels, loss_mask)
+
+    def pipeline_steps(self):
+        """Pipeline parallelism (libai.engine.pipeline): BertModel's steps, then the heads."""
+        return self.bert.pipeline_steps(lambda seq, pooled, batch: self._heads(
+            seq, pooled, batch.get("ns_labels"), batch.get("lm_labels"), batch.get("loss_mask")))
+
+    def pipeline_tied_parameters(self):
+        """The word embedding (first stage) is also the MLM head's weight (last stage)."""
+        return [(self.bert.word_embeddings_weight, -1)]
+
+    def _heads(self, sequence_output, pooled, ns_labels, lm_labels, loss_mask):
         if self.training and lm_labels is not None:
             # score the masked positions only (the loss reads nothing else); eval scores every position
             positions, valid = masked_positions(lm_labels, loss_mask)
@@ -357,6 +389,13 @@ class BertForSequenceClassification(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, tokentype_ids=None, labels=None):
         _, pooled = self.bert(input_ids, attention_mask, tokentype_ids)
+        return self._classify(pooled, labels)
+
+    def pipeline_steps(self):
+        """Pipeline parallelism (libai.engine.pipeline): BertModel's steps, then the classifier."""
+        return self.bert.pipeline_steps(lambda seq, pooled, batch: self._classify(pooled, batch.get("labels")))
+
+    def _classify(self, pooled, labels):
         logits = self.classifier(dropout(pooled, self.classifier_dropout, self.training))  # [b, num_labels]
         if self.num_labels == 1:
             logits = logits.view(-1)  # [b]

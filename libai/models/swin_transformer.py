@@ -35,6 +35,7 @@ from libai.layers.utils import init_method_normal, make_parameter, split_on_dp, 
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
+from .utils.pipeline import PipelineStep
 from .vision_transformer import _default_loss, classifier_outputs
 
 __all__ = ["SwinTransformer"]
@@ -158,6 +159,7 @@ class SwinBlock(nn.Module):
     def __init__(self, dim, num_heads, resolution, window_size, shift, mlp_ratio, drop, attn_drop, drop_path, eps,
                  init_method, *, layer_idx=0):
         super().__init__()
+        self.layer_idx = layer_idx
         if min(resolution) <= window_size:
             window_size, shift = min(resolution), 0
         self.window_size, self.shift = int(window_size), int(shift)
@@ -228,14 +230,16 @@ class SwinTransformer(nn.Module):
         res = self.grid
         for i, (depth, heads) in enumerate(zip(depths, num_heads)):
             dim = embed_dim * 2 ** i
+            # blocks are layers k .. k+depth-1 of the pipeline (train.dist.pipeline_num_layers =
+            # sum(depths)); a stage's patch merging runs with its last block
             self.stages.append(nn.ModuleList([
                 SwinBlock(dim, heads, res, window_size, 0 if j % 2 == 0 else window_size // 2, mlp_ratio,
-                          drop_rate, attn_drop_rate, rates[k + j], eps, init)
+                          drop_rate, attn_drop_rate, rates[k + j], eps, init, layer_idx=k + j)
                 for j in range(depth)]))
             res = ((res[0] + 1) // 2, (res[1] + 1) // 2)
             k += depth
             if i < len(depths) - 1:
-                self.merges.append(PatchMerging(dim, eps, init))
+                self.merges.append(PatchMerging(dim, eps, init, layer_idx=k - 1))
         self.num_features = embed_dim * 2 ** (len(depths) - 1)
         self.norm = LayerNorm(self.num_features, eps=eps, layer_idx=-1)
         self.head = Linear(self.num_features, num_classes, init_method=init, layer_idx=-1) if num_classes > 0 else None
@@ -254,21 +258,58 @@ class SwinTransformer(nn.Module):
         return load_huggingface_swin(cls, path, **overrides)
 
     def forward_features(self, images):
+        x = self._embed(images)
+        for run_block in self._block_runs():
+            x = run_block(x)
+        return self._pool(x)
+
+    def _embed(self, images):
         x = self.patch_embed(images)  # [N, H/p * W/p, D]
-        h, w = self.grid
         if self.absolute_pos_embed is not None:
             x = x + self.absolute_pos_embed
-        x = F.dropout(x, self.drop_rate, training=self.training)
+        return F.dropout(x, self.drop_rate, training=self.training)
+
+    def _block_runs(self):
+        """One function per block, in order: the block on its map size, followed by its stage's
+        patch merging after the stage's last block."""
+        runs = []
+        h, w = self.grid
         for i, blocks in enumerate(self.stages):
-            for block in blocks:
-                x = block(x, h, w)
-            if i < len(self.merges):
-                x = self.merges[i](x, h, w)  # [N, ceil(h/2) * ceil(w/2), 2C]
-                h, w = (h + 1) // 2, (w + 1) // 2
+            for j, block in enumerate(blocks):
+                merge = self.merges[i] if i < len(self.merges) and j == len(blocks) - 1 else None
+                runs.append(_BlockRun(block, merge, h, w))
+            h, w = (h + 1) // 2, (w + 1) // 2
+        return runs
+
+    def _pool(self, x):
         return self.norm(x).mean(dim=1)  # [N, C]
 
     def forward(self, images, labels=None):
         return classifier_outputs(self, self.forward_features(images), labels)
+
+    def pipeline_steps(self):
+        """Pipeline parallelism (libai.engine.pipeline): the embedding, each block (with its
+        stage's patch merging after the last) on its layer's stage, then norm, head and loss."""
+        def block_step(run):
+            return lambda carry, batch: {"hidden": run(carry["hidden"])}
+
+        return [PipelineStep(0, lambda carry, batch: {"hidden": self._embed(batch["images"])}),
+                *[PipelineStep(run.block.layer_idx, block_step(run)) for run in self._block_runs()],
+                PipelineStep(-1, lambda carry, batch: classifier_outputs(self, self._pool(carry["hidden"]),
+                                                                         batch.get("labels")))]
+
+
+class _BlockRun:
+    """A Swin block on an h x w map, then (the last block of a stage) the patch merging."""
+
+    def __init__(self, block, merge, h, w):
+        self.block, self.merge, self.h, self.w = block, merge, h, w
+
+    def __call__(self, x):
+        x = self.block(x, self.h, self.w)
+        if self.merge is not None:
+            x = self.merge(x, self.h, self.w)  # [N, ceil(h/2) * ceil(w/2), 2C]
+        return x
 
 
 class _PaddedPatchEmbedding(nn.Module):

@@ -27,6 +27,7 @@ from libai.layers.utils import init_method_normal, make_parameter, to_placement
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
+from .utils.pipeline import PipelineStep
 
 __all__ = ["VisionTransformer", "SoftTargetCrossEntropy"]
 
@@ -90,16 +91,33 @@ class VisionTransformer(nn.Module):
         return load_huggingface_vit(cls, path, **overrides)
 
     def forward_features(self, images):
+        x = self._embed(images)
+        for block in self.blocks:
+            x = block(x)
+        return self._pool(x)
+
+    def _embed(self, images):
         x = self.patch_embed(images)  # [N, P, D]
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # [N, 1, D]
         x = flow.cat([cls.to_global(sbp=x.sbp) if x.is_global else cls, x], dim=1)  # [N, P + 1, D]
-        x = F.dropout(x + self.pos_embed, self.drop_rate, training=self.training)
-        for block in self.blocks:
-            x = block(x)
+        return F.dropout(x + self.pos_embed, self.drop_rate, training=self.training)
+
+    def _pool(self, x):
         return self.norm(x)[:, 0]  # [N, D]: the cls token
 
     def forward(self, images, labels=None):
         return classifier_outputs(self, self.forward_features(images), labels)
+
+    def pipeline_steps(self):
+        """Pipeline parallelism (libai.engine.pipeline): the embedding, each block on its layer's
+        stage, then the norm, the head and the loss."""
+        def block_step(block):
+            return lambda carry, batch: {"hidden": block(carry["hidden"])}
+
+        return [PipelineStep(0, lambda carry, batch: {"hidden": self._embed(batch["images"])}),
+                *[PipelineStep(block.layer_idx, block_step(block)) for block in self.blocks],
+                PipelineStep(-1, lambda carry, batch: classifier_outputs(self, self._pool(carry["hidden"]),
+                                                                         batch.get("labels")))]
 
 
 def classifier_outputs(model, features, labels):

@@ -271,7 +271,8 @@ def read_hf_folder(path):
         raise FileNotFoundError(f"{cfg_file} not found (a Hugging Face model folder needs {CONFIG_FILE})")
     weights = os.path.join(path, WEIGHTS_FILE)
     if not os.path.isfile(weights):
-        other = [f for f in ("pytorch_model.bin", "model.safetensors.index.json") if os.path.isfile(os.path.join(path, f))]
+        other = [f for f in ("pytorch_model.bin", "model.safetensors.index.json")
+                 if os.path.isfile(os.path.join(path, f))]
         hint = f" (found {other}: only a single safetensors file is supported)" if other else ""
         raise FileNotFoundError(f"{weights} not found{hint}")
     with open(cfg_file) as f:
