@@ -100,6 +100,7 @@ class PipelineRunner:
         tied = getattr(model, "pipeline_tied_parameters", lambda: [])()
         self.tied = [(p, topo.get_layer_stage_id(p_idx)) for p, p_idx in tied]
         self.last_timing = None
+        self._wait_time = 0.0  # seconds blocked in receives during run() (not busy)
 
     @property
     def is_first(self):
@@ -117,7 +118,7 @@ class PipelineRunner:
         m = micro_batches
         self._pending = []
         self._inputs, self._outputs, self._losses, self._logged = {}, {}, {}, []
-        self._data_time = 0.0
+        self._data_time = self._wait_time = 0.0
         busy = 0.0
         start = time.perf_counter()
         stand = self._fetch_tied()
@@ -176,8 +177,6 @@ class PipelineRunner:
                     self._pending += handoff.send(g, prev, tag=_TAG_BACKWARD)
 
     # ------------------------------------------------------------------ handoff
-    _wait_time = 0.0
-
     def _recv(self, src_placement, tag):
         t0 = time.perf_counter()
         t = handoff.recv(src_placement, self.here, tag=tag)
