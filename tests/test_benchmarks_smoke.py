@@ -64,3 +64,13 @@ def test_vision_train_swin_runs():
     m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
     assert m, out
     assert re.search(r"engine \(SwinTransformer\)\s*:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
+
+
+def test_pipeline_bubble_benchmark_tiny():
+    out = run_bench("pipeline.py", "--micro-batches", "2", "--iters", "3", "--layers", "2", "--hidden", "32",
+                    "--seq", "16", "--micro-batch", "2", "--stage-ids", "even")
+    print(out)
+    row = r"^(1F1B|GPipe)\s+2\s+(\d\.\d+)\s+-?\d\.\d+\s+0\.333\s+\d+\s+\d+\s+\d+\.\d\d\s+\d+ \d+$"
+    rows = re.findall(row, out, re.M)
+    assert [r[0] for r in rows] == ["1F1B", "GPipe"], out
+    assert all(0 < float(r[1]) < 1 for r in rows), out

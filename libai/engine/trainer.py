@@ -281,8 +281,8 @@ class EagerTrainer(TrainerBase):
     With a `pipeline` (a libai.engine.pipeline.PipelineRunner, pipeline_parallel_size > 1) the
     m micro-batches run through the stages on its schedule instead; gradient sync, clipping
     (the global norm over every stage) and the optimizer step follow as above. The schedule's
-    bubble (the stages' mean idle fraction of the schedule's time) and each stage's busy time
-    are logged."""
+    bubble (the stages' mean idle fraction of the schedule's time), the schedule's time and
+    each stage's busy time are logged."""
 
     def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None):
         super().__init__()
@@ -359,6 +359,7 @@ class EagerTrainer(TrainerBase):
             busy, total = timing[:, 0], timing[:, 1]
             storage = get_event_storage()
             storage.put_scalar("pipeline_bubble", float(np.mean(1.0 - busy / total)), smoothing_hint=False)
+            storage.put_scalar("pipeline_time", float(total.max()), smoothing_hint=False)
             for s, b in enumerate(busy):
                 storage.put_scalar(f"pipeline_stage{s}_busy_time", float(b), smoothing_hint=False)
 
