@@ -74,3 +74,16 @@ def test_pipeline_bubble_benchmark_tiny():
     rows = re.findall(row, out, re.M)
     assert [r[0] for r in rows] == ["1F1B", "GPipe"], out
     assert all(0 < float(r[1]) < 1 for r in rows), out
+
+
+def test_activation_checkpointing_lowers_the_peak_memory_of_a_gpt2_step():
+    """The benchmark's children: equal losses with dropout on (the script fails otherwise) and a
+    lower peak resident set with checkpointing (measured 0.70x at this size, 0.49x at the
+    benchmark's)."""
+    out = run_bench("activation_checkpoint.py", "--layers", "4", "--hidden", "128", "--heads", "2", "--seq", "128",
+                    "--batch", "8", "--vocab", "1024", "--steps", "2")
+    print(out)
+    assert "losses equal" in out
+    m = re.search(r"ratio checkpointing/plain: memory (\d+\.\d+), time (\d+\.\d+)", out)
+    assert m, out
+    assert float(m.group(1)) < 0.9, out

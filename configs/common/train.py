@@ -50,7 +50,9 @@ train = dict(
     # Automatic mixed precision for training (not implemented: only False is accepted)
     amp=dict(enabled=False),
 
-    # Activation checkpointing (not implemented: only False is accepted)
+    # Activation checkpointing: every TransformerLayer (and SwinBlock) recomputes its forward in
+    # backward instead of keeping its activations (same losses and gradients, less memory, about
+    # one more forward of compute; engine.utils.checkpoint)
     activation_checkpoint=dict(enabled=False),
 
     # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options, not

@@ -31,7 +31,6 @@ __all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "VALUE_CHECKS"]
 # is refused. docs/config.md has the same list.
 NOT_IMPLEMENTED = {
     "amp.enabled": "automatic mixed precision",
-    "activation_checkpoint.enabled": "activation checkpointing",
     "zero_optimization.enabled": "ZeRO (sharding optimizer states over data-parallel ranks)",
     "zero_optimization.stage": "ZeRO stages",
     "nccl_fusion_threshold_mb": "OneFlow's NCCL fusion of collectives",
@@ -96,6 +95,7 @@ VALUE_CHECKS = {
         ((lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x >= 0 for x in v)),
          "a list of stage ids (integers >= 0)")),
     "dist.pipeline_parallel_size": _POSITIVE,
+    "activation_checkpoint.enabled": _BOOL,
     "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),
     "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
     "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),

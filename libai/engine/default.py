@@ -336,6 +336,15 @@ class DefaultTrainer(TrainerBase):
             raise KeyError("cfg must contain a `model` namespace")
         model = instantiate(cfg.model)
         logging.getLogger(__name__).info(f"Model:\n{model}")
+        if cfg.train.activation_checkpoint.enabled:
+            from libai.layers.utils import set_activation_checkpointing
+
+            n = set_activation_checkpointing(model)
+            if n == 0:
+                raise ValueError(f"train.activation_checkpoint.enabled=True but {type(model).__name__} has no layer "
+                                 "that recomputes its activations (TransformerLayer, SwinBlock)")
+            logging.getLogger(__name__).info(f"Activation checkpointing: {n} layers recompute their forward in "
+                                             "backward")
         if cls.input_device(cfg) == "cuda":
             model = model.to("cuda")
         return model

@@ -14,13 +14,13 @@ from libai.utils import distributed as dist
 from .attention import MultiheadAttention
 from .layer_norm import LayerNorm
 from .mlp import MLP
-from .utils import to_placement
+from .utils import Recomputable, to_placement
 from .vision import DropPath
 
 __all__ = ["TransformerLayer"]
 
 
-class TransformerLayer(nn.Module):
+class TransformerLayer(Recomputable, nn.Module):
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads, is_decoder=False,
                  attention_dropout_prob=0.0, output_dropout_prob=0.0, drop_path_prob=0.0,
                  layernorm_epsilon=1e-5, init_method=nn.init.xavier_normal_, output_layer_init_method=None,

@@ -12,11 +12,13 @@ import math
 import engine as flow
 import engine.nn as nn
 from engine.autograd.grad_mode import no_grad
+from engine.utils.checkpoint import checkpoint
 from libai.utils import distributed as dist
 
 __all__ = [
     "init_method_normal", "scaled_init_method_normal", "make_parameter", "to_placement",
-    "settle", "dropout", "hidden_sbp_for", "split_on_dp", "note_kernel_flags",
+    "settle", "dropout", "hidden_sbp_for", "split_on_dp", "note_kernel_flags", "Recomputable",
+    "set_activation_checkpointing",
 ]
 
 B = flow.sbp.broadcast
@@ -138,3 +140,26 @@ def dropout(x, p, training=True):
     keep = flow.rand(*x.shape, placement=x.placement, sbp=x.sbp) >= p
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
     return x * (keep.to(x.dtype) * scale)
+
+
+class Recomputable:
+    """Mixin for a layer whose forward can be recomputed in backward instead of keeping its
+    activations (train.activation_checkpoint.enabled, as LiBai's per-TransformerLayer setting):
+    with `activation_checkpointing` set, a training call with autograd on goes through
+    `engine.utils.checkpoint.checkpoint` (same values, gradients and dropout masks)."""
+
+    activation_checkpointing = False
+
+    def __call__(self, *args, **kwargs):
+        if self.activation_checkpointing and self.training and flow.is_grad_enabled():
+            return checkpoint(super().__call__, *args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+def set_activation_checkpointing(model, enabled=True):
+    """Turn activation checkpointing on (or off) for every Recomputable layer of `model`
+    (TransformerLayer, SwinBlock); returns how many layers there are."""
+    layers = [m for m in model.modules() if isinstance(m, Recomputable)]
+    for m in layers:
+        m.activation_checkpointing = bool(enabled)
+    return len(layers)

@@ -31,7 +31,7 @@ import engine.nn as nn
 import engine.nn.functional as F
 from libai.config import configurable
 from libai.layers import MLP, DropPath, LayerNorm, Linear, PatchEmbedding
-from libai.layers.utils import init_method_normal, make_parameter, split_on_dp, to_placement
+from libai.layers.utils import Recomputable, init_method_normal, make_parameter, split_on_dp, to_placement
 from libai.utils import distributed as dist
 
 from .utils.model_config import kwargs_from_config
@@ -152,7 +152,7 @@ class WindowAttention(nn.Module):
         return self.proj(ctx)  # row parallel: [n, L, C]
 
 
-class SwinBlock(nn.Module):
+class SwinBlock(Recomputable, nn.Module):
     """One Swin block on a map of `resolution`; a map no larger than the window is one window
     (the window shrinks to it, with its own bias table) and is not shifted, as in the original."""
 

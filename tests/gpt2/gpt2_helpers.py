@@ -25,15 +25,16 @@ def env():
     return mpi_env(PYTHONHASHSEED="0")
 
 
-def train_net(*args, nprocs=1, timeout=240, config=CONFIG):
+def train_net(*args, nprocs=1, timeout=240, config=CONFIG, check=True):
     """tools/train_net.py --config-file CONFIG ARGS (through the launcher when nprocs > 1); CONFIG
-    defaults to configs/gpt2_pretrain.py."""
+    defaults to configs/gpt2_pretrain.py. Returns (returncode, stdout, stderr); a failure fails the
+    test unless check=False."""
     if nprocs == 1:
         cmd = [sys.executable, TRAIN_NET, "--config-file", config, *args]
     else:
         cmd = [sys.executable, "-m", "engine.distributed.launch", "--nproc-per-node", str(nprocs), TRAIN_NET,
                "--config-file", config, *args]
-    return run_command(cmd, timeout=timeout, env=env())
+    return run_command(cmd, timeout=timeout, env=env(), check=check)
 
 
 def generate(*args, timeout=120):

@@ -1,0 +1,101 @@
+"""Activation checkpointing (torch.utils.checkpoint): trade compute for memory.
+
+    y = checkpoint(layer, x)            # same value and gradients as layer(x)
+
+The forward runs once as usual, but the graph it records (and every activation saved in it)
+is dropped at once; only the inputs are kept. In backward the function runs again, with the
+random state it had the first time (dropout draws the same masks), and the gradients flow
+through the recomputed graph: the inputs' gradients go on to the rest of the graph, those of
+parameters used inside accumulate into their `.grad` as usual. Works on global tensors (the
+recomputation runs the same collectives in the same order on every rank).
+
+Semantics are those of PyTorch's `use_reentrant=False`: an output requires grad when anything
+it depends on does, a parameter used inside included (the first run is recorded to find out,
+then released), and inputs need not require grad. `use_reentrant` is accepted for
+compatibility and changes nothing. The recomputed outputs must have the shapes and dtypes of
+the first run (PyTorch's default determinism check); a mismatch is an error.
+"""
+from ..autograd import backward as _backward
+from ..autograd.function import Context, is_tensor
+from ..autograd.grad_mode import enable_grad, is_grad_enabled
+from ..autograd.graph import Node
+from ..backend.random import get_rng_state, set_rng_state
+
+__all__ = ["checkpoint"]
+
+
+def _flatten(out):
+    """(list of the tensors in `out` (a tensor, or tuple/list/dict of them and other values), rebuild)."""
+    if is_tensor(out):
+        return [out], lambda ts: ts[0]
+    if isinstance(out, (tuple, list)):
+        parts = [_flatten(o) for o in out]
+        sizes = [len(p[0]) for p in parts]
+
+        def rebuild(ts):
+            items, i = [], 0
+            for (_, rb), n in zip(parts, sizes):
+                items.append(rb(ts[i:i + n]))
+                i += n
+            return type(out)(items)
+
+        return [t for p in parts for t in p[0]], rebuild
+    if isinstance(out, dict):
+        keys = list(out)
+        flat, rebuild_values = _flatten([out[k] for k in keys])
+        return flat, lambda ts: type(out)(zip(keys, rebuild_values(ts)))
+    return [], lambda ts: out
+
+
+def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, context_fn=None,
+               determinism_check="default", debug=False, **kwargs):
+    """`function(*args, **kwargs)`, with its activations recomputed in backward instead of kept
+    (see the module docstring). `preserve_rng_state=False` lets the recomputation draw new
+    random numbers (faster to set up, different dropout masks)."""
+    if context_fn is not None:
+        raise NotImplementedError("checkpoint(context_fn=...): custom recomputation contexts are not implemented")
+    if determinism_check not in ("default", "none"):
+        raise ValueError(f"determinism_check must be 'default' or 'none', got {determinism_check!r}")
+    if not is_grad_enabled():
+        return function(*args, **kwargs)
+    rng = get_rng_state() if preserve_rng_state else None
+    first = function(*args, **kwargs)
+    outs, rebuild = _flatten(first)
+    needs = [o.requires_grad for o in outs]
+    if not any(needs):
+        return first
+    shapes = [(tuple(o.shape), o.dtype) for o in outs]
+    detached = [o.detach() for o in outs]
+    del first, outs  # the recorded graph and its saved activations go here
+    tensor_args = [a if is_tensor(a) else None for a in args]
+
+    def backward_fn(ctx, *grads):
+        now = get_rng_state()
+        if rng is not None:
+            set_rng_state(rng)
+        try:
+            inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None else a
+                      for a, t in zip(args, tensor_args)]
+            with enable_grad():
+                again, _ = _flatten(function(*inputs, **kwargs))
+        finally:
+            if rng is not None:
+                set_rng_state(now)
+        if determinism_check == "default":
+            got = [(tuple(o.shape), o.dtype) for o in again]
+            if got != shapes:
+                raise RuntimeError(f"checkpoint: the recomputed outputs {got} differ from the first run's {shapes} "
+                                   "(the function must compute the same shapes and dtypes when run again)")
+        pairs = [(o, g) for o, g, n in zip(again, grads, needs) if n and g is not None and o.requires_grad]
+        if pairs:
+            _backward([o for o, _ in pairs], [g for _, g in pairs])
+        return tuple(x.grad if t is not None and t.requires_grad else None for x, t in zip(inputs, tensor_args))
+
+    edges = tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args)
+    node = Node("Checkpoint", backward_fn, Context(), edges, len(detached))
+    for i, (d, n) in enumerate(zip(detached, needs)):
+        if n:
+            d._requires_grad = True
+            d.grad_fn = node
+            d._output_nr = i
+    return rebuild(detached)
