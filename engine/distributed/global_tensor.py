@@ -11,7 +11,7 @@ import hashlib
 
 import numpy as np
 
-from ..autograd.grad_mode import _state
+from ..autograd.grad_mode import _state, no_grad
 from ..autograd.graph import Node
 from ..backend import as_device
 from ..tensor import Tensor, tensor_method
@@ -418,16 +418,37 @@ _sync = {"deferred": 0}
 
 def _box_leaf_grad(leaf, grad):
     """A global leaf's gradient takes the leaf's own SBP (so a broadcast parameter used on split
-    data gets an all-reduced gradient). While sync is deferred, partial gradients stay partial."""
+    data gets an all-reduced gradient). While sync is deferred, partial gradients stay partial.
+
+    The gradient already accumulated in `leaf.grad` is brought to the same layout first, since
+    accumulation adds the shards: a partial sum from deferred micro-batches meeting a reduced
+    gradient (or the other way round) must not add a replicated value to every partial shard."""
     lm, gm = leaf._global, grad._global
     if gm is None:
         raise RuntimeError(f"a global leaf ({lm}) received a local gradient")
-    if gm.placement == lm.placement and gm.sbp == lm.sbp:
-        return grad
+    existing = leaf.grad._global if leaf.grad is not None else None
+    if existing is not None and existing.placement != lm.placement:
+        existing = None
+    target = lm.sbp
     if _sync["deferred"] and gm.placement == lm.placement:
-        keep = tuple(g if (g.is_partial and own.is_broadcast) else own for g, own in zip(gm.sbp, lm.sbp))
-        return global_to_global(grad, lm.placement, keep)
-    return global_to_global(grad, lm.placement, lm.sbp)
+        prior = existing.sbp if existing is not None else (None,) * len(lm.sbp)
+        target = tuple(_deferred_sbp(own, new, old) for own, new, old in zip(lm.sbp, gm.sbp, prior))
+    if existing is not None and existing.sbp != target:
+        with no_grad():
+            leaf.grad = global_to_global(leaf.grad, lm.placement, target)
+    if gm.placement == lm.placement and gm.sbp == target:
+        return grad
+    return global_to_global(grad, lm.placement, target)
+
+
+def _deferred_sbp(own, new, prior):
+    """A deferred gradient's SBP on one mesh axis: partial where the leaf is broadcast and the
+    new or the accumulated gradient is partial, else the leaf's own."""
+    if own.is_broadcast:
+        for s in (new, prior):
+            if s is not None and s.is_partial:
+                return s
+    return own
 
 
 @contextlib.contextmanager
@@ -446,8 +467,6 @@ def sync_grads(parameters):
     for p in parameters:
         if p.grad is not None and p._global is not None and p.grad._global != GlobalMeta(
                 p._global.placement, p._global.sbp, p._global.shape):
-            from ..autograd.grad_mode import no_grad
-
             with no_grad():
                 p.grad = global_to_global(p.grad, p._global.placement, p._global.sbp)
 

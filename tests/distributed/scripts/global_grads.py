@@ -122,11 +122,34 @@ def deferred_sync():
     assert np.allclose(w2.grad.to_local().numpy(), ref, rtol=1e-4, atol=1e-4)
 
 
+def mixed_deferred_and_synced_accumulation():
+    """Gradient accumulation as the trainer does it: the first micro-batches deferred (partial
+    sums), the last synced (all-reduced), and the other way round. Accumulating adds shards, so
+    the accumulated gradient must first take the incoming one's layout (regression: a synced
+    gradient added to a partial one was counted once per rank)."""
+    Wn = rng.standard_normal((3, 2)).astype(np.float32)
+    Xs = [rng.standard_normal((2 * n, 3)).astype(np.float32) for _ in range(3)]
+    ref = sum(2 * X.T @ (X @ Wn) for X in Xs)
+    for deferred in ([True, True, False], [False, True, True], [True, False, True]):
+        w = flow.tensor(Wn, placement=P, sbp=S.broadcast, requires_grad=True)
+        for X, d in zip(Xs, deferred):
+            x = flow.tensor(X, placement=P, sbp=S.split(0))
+            if d:
+                with no_grad_sync():
+                    (flow.matmul(x, w) ** 2).sum().backward()
+            else:
+                (flow.matmul(x, w) ** 2).sum().backward()
+        sync_grads([w])
+        assert w.grad.sbp == (S.broadcast,)
+        assert np.allclose(w.grad.to_local().numpy(), ref, rtol=1e-4, atol=1e-4), deferred
+
+
 def main():
     local_to_global_grads()
     to_local_grads()
     grad_sbp()
     deferred_sync()
+    mixed_deferred_and_synced_accumulation()
     if r == 0:
         print(f"global grads OK on {n} ranks")
 
