@@ -60,8 +60,8 @@ train = dict(
     nccl_fusion_threshold_mb=16,
     nccl_fusion_max_ops=24,
 
-    # ZeRO optimization: shard optimizer states across data-parallel ranks (not implemented: only
-    # these defaults are accepted)
+    # ZeRO over the data-parallel ranks (engine.distributed.zero): stage 1 shards the optimizer
+    # states, 2 also the gradients (reduce-scattered), 3 also the parameters (all-gathered where used)
     zero_optimization=dict(
         enabled=False,
         stage=1,

@@ -15,7 +15,7 @@ from . import sbp  # noqa: E402
 from .placement import placement  # noqa: E402
 from . import global_tensor  # noqa: E402
 from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
-from . import dispatch, rules, pipeline  # noqa: E402,F401
+from . import dispatch, rules, pipeline, zero  # noqa: E402,F401
 from ..ops.creation import set_global_factory  # noqa: E402
 from ..ops.op import set_global_dispatch  # noqa: E402
 

@@ -31,8 +31,6 @@ __all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "VALUE_CHECKS"]
 # is refused. docs/config.md has the same list.
 NOT_IMPLEMENTED = {
     "amp.enabled": "automatic mixed precision",
-    "zero_optimization.enabled": "ZeRO (sharding optimizer states over data-parallel ranks)",
-    "zero_optimization.stage": "ZeRO stages",
     "nccl_fusion_threshold_mb": "OneFlow's NCCL fusion of collectives",
     "nccl_fusion_max_ops": "OneFlow's NCCL fusion of collectives",
     "consumed_train_samples": "starting from a sample count (a resume restores the data position "
@@ -96,6 +94,8 @@ VALUE_CHECKS = {
          "a list of stage ids (integers >= 0)")),
     "dist.pipeline_parallel_size": _POSITIVE,
     "activation_checkpoint.enabled": _BOOL,
+    "zero_optimization.enabled": _BOOL,
+    "zero_optimization.stage": ((lambda v: v in (1, 2, 3) and not isinstance(v, bool)), "1, 2 or 3"),
     "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),
     "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
     "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),

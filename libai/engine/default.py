@@ -187,9 +187,11 @@ class DefaultTrainer(TrainerBase):
 
         device = self.input_device(cfg)
         self.pipeline = self.build_pipeline(cfg, self.model)
+        self.zero = self.build_zero(cfg, self.optimizer)
         self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
                                      cfg.train.num_accumulation_steps,
-                                     get_batch=lambda data: self.get_batch(data, device), pipeline=self.pipeline)
+                                     get_batch=lambda data: self.get_batch(data, device), pipeline=self.pipeline,
+                                     zero=self.zero)
 
         checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
         if hasattr(self.train_loader, "state_dict") and hasattr(self.train_loader, "load_state_dict"):
@@ -361,6 +363,28 @@ class DefaultTrainer(TrainerBase):
         device = cls.input_device(cfg)
         return PipelineRunner(model, lambda data, placement: cls.get_batch(data, device, placement),
                               kind=cfg.train.dist.pipeline_schedule, device_type=device)
+
+    @classmethod
+    def build_zero(cls, cfg, optimizer):
+        """ZeRO over the data-parallel mesh axis when train.zero_optimization.enabled (None
+        otherwise, or with data_parallel_size 1, where there is nothing to shard): stage 1
+        shards the optimizer state, 2 also the gradients, 3 also the parameters
+        (engine.distributed.zero). Applied to the optimizer in place, before any state exists."""
+        z = cfg.train.zero_optimization
+        if not z.enabled:
+            return None
+        logger = logging.getLogger(__name__)
+        if dist.get_data_parallel_size() == 1:
+            logger.warning("train.zero_optimization.enabled with data_parallel_size 1: nothing to shard, ZeRO is off")
+            return None
+        from engine.distributed.zero import ZeroRedundancy
+
+        zero = ZeroRedundancy(optimizer, z.stage, axis=0)  # dp is the first mesh axis of every stage
+        n = len(zero.pairs) + len(zero.sharded)
+        total = len({id(p) for g in optimizer.param_groups for p in g["params"]})
+        logger.info(f"ZeRO stage {z.stage}: {n} of {total} parameters sharded over {dist.get_data_parallel_size()} "
+                    "data-parallel ranks (the others do not divide)")
+        return zero
 
     @classmethod
     def build_optimizer(cls, cfg, model):

@@ -278,13 +278,17 @@ class EagerTrainer(TrainerBase):
     The logged losses are the means over the m micro-batches, so micro-batch b x m steps
     matches micro-batch (b*m) x 1 step.
 
+    With `zero` (an engine.distributed.zero.ZeroRedundancy) the optimizer updates shards: the
+    gradients are reduced into them (stage 2: reduce-scattered, every micro-batch's backward
+    leaving them partial) and the parameters gathered back after the step.
+
     With a `pipeline` (a libai.engine.pipeline.PipelineRunner, pipeline_parallel_size > 1) the
     m micro-batches run through the stages on its schedule instead; gradient sync, clipping
     (the global norm over every stage) and the optimizer step follow as above. The schedule's
     bubble (the stages' mean idle fraction of the schedule's time), the schedule's time and
     each stage's busy time are logged."""
 
-    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None):
+    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None, zero=None):
         super().__init__()
         model.train()
         self.model = model
@@ -294,6 +298,7 @@ class EagerTrainer(TrainerBase):
         self.grad_acc_steps = int(grad_acc_steps or 1)
         self.get_batch = get_batch
         self.pipeline = pipeline
+        self.zero = zero
         self._stage_group = None
 
     @property
@@ -307,6 +312,8 @@ class EagerTrainer(TrainerBase):
         """Finish data-parallel gradient reduction: global parameters get their deferred
         all-reduce (engine.distributed.sync_grads); local parameters of a pure data-parallel
         job (several ranks, tp = pp = 1) are averaged over the ranks."""
+        if self.zero is not None:
+            self.zero.reduce_gradients()  # into the shards the optimizer holds
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         _edist.sync_grads(params)
         topo = dist.get_dist_util()
@@ -344,14 +351,26 @@ class EagerTrainer(TrainerBase):
         vals = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group).numpy()
         return float(np.sum(vals ** norm_type) ** (1.0 / norm_type))
 
-    def _run_pipeline(self):
-        m = self.grad_acc_steps
+    def zero_grad(self):
         self.optimizer.zero_grad()
-        logged, data_time = self.pipeline.run(lambda: next(self._data_loader_iter), m)
+        if self.zero is not None:
+            self.zero.zero_grad()
+
+    def update(self):
+        """After the micro-batches' backwards: gradient sync, clipping, the optimizer step (and
+        ZeRO's parameter gather), gradients cleared."""
         self.sync_grads()
         self.clip_grads()
         self.optimizer.step()
-        self.optimizer.zero_grad()
+        if self.zero is not None:
+            self.zero.gather_parameters()
+        self.zero_grad()
+
+    def _run_pipeline(self):
+        m = self.grad_acc_steps
+        self.zero_grad()
+        logged, data_time = self.pipeline.run(lambda: next(self._data_loader_iter), m)
+        self.update()
         means = {k: sum(d[k] for d in logged) / m for k in logged[0]}
         self.write_metrics(means, data_time)
         timing = self.pipeline.last_timing
@@ -370,7 +389,8 @@ class EagerTrainer(TrainerBase):
         m = self.grad_acc_steps
         data_time = 0.0
         loss_sums = {}
-        self.optimizer.zero_grad()
+        self.zero_grad()
+        defer_all = self.zero is not None and self.zero.defers_grad_sync
         for i in range(m):
             start = time.perf_counter()
             data = next(self._data_loader_iter)
@@ -381,17 +401,14 @@ class EagerTrainer(TrainerBase):
             if not isinstance(loss_dict, dict):
                 loss_dict = {"total_loss": loss_dict}
             losses = loss_of(loss_dict)
-            if i < m - 1:
-                with _edist.no_grad_sync():  # one gradient all-reduce per step, not per micro-batch
-                    (losses / m).backward()
+            if i < m - 1 or defer_all:
+                with _edist.no_grad_sync():  # one gradient reduction per step, not per micro-batch
+                    (losses / m if m > 1 else losses).backward()
             else:
                 (losses / m if m > 1 else losses).backward()
             for k, v in loss_dict.items():
                 loss_sums[k] = loss_sums.get(k, 0.0) + v.detach().item()
-        self.sync_grads()
-        self.clip_grads()
-        self.optimizer.step()
-        self.optimizer.zero_grad()
+        self.update()
         self.write_metrics({k: v / m for k, v in loss_sums.items()}, data_time)
 
 

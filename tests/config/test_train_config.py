@@ -93,8 +93,7 @@ def test_a_config_without_train_is_an_error():
 
 
 NON_DEFAULT = {
-    "amp.enabled": "true", "zero_optimization.enabled": "true",
-    "zero_optimization.stage": "2", "nccl_fusion_threshold_mb": "32",
+    "amp.enabled": "true", "nccl_fusion_threshold_mb": "32",
     "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
     "train_samples": "1000", "start_iter": "5", "rdma_enabled": "true",
 }
