@@ -29,7 +29,8 @@ from .ops.dropout import *  # noqa: F401,F403
 from .ops.loss import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.random_ops import *  # noqa: F401,F403
-from . import nn, optim, utils  # noqa: E402
+from . import nn, optim, utils, amp  # noqa: E402
+from .amp import autocast  # noqa: E402
 from . import distributed  # noqa: E402
 from .distributed import placement, sbp  # noqa: E402
 

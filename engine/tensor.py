@@ -219,6 +219,10 @@ class Tensor:
             grad = self._global.leaf_gradient(self, grad)
         elif grad._global is not None:
             raise RuntimeError(f"a local leaf of shape {tuple(self.shape)} received a global gradient")
+        if grad._data.dtype != self._data.dtype and self._data.dtype.kind != "c":
+            # as PyTorch's engine: a gradient takes its leaf's dtype (a float32 parameter used by
+            # a float16 op under autocast gets a float32 gradient)
+            grad = grad.to(self.dtype)
         if self.grad is None:
             # A gradient may share its array with another leaf's gradient, a retained output or
             # a user's tensor: then .grad gets its own copy. A fresh array that nothing else
@@ -298,7 +302,8 @@ class Tensor:
 
     def item(self):
         if self.numel() != 1:
-            raise ValueError(f"only one element tensors can be converted to Python scalars, got shape {tuple(self.shape)}")
+            raise ValueError("only one element tensors can be converted to Python scalars, got shape "
+                             f"{tuple(self.shape)}")
         return self._host().reshape(()).item()
 
     def tolist(self):

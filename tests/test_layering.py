@@ -26,6 +26,7 @@ LAYERS = {
     "engine.optim": 4,
     "engine.serialization": 4,
     "engine.utils": 4,
+    "engine.amp": 4,
     "engine.distributed": 5,
     "engine": 6,  # engine/__init__.py: the public namespace, gathers every layer
     "libai": 7,

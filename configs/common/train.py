@@ -47,8 +47,10 @@ train = dict(
     # is not resumed refuses to start in a directory holding a previous run
     overwrite_output_dir=False,
 
-    # Automatic mixed precision for training (not implemented: only False is accepted)
-    amp=dict(enabled=False),
+    # Automatic mixed precision (engine.amp): PyTorch's autocast policy around every forward
+    # (matmuls in `dtype`, losses in float32, float32 master weights); dtype "float16" (with
+    # dynamic loss scaling), "bfloat16", or None: bfloat16 on the CPU, float16 on CUDA
+    amp=dict(enabled=False, dtype=None),
 
     # Activation checkpointing: every TransformerLayer (and SwinBlock) recomputes its forward in
     # backward instead of keeping its activations (same losses and gradients, less memory, about

@@ -5,6 +5,10 @@ import threading
 
 class _State(threading.local):
     enabled = True
+    # engine.amp.autocast: (device type, low-precision engine dtype) while active, else None.
+    # Kept here, with the grad mode, because Op.apply reads it on every call and backward
+    # turns it off (as PyTorch, autocast shapes the forward; backward follows its dtypes).
+    autocast = None
 
 
 _state = _State()

@@ -10,7 +10,7 @@ engine ops, so the same engine serves local and global tensors and supports `cre
 import sys
 
 from ..backend.buffers import owns_memory
-from .grad_mode import set_grad_enabled
+from .grad_mode import _state, set_grad_enabled
 
 
 class RemovableHandle:
@@ -138,8 +138,17 @@ def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
     """Backpropagate from `roots` (tensors) seeded with `grad_roots`.
 
     With `capture` (a list of edges) the gradients flowing into those edges are returned instead
-    of being accumulated into leaves, which is what `autograd.grad` needs.
+    of being accumulated into leaves, which is what `autograd.grad` needs. Autocast is off while
+    it runs: each backward computes in the dtypes its forward saw.
     """
+    saved_autocast, _state.autocast = _state.autocast, None
+    try:
+        return _run_backward(roots, grad_roots, retain_graph, create_graph, capture)
+    finally:
+        _state.autocast = saved_autocast
+
+
+def _run_backward(roots, grad_roots, retain_graph, create_graph, capture):
     root_edges = []
     for t, g in zip(roots, grad_roots):
         edge = t._grad_edge()

@@ -18,8 +18,10 @@ from .global_tensor import GlobalMeta, no_grad_sync, sync_grads  # noqa: E402
 from . import dispatch, rules, pipeline, zero  # noqa: E402,F401
 from ..ops.creation import set_global_factory  # noqa: E402
 from ..ops.op import set_global_dispatch  # noqa: E402
+from ..amp import set_found_inf_reducer  # noqa: E402
 
 # What this layer plugs into the layers below it (they never import engine.distributed; per-tensor
 # behaviour they reach through the GlobalMeta a global tensor carries):
 set_global_dispatch(dispatch.global_apply)  # Op.apply with a global input
 set_global_factory(global_tensor.create_global)  # creation with placement= and sbp=
+set_found_inf_reducer(comm.max_over_world)  # GradScaler: every rank skips the same steps

@@ -423,6 +423,17 @@ def _check_member(g, what):
 
 
 # ------------------------------------------------------------------------- collectives
+def max_over_world(value):
+    """The largest of every rank's float `value` (the value itself in one process; MPI is not
+    started for it)."""
+    if _world is None and int(os.environ.get("WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) == 1:
+        return float(value)
+    world = init()
+    if world.size == 1:
+        return float(value)
+    return float(world.comm.allreduce(float(value), op=MPI.MAX))
+
+
 def all_reduce(tensor, op="sum", group=None):
     """Reduce `tensor` over the group, in place on every rank; returns `tensor`."""
     g = _group(group)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..backend import dtypes, parallel, xp_of
 from ..tensor import Tensor, tensor_method
-from .op import Op
+from .op import Op, set_autocast_cast
 
 
 def shape_str(shape):
@@ -32,6 +32,9 @@ def cast(t, dtype):
     if t._data.dtype == dtype.np:
         return t
     return Cast.apply(t, dtype=dtype)
+
+
+set_autocast_cast(cast)
 
 
 class Clone(Op):

@@ -173,10 +173,26 @@ def rows_of(a, shape):
 
 def matmul(xp, a, b, bias=None):
     """xp.matmul (+ bias over the last axis), split over the engine's threads on the CPU (see
-    engine.backend.parallel)."""
+    engine.backend.parallel). On the CPU float16/bfloat16 products run as float32 BLAS products
+    rounded to the low dtype (a half-precision GEMM's float32 accumulation; numpy has no
+    float16 BLAS and its own float16 matmul is ~50x slower)."""
     if xp is np:
+        low = low_precision(a) if a.dtype == b.dtype else None
+        if low is not None:
+            return parallel_matmul(a.astype(np.float32), b.astype(np.float32), as_float32(bias)).astype(low)
         return parallel_matmul(a, b, bias)
     out = xp.matmul(a, b)
     if bias is not None:
         out += bias
     return out
+
+
+def low_precision(a):
+    """The dtype of `a` when it is float16 or bfloat16 (kernels that accumulate, such as the
+    fused attention, compute those in float32 and cast the result back), else None."""
+    dt = a.dtype
+    return dt if dt == np.float16 or dt.name == "bfloat16" else None
+
+
+def as_float32(a):
+    return None if a is None or a.dtype == np.float32 else a.astype(np.float32)

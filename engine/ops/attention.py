@@ -26,9 +26,9 @@ from ..backend import mkl, xp_of
 from ..backend.parallel import parallel_map
 from ..backend.random import default_generator
 from ._core import NoDoubleBackward, check_float, shape_str, sum_to_array
-from ._kernels import empty, fill_where, ignore_fp_errors, select_bits
+from ._kernels import as_float32, empty, fill_where, ignore_fp_errors, low_precision, select_bits
 from .dropout import scaled_keep_mask
-from .op import Op
+from .op import Op, autocast_unifies
 from .softmax import _softmax_grad_rows, _softmax_rows
 
 __all__ = ["packed_qkv_attention"]
@@ -134,11 +134,17 @@ class PackedQKVAttention(Op):
     scaled dropout mask (or None), are hidden outputs kept for the backward."""
 
     name = "PackedQKVAttention"
+    autocast = "lower"
     save_inputs = (0,)
     save_outputs = (1, 2)
 
     @staticmethod
     def forward(ctx, qkv, mask, bias, heads, scale, fill, dropout_p, generator):
+        low = low_precision(qkv)
+        if low is not None:  # float16/bfloat16 (autocast): computed in float32, the output cast back
+            out, probs, drop = PackedQKVAttention.forward(ctx, qkv.astype(np.float32), mask, as_float32(bias), heads,
+                                                          scale, fill, dropout_p, generator)
+            return out.astype(low), probs, drop
         xp = xp_of(qkv)
         lay = _Layout(qkv, heads, mask, bias)
         s, d, b = lay.s, lay.d, lay.rows
@@ -198,6 +204,11 @@ class PackedQKVAttentionGrad(NoDoubleBackward, Op):
 
     @staticmethod
     def forward(ctx, g, qkv, probs, drop, layout, scale, zero_mask, bias_shape):
+        low = low_precision(qkv)
+        if low is not None:  # the forward ran in float32 (probs are float32); dqkv in qkv's dtype
+            dqkv, dbias = PackedQKVAttentionGrad.forward(ctx, g.astype(np.float32), qkv.astype(np.float32), probs,
+                                                         drop, layout, scale, zero_mask, bias_shape)
+            return dqkv.astype(low), dbias
         ctx.op_name = "packed_qkv_attention"
         xp = xp_of(qkv)
         lay = layout
@@ -291,7 +302,7 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
     if mask is not None and (mask.dtype.name != "bool" or not broadcastable(mask)):
         raise RuntimeError(f"packed_qkv_attention: mask must be bool and broadcastable to "
                            f"{shape_str(full)}, got {mask.dtype.name} {shape_str(mask.shape)}")
-    if bias is not None and (bias.dtype != qkv.dtype or not broadcastable(bias)):
+    if bias is not None and ((bias.dtype != qkv.dtype and not autocast_unifies(qkv, bias)) or not broadcastable(bias)):
         raise RuntimeError(f"packed_qkv_attention: bias must be {qkv.dtype.name} (the dtype of qkv) and "
                            f"broadcastable to {shape_str(full)}, got {bias.dtype.name} {shape_str(bias.shape)}")
     if not 0.0 <= dropout_p <= 1.0:

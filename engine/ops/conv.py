@@ -199,6 +199,7 @@ def _conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
 
 class Conv2d(Op):
     name = "Conv2d"
+    autocast = "lower"
     save_inputs = (0, 1)
 
     @staticmethod

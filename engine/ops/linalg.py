@@ -8,7 +8,7 @@ plus a reduction into one large GEMM.
 """
 import string
 
-from .op import Op
+from .op import Op, autocast_unifies
 from ..backend import xp_of
 from ..tensor import Tensor, tensor_method
 from ._core import broadcast_shapes, broadcast_to, reshape, shape_str, sum_to
@@ -40,7 +40,7 @@ def _mT(t):
 def _same_dtype(a, b, op):
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
         raise TypeError(f"{op}: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
-    if a._data.dtype != b._data.dtype:
+    if a._data.dtype != b._data.dtype and not autocast_unifies(a, b):
         raise RuntimeError(f"{op}: expected both operands to have the same dtype, but got "
                            f"{a.dtype.name} != {b.dtype.name}")
 
@@ -53,6 +53,7 @@ def _mismatch(op, a, b, k1, k2):
 # ------------------------------------------------------------------ matmul
 class Matmul(Op):
     name = "Matmul"
+    autocast = "lower"
     save_inputs = (0, 1)
 
     @staticmethod
@@ -173,6 +174,7 @@ class Linear(Op):
     """y = x W^T + b: one GEMM on the 2-D view of x, bias added in place."""
 
     name = "Linear"
+    autocast = "lower"
     save_inputs = (0, 1)
 
     @staticmethod
@@ -218,6 +220,7 @@ class Einsum(Op):
     """xp.einsum on explicit subscripts (no ellipsis): 'ab,bc->ac'."""
 
     name = "Einsum"
+    autocast = "lower"
 
     @staticmethod
     def forward(ctx, *arrays, equation):

@@ -155,6 +155,7 @@ class CrossEntropy(Op):
     """
 
     name = "CrossEntropyLoss"
+    autocast = "fp32"
     save_inputs = (1, 2)
     save_outputs = (1,)
 
@@ -301,6 +302,7 @@ class NllLoss(Op):
     """loss_i = -w[t_i] * x[i, t_i] (ignored targets contribute 0); 'mean' divides by sum(w[t])."""
 
     name = "NllLoss"
+    autocast = "fp32"
     save_inputs = (1, 2)
 
     @staticmethod
@@ -471,6 +473,7 @@ class PointwiseLoss(Op):
     elementwise weight, broadcasting input/target like PyTorch, and the reduction."""
 
     name = "PointwiseLoss"
+    autocast = "fp32"
     save_inputs = (0, 1, 2)
 
     @staticmethod

@@ -121,6 +121,7 @@ class LayerNorm(Op):
     see docs/engine.md)."""
 
     name = "NativeLayerNorm"
+    autocast = "fp32_cuda"
     save_outputs = (1, 2)
     save_inputs = (0, 1)
 
@@ -265,6 +266,7 @@ class Normalize(Op):
     """y = x / max(||x||_p, eps) along `axis`."""
 
     name = "Normalize"
+    autocast = "fp32_cuda"
     save_inputs = (0,)
 
     @staticmethod
@@ -331,6 +333,7 @@ class CosineSimilarity(Op):
     """sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along `axis` (inputs pre-broadcast)."""
 
     name = "CosineSimilarity"
+    autocast = "fp32_cuda"
     save_inputs = (0, 1)
 
     @staticmethod

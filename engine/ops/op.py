@@ -19,11 +19,18 @@ from ..autograd.function import Context, alias, saved_input
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 from ..backend.dtypes import bfloat16 as _bf16
+from ..backend.dtypes import float32 as _F32
 from ..tensor import Tensor
 
 _BF16 = _bf16.np
 
 _global_dispatch = None
+_autocast_cast = None  # engine.ops._core registers its recorded cast (the Cast op) here
+
+
+def set_autocast_cast(fn):
+    global _autocast_cast
+    _autocast_cast = fn
 
 
 def set_global_dispatch(fn):
@@ -40,12 +47,17 @@ class Op:
     save_inputs    -- indices of inputs the backward reads (kept alive in the graph)
     save_outputs   -- indices of outputs the backward reads
     differentiable -- False for ops with no gradient (comparisons, argmax, random sampling)
+    autocast       -- what engine.amp.autocast does to its floating inputs (PyTorch's lists):
+                      "lower" (to the autocast dtype: matmul, linear, conv, attention),
+                      "fp32" (to float32: losses), "fp32_cuda" (to float32 under a CUDA autocast
+                      only: softmax, layer_norm), None (run in the inputs' dtypes)
     """
 
     name = None
     save_inputs = ()
     save_outputs = ()
     differentiable = True
+    autocast = None
 
     @staticmethod
     def forward(ctx, *arrays, **attrs):
@@ -58,6 +70,8 @@ class Op:
     @classmethod
     def apply(cls, *inputs, **attrs):
         """Run the op on Tensors (None allowed for optional inputs); returns a Tensor or a tuple."""
+        if cls.autocast is not None and _state.autocast is not None:
+            inputs = _autocast_inputs(cls.autocast, _state.autocast, inputs)
         for t in inputs:
             if t is not None and t._global is not None:
                 if _global_dispatch is None:
@@ -75,6 +89,37 @@ class Op:
             ctx.needs_input_grad = tuple(t is not None and t._requires_grad for t in inputs)
         out = cls.forward(ctx, *arrays, **attrs)
         return wrap_outputs(cls, ctx, inputs, out, needs_grad)
+
+
+def _autocast_inputs(policy, mode, inputs):
+    """The inputs cast as `policy` says under autocast `mode` = (device type, low dtype): floating
+    tensors on that device type, float64 excepted (as PyTorch's cached_cast), through the recorded
+    Cast op so that gradients return in each input's own dtype (fp32 master weights)."""
+    device_type, low = mode
+    if policy == "lower":
+        target = low
+    elif policy == "fp32" or (policy == "fp32_cuda" and device_type == "cuda"):
+        target = _F32
+    else:
+        return inputs
+    out = []
+    for t in inputs:
+        if t is not None and t._device.type == device_type:
+            dt = t._data.dtype
+            if (dt.kind == "f" or dt == _BF16) and dt != np.float64 and dt != target.np:
+                t = _autocast_cast(t, target)
+        out.append(t)
+    return tuple(out)
+
+
+def autocast_unifies(*tensors):
+    """Whether an active autocast will cast every one of `tensors` to its low dtype (a
+    "lower" op's dtype checks then let mixed float dtypes through, as PyTorch's do)."""
+    mode = _state.autocast
+    if mode is None:
+        return False
+    return all(t._device.type == mode[0] and (t._data.dtype.kind == "f" or t._data.dtype == _BF16)
+               and t._data.dtype != np.float64 for t in tensors)
 
 
 def wrap_outputs(cls, ctx, inputs, out, needs_grad):

@@ -187,11 +187,13 @@ class _SoftmaxBase(Op):
 
 class Softmax(_SoftmaxBase):
     name = "Softmax"
+    autocast = "fp32_cuda"
     grad_op = SoftmaxGrad
 
 
 class LogSoftmax(_SoftmaxBase):
     name = "LogSoftmax"
+    autocast = "fp32_cuda"
     log = True
     grad_op = LogSoftmaxGrad
 
@@ -238,6 +240,7 @@ class ScaleMaskSoftmax(Op):
     """softmax(where(mask, fill, x * scale), dim=-1) in one pass chain (attention scores)."""
 
     name = "ScaleMaskSoftmax"
+    autocast = "fp32_cuda"
     save_outputs = (0,)
 
     @staticmethod

@@ -30,7 +30,6 @@ __all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "VALUE_CHECKS"]
 # would be silently ignored (pipeline_parallel_size > 1 would fail deep inside the model), so it
 # is refused. docs/config.md has the same list.
 NOT_IMPLEMENTED = {
-    "amp.enabled": "automatic mixed precision",
     "nccl_fusion_threshold_mb": "OneFlow's NCCL fusion of collectives",
     "nccl_fusion_max_ops": "OneFlow's NCCL fusion of collectives",
     "consumed_train_samples": "starting from a sample count (a resume restores the data position "
@@ -94,6 +93,8 @@ VALUE_CHECKS = {
          "a list of stage ids (integers >= 0)")),
     "dist.pipeline_parallel_size": _POSITIVE,
     "activation_checkpoint.enabled": _BOOL,
+    "amp.enabled": _BOOL,
+    "amp.dtype": ((lambda v: v in (None, "float16", "bfloat16")), "'float16', 'bfloat16' or None"),
     "zero_optimization.enabled": _BOOL,
     "zero_optimization.stage": ((lambda v: v in (1, 2, 3) and not isinstance(v, bool)), "1, 2 or 3"),
     "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),

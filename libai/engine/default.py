@@ -188,12 +188,15 @@ class DefaultTrainer(TrainerBase):
         device = self.input_device(cfg)
         self.pipeline = self.build_pipeline(cfg, self.model)
         self.zero = self.build_zero(cfg, self.optimizer)
+        self.grad_scaler = self.build_grad_scaler(cfg)
         self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
                                      cfg.train.num_accumulation_steps,
                                      get_batch=lambda data: self.get_batch(data, device), pipeline=self.pipeline,
-                                     zero=self.zero)
+                                     zero=self.zero, autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler)
 
         checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
+        if self.grad_scaler is not None:
+            checkpointables["grad_scaler"] = self.grad_scaler
         if hasattr(self.train_loader, "state_dict") and hasattr(self.train_loader, "load_state_dict"):
             checkpointables["train_loader"] = self.train_loader
         else:
@@ -365,6 +368,28 @@ class DefaultTrainer(TrainerBase):
                               kind=cfg.train.dist.pipeline_schedule, device_type=device)
 
     @classmethod
+    def autocast_of(cls, cfg):
+        """A factory of the autocast context of train.amp (None when amp is off): PyTorch's
+        per-op policy in train.amp.dtype ("bfloat16", "float16"; None: bfloat16 on the CPU,
+        float16 on CUDA) around every forward, in training and evaluation (engine.amp)."""
+        if not cfg.train.amp.enabled:
+            return None
+        device, dtype = cls.input_device(cfg), cfg.train.amp.dtype
+        return lambda: flow.autocast(device, dtype=dtype)
+
+    @classmethod
+    def build_grad_scaler(cls, cfg):
+        """engine.amp.GradScaler (PyTorch's defaults) when training in float16, where small
+        gradients would underflow without loss scaling; None otherwise (bfloat16 has float32's
+        range and needs none)."""
+        if not cfg.train.amp.enabled:
+            return None
+        factory = cls.autocast_of(cfg)
+        if factory().fast_dtype != flow.float16:
+            return None
+        return flow.amp.GradScaler(cls.input_device(cfg))
+
+    @classmethod
     def build_zero(cls, cfg, optimizer):
         """ZeRO over the data-parallel mesh axis when train.zero_optimization.enabled (None
         otherwise, or with data_parallel_size 1, where there is nothing to shard): stage 1
@@ -502,6 +527,9 @@ class DefaultTrainer(TrainerBase):
         logger = logging.getLogger(__name__)
         device = cls.input_device(cfg)
         pipeline = cls.build_pipeline(cfg, model)
+        autocast = cls.autocast_of(cfg)
+        if pipeline is not None and autocast is not None:
+            pipeline.autocast = autocast
         results = OrderedDict()
         for idx, loader in enumerate(test_loaders):
             ev = evaluator if evaluator is not None else cls.build_evaluator(cfg)
@@ -510,7 +538,8 @@ class DefaultTrainer(TrainerBase):
                 name = f"{name}_{idx}"
             res = inference_on_dataset(model, loader, ev, cfg.train.evaluation.eval_iter,
                                        get_batch=lambda data: cls.get_batch(data, device), should_stop=should_stop,
-                                       forward=pipeline.forward_only if pipeline is not None else None)
+                                       forward=pipeline.forward_only if pipeline is not None else None,
+                                       autocast=autocast)
             results[name] = res
             if dist.is_main_process():
                 logger.info(f"Evaluation results for {name} in csv format:")

@@ -29,6 +29,7 @@ all-reduces over data parallelism are deferred to the trainer's sync after the l
 The bubble: the fraction of the schedule's wall time a stage spends waiting, ideally
 (p-1)/(m+p-1); `PipelineRunner.last_timing` holds the measured busy and total times per stage.
 """
+import contextlib
 import json
 import time
 import numpy as np
@@ -101,6 +102,9 @@ class PipelineRunner:
         self.tied = [(p, topo.get_layer_stage_id(p_idx)) for p, p_idx in tied]
         self.last_timing = None
         self._wait_time = 0.0  # seconds blocked in receives during run() (not busy)
+        # mixed precision (set by the trainer): the forward's autocast context and the loss scaling
+        self.autocast = contextlib.nullcontext
+        self.scale_loss = None
 
     @property
     def is_first(self):
@@ -148,13 +152,14 @@ class PipelineRunner:
         batch = self._batch(next_data)
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
         self._inputs[k] = carry
-        with handoff.stage_local(), handoff.stand_ins(stand):
+        with handoff.stage_local(), handoff.stand_ins(stand), self.autocast():
             for step in self.steps:
                 carry = step.fn(carry, batch)
         if self.is_last:
             if not isinstance(carry, dict):
                 carry = {"total_loss": carry}
-            self._losses[k] = _loss_of(carry) / m if m > 1 else _loss_of(carry)
+            loss = _loss_of(carry) / m if m > 1 else _loss_of(carry)
+            self._losses[k] = self.scale_loss(loss) if self.scale_loss is not None else loss
             self._logged.append({key: v.detach().item() for key, v in carry.items()})
         else:
             self._outputs[k] = self._send_carry(carry, _TAG_FORWARD)
@@ -256,7 +261,7 @@ class PipelineRunner:
         batch = self.get_batch(data, self.here)
         self._pending = []
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
-        with handoff.stage_local(), handoff.stand_ins(self._fetch_tied_no_grad()):
+        with handoff.stage_local(), handoff.stand_ins(self._fetch_tied_no_grad()), self.autocast():
             for step in self.steps:
                 carry = step.fn(carry, batch)
         if not self.is_last:

@@ -18,6 +18,7 @@ writes a checkpoint whose model, optimizer, scheduler, RNG and data position all
 A second signal abandons the step at once (KeyboardInterrupt): no checkpoint is written then.
 `trainer.interrupted` holds the signal number (tools/train_net.py exits with 128 + it).
 """
+import contextlib
 import logging
 import os
 import signal
@@ -278,6 +279,11 @@ class EagerTrainer(TrainerBase):
     The logged losses are the means over the m micro-batches, so micro-batch b x m steps
     matches micro-batch (b*m) x 1 step.
 
+    Mixed precision: `autocast` (a context factory, e.g. engine.autocast("cpu", dtype=...))
+    wraps each forward; with a `grad_scaler` (engine.amp.GradScaler, float16) the loss is
+    scaled before backward, the gradients unscaled before clipping, and a step whose gradients
+    hold inf/nan (on any rank) is skipped while the scale backs off.
+
     With `zero` (an engine.distributed.zero.ZeroRedundancy) the optimizer updates shards: the
     gradients are reduced into them (stage 2: reduce-scattered, every micro-batch's backward
     leaving them partial) and the parameters gathered back after the step.
@@ -288,7 +294,8 @@ class EagerTrainer(TrainerBase):
     bubble (the stages' mean idle fraction of the schedule's time), the schedule's time and
     each stage's busy time are logged."""
 
-    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None, zero=None):
+    def __init__(self, model, data_loader, optimizer, grad_acc_steps=1, get_batch=None, pipeline=None, zero=None,
+                 autocast=None, grad_scaler=None):
         super().__init__()
         model.train()
         self.model = model
@@ -299,6 +306,11 @@ class EagerTrainer(TrainerBase):
         self.get_batch = get_batch
         self.pipeline = pipeline
         self.zero = zero
+        self.autocast = autocast or contextlib.nullcontext
+        self.grad_scaler = grad_scaler
+        if pipeline is not None:
+            pipeline.autocast = self.autocast
+            pipeline.scale_loss = grad_scaler.scale if grad_scaler is not None else None
         self._stage_group = None
 
     @property
@@ -360,9 +372,20 @@ class EagerTrainer(TrainerBase):
         """After the micro-batches' backwards: gradient sync, clipping, the optimizer step (and
         ZeRO's parameter gather), gradients cleared."""
         self.sync_grads()
+        scaler = self.grad_scaler
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)  # true gradients for clipping; inf/nan agreed over ranks
         self.clip_grads()
-        self.optimizer.step()
-        if self.zero is not None:
+        stepped = True
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            stepped = not scaler.found_inf(self.optimizer)
+            if dist.is_main_process():
+                get_event_storage().put_scalar("loss_scale", scaler.get_scale(), smoothing_hint=False)
+            scaler.update()
+        else:
+            self.optimizer.step()
+        if self.zero is not None and stepped:
             self.zero.gather_parameters()
         self.zero_grad()
 
@@ -397,15 +420,19 @@ class EagerTrainer(TrainerBase):
             if self.get_batch is not None:
                 data = self.get_batch(data)
             data_time += time.perf_counter() - start
-            loss_dict = self.model(**data)
+            with self.autocast():
+                loss_dict = self.model(**data)
             if not isinstance(loss_dict, dict):
                 loss_dict = {"total_loss": loss_dict}
             losses = loss_of(loss_dict)
+            losses = losses / m if m > 1 else losses
+            if self.grad_scaler is not None:
+                losses = self.grad_scaler.scale(losses)
             if i < m - 1 or defer_all:
                 with _edist.no_grad_sync():  # one gradient reduction per step, not per micro-batch
-                    (losses / m if m > 1 else losses).backward()
+                    losses.backward()
             else:
-                (losses / m if m > 1 else losses).backward()
+                losses.backward()
             for k, v in loss_dict.items():
                 loss_sums[k] = loss_sums.get(k, 0.0) + v.detach().item()
         self.update()

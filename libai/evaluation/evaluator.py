@@ -1,4 +1,5 @@
 """Evaluators and `inference_on_dataset` (as detectron2/LiBai)."""
+import contextlib
 import datetime
 import logging
 import time
@@ -75,7 +76,7 @@ def _default_get_batch(batch):
 
 
 def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batch=None, batch_size=None,
-                         should_stop=None, forward=None):
+                         should_stop=None, forward=None, autocast=None):
     """Run `model` over `data_loader` (at most `eval_iter` batches; None or <= 0: all) in eval
     mode without autograd, feeding `evaluator`; returns `evaluator.evaluate()`.
 
@@ -86,7 +87,8 @@ def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batc
 
     `forward(batch) -> (inputs, outputs)` replaces `get_batch` and the model call (a pipeline:
     libai.engine.pipeline.PipelineRunner.forward_only); outputs None (a rank of a stage other
-    than the last) skips the evaluator on that rank."""
+    than the last) skips the evaluator on that rank. `autocast` (a context factory, the
+    trainer's mixed precision) wraps the model call."""
     logger = logging.getLogger(__name__)
     get_batch = get_batch or _default_get_batch
     if evaluator is None:
@@ -116,7 +118,8 @@ def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batc
                 inputs, outputs = forward(batch)
             else:
                 inputs = get_batch(batch)
-                outputs = model(**inputs)
+                with autocast() if autocast is not None else contextlib.nullcontext():
+                    outputs = model(**inputs)
             if outputs is not None:
                 evaluator.process(inputs, outputs)
             n_done += 1

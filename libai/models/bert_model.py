@@ -119,7 +119,9 @@ class BertModel(nn.Module):
             raise ValueError("BertModel: apply_residual_post_layernorm applies to layernorm_position='pre' "
                              "(a post-LN residual already starts after the LayerNorm)")
         if amp_enabled:  # a LiBai key: only its default is accepted (docs/config.md)
-            raise NotImplementedError("BertModel: amp_enabled=True (mixed precision) is not implemented")
+            raise NotImplementedError("BertModel: amp_enabled=True (LiBai's graph-mode cast of the embeddings) is not "
+                                      "implemented; mixed precision here is train.amp.enabled=True (autocast around "
+                                      "the whole model, docs/parallelism.md)")
         intermediate_size = 4 * hidden_size if intermediate_size is None else intermediate_size
         dist.check_tensor_parallel_divisible(vocab_size, "BertModel: vocab_size (pad it to a multiple of tp)")
         dist.check_tensor_parallel_divisible(hidden_size, "BertModel: hidden_size")

@@ -114,7 +114,9 @@ class GPTModel(nn.Module):
         if num_attention_heads is None:
             raise ValueError("GPTModel: num_attention_heads is required")
         if amp_enabled:  # a LiBai key: only its default is accepted (docs/config.md)
-            raise NotImplementedError("GPTModel: amp_enabled=True (mixed precision) is not implemented")
+            raise NotImplementedError("GPTModel: amp_enabled=True (LiBai's graph-mode cast of the embeddings) is not "
+                                      "implemented; mixed precision here is train.amp.enabled=True (autocast around "
+                                      "the whole model, docs/parallelism.md)")
         ffn_hidden_size = 4 * hidden_size if ffn_hidden_size is None else ffn_hidden_size
         dist.check_tensor_parallel_divisible(vocab_size, "GPTModel: vocab_size (pad it to a multiple of tp)")
         dist.check_tensor_parallel_divisible(hidden_size, "GPTModel: hidden_size")

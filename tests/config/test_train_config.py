@@ -25,7 +25,7 @@ def test_missing_keys_take_the_common_defaults_and_set_keys_stay():
     assert train is cfg.train
     assert train.evaluation.eval_period == defaults.evaluation.eval_period == 5000
     assert train.checkpointer == defaults.checkpointer == {"period": 5000, "max_to_keep": 100}
-    assert train.seed == 1234 and train.amp == {"enabled": False}
+    assert train.seed == 1234 and train.amp == {"enabled": False, "dtype": None}
     # what the recipe set is kept
     assert train.train_iter == 300 and train.evaluation.eval_iter == 100 and train.output_dir.endswith("mlp_classifier")
     assert set(train) == set(defaults)
@@ -93,7 +93,7 @@ def test_a_config_without_train_is_an_error():
 
 
 NON_DEFAULT = {
-    "amp.enabled": "true", "nccl_fusion_threshold_mb": "32",
+    "nccl_fusion_threshold_mb": "32",
     "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
     "train_samples": "1000", "start_iter": "5", "rdma_enabled": "true",
 }

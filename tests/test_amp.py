@@ -1,0 +1,169 @@
+"""engine.amp against torch.amp: autocast's per-op output dtypes and values (CPU policy, float16
+and bfloat16), float32 gradients for float32 parameters, backward outside autocast, and the
+GradScaler step by step against torch.amp.GradScaler with injected inf/nan gradients."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import engine as flow
+import engine.nn.functional as F
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((4, 8)).astype(np.float32)
+W = rng.standard_normal((6, 8)).astype(np.float32)
+B = rng.standard_normal(6).astype(np.float32)
+IMG = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+K = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+T = np.array([0, 5, 2, 1])
+QKV = rng.standard_normal((2, 5, 3 * 8)).astype(np.float32)
+
+DTYPES = [(flow.bfloat16, torch.bfloat16), (flow.float16, torch.float16)]
+
+
+def _ops(lib, Fn, t):
+    """name -> a call of that op in `lib` on the shared inputs (converted by `t`)."""
+    x, w, b, img, k, tgt = t(X), t(W), t(B), t(IMG), t(K), t(T)
+    return {
+        "linear": lambda: Fn.linear(x, w, b),
+        "matmul": lambda: x @ w.transpose(0, 1),
+        "bmm": lambda: lib.bmm(x[None], w.transpose(0, 1)[None]),
+        "conv2d": lambda: Fn.conv2d(img, k),
+        "softmax": lambda: Fn.softmax(x, dim=-1),
+        "log_softmax": lambda: Fn.log_softmax(x, dim=-1),
+        "layer_norm": lambda: Fn.layer_norm(x, (8,)),
+        "cross_entropy": lambda: Fn.cross_entropy(Fn.linear(x, w), tgt),
+        "nll_loss": lambda: Fn.nll_loss(Fn.log_softmax(x, dim=-1), tgt),
+        "mse_loss": lambda: Fn.mse_loss(Fn.linear(x, w), Fn.linear(x, w)),
+        "gelu": lambda: Fn.gelu(x),
+        "gelu_of_linear": lambda: Fn.gelu(Fn.linear(x, w)),
+        "add_low_and_fp32": lambda: Fn.linear(x, w) + b,
+        "layer_norm_of_linear": lambda: Fn.layer_norm(Fn.linear(x, w), (6,)),
+        "softmax_of_linear": lambda: Fn.softmax(Fn.linear(x, w), dim=-1),
+        "sum": lambda: x.sum(),
+        "embedding": lambda: Fn.embedding(tgt, w),
+    }
+
+
+@pytest.mark.parametrize("dt,tdt", DTYPES, ids=["bfloat16", "float16"])
+def test_autocast_output_dtypes_and_values_match_torch_cpu(dt, tdt):
+    ours = _ops(flow, F, flow.tensor)
+    theirs = _ops(torch, TF, torch.tensor)
+    for name in ours:
+        with flow.autocast("cpu", dtype=dt):
+            y = ours[name]()
+        with torch.autocast("cpu", dtype=tdt):
+            ty = theirs[name]()
+        assert y.dtype.name == str(ty.dtype).replace("torch.", ""), (name, y.dtype, ty.dtype)
+        # one rounding of the low dtype apart (bfloat16 keeps 8 bits, float16 11)
+        tol = 2 ** -7 if dt == flow.bfloat16 else 2 ** -10
+        np.testing.assert_allclose(y.float().detach().numpy(), ty.float().detach().numpy(), rtol=2 * tol,
+                                   atol=2 * tol * max(1.0, float(ty.float().abs().max())), err_msg=name)
+
+
+def test_packed_attention_runs_in_the_low_dtype_like_torch_sdpa():
+    with flow.autocast("cpu", dtype=flow.bfloat16):
+        y = F.packed_qkv_attention(flow.tensor(QKV), 2)
+    q, k, v = (torch.tensor(QKV).view(2, 5, 2, 3, 4)[..., i, :].transpose(1, 2) for i in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = TF.scaled_dot_product_attention(q, k, v)
+    assert y.dtype == flow.bfloat16 and ty.dtype == torch.bfloat16
+    ref = ty.float().transpose(1, 2).reshape(2, 5, 8).numpy()
+    np.testing.assert_allclose(y.float().numpy(), ref, atol=3e-2)
+
+
+def test_float32_parameters_get_float32_gradients_and_backward_is_not_autocast():
+    w = flow.tensor(W, requires_grad=True)
+    b = flow.tensor(B, requires_grad=True)
+    x = flow.tensor(X, requires_grad=True)
+    with flow.autocast("cpu", dtype=flow.float16):
+        y = F.layer_norm(F.linear(x, w, b), (6,))
+        assert y.dtype == flow.float16
+        loss = F.mse_loss(y, flow.zeros(4, 6))
+        assert loss.dtype == flow.float32
+        loss.backward()  # inside the context: the backward ops still run uncast
+    assert w.grad.dtype == b.grad.dtype == x.grad.dtype == flow.float32
+    tw, tb, tx = (torch.tensor(a, requires_grad=True) for a in (W, B, X))
+    with torch.autocast("cpu", dtype=torch.float16):
+        TF.mse_loss(TF.layer_norm(TF.linear(tx, tw, tb), (6,)), torch.zeros(4, 6)).backward()
+    for ours, theirs in [(w, tw), (b, tb), (x, tx)]:
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=2e-2, atol=2e-3)
+
+
+def test_nesting_disabling_decorator_and_float64():
+    x64 = flow.tensor(X.astype(np.float64))
+    with flow.autocast("cpu"):  # bfloat16 by default on the CPU
+        assert flow.amp.is_autocast_enabled("cpu") and flow.amp.get_autocast_dtype("cpu") == flow.bfloat16
+        assert F.linear(flow.tensor(X), flow.tensor(W)).dtype == flow.bfloat16
+        assert F.linear(x64, flow.tensor(W, dtype=flow.float64)).dtype == flow.float64  # never cast
+        with flow.autocast("cpu", enabled=False):
+            assert F.linear(flow.tensor(X), flow.tensor(W)).dtype == flow.float32
+        with flow.autocast("cuda"):  # a CUDA autocast leaves CPU tensors alone
+            assert F.linear(flow.tensor(X), flow.tensor(W)).dtype == flow.float32
+    assert not flow.amp.is_autocast_enabled()
+
+    @flow.amp.autocast("cpu", dtype=flow.float16)
+    def f(a, b):
+        return a @ b
+
+    assert f(flow.tensor(X), flow.tensor(W.T)).dtype == flow.float16
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        flow.autocast("cpu", dtype=flow.float32)
+    with pytest.raises(ValueError, match="device_type"):
+        flow.autocast("tpu")
+
+
+# ------------------------------------------------------------------ GradScaler
+def _grads_for_step(i):
+    g = rng.standard_normal((3, 2)).astype(np.float32)
+    if i in (2, 5):
+        g[1, 0] = np.inf if i == 2 else np.nan
+    return g
+
+
+def test_grad_scaler_matches_torch_step_by_step():
+    w0 = rng.standard_normal((3, 2)).astype(np.float32)
+    w, tw = flow.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = flow.optim.SGD([w], lr=0.1), torch.optim.SGD([tw], lr=0.1)
+    kw = dict(init_scale=2.0 ** 4, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+    scaler, tscaler = flow.amp.GradScaler(**kw), torch.amp.GradScaler("cpu", **kw)
+    for i in range(10):
+        g = _grads_for_step(i)
+        for param, sc, make in ((w, scaler, flow.tensor), (tw, tscaler, torch.tensor)):
+            param.grad = None
+            sc.scale((param * make(g)).sum()).backward()  # the gradient is g times the scale
+        before = w.detach().numpy().copy()
+        scaler.step(opt)
+        tscaler.step(topt)
+        skipped = scaler.found_inf(opt)
+        assert skipped == (i in (2, 5))
+        if skipped:
+            np.testing.assert_array_equal(w.detach().numpy(), before)  # the step was skipped
+        scaler.update()
+        tscaler.update()
+        assert scaler.get_scale() == tscaler.get_scale(), (i, scaler.get_scale(), tscaler.get_scale())
+        np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-6)
+    # halved at the infs (steps 2, 5), doubled after 3 clean steps in a row (after steps 8)
+    assert scaler.get_scale() == 2.0 ** 4 * 0.5 * 0.5 * 2
+
+
+def test_grad_scaler_unscale_clip_state_and_disabled():
+    w = flow.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    opt = flow.optim.SGD([w], lr=1.0)
+    scaler = flow.amp.GradScaler(init_scale=8.0)
+    scaler.scale((w * 3.0).sum()).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), 24.0)
+    scaler.unscale_(opt)
+    np.testing.assert_array_equal(w.grad.numpy(), 3.0)  # clip_grad_norm_ would see true gradients here
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)  # does not unscale a second time
+    np.testing.assert_array_equal(w.detach().numpy(), -2.0)
+    scaler.update()
+    state = scaler.state_dict()
+    other = flow.amp.GradScaler()
+    other.load_state_dict(state)
+    assert other.get_scale() == 8.0 and other.state_dict() == state
+    off = flow.amp.GradScaler(enabled=False)
+    loss = (w * 2.0).sum()
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
