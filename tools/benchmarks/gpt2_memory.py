@@ -1,12 +1,14 @@
-"""Activation checkpointing on a GPT-2 training step: peak memory and step time, with and without.
+"""A GPT-2 training step's peak memory and time under activation checkpointing and mixed precision.
 
-    python tools/benchmarks/activation_checkpoint.py [--layers 6 --hidden 384 --seq 256 --batch 8]
+    python tools/benchmarks/gpt2_memory.py [--layers 6 --hidden 384 --seq 256 --batch 8]
 
-Each setting runs in its own child process (a few steps of GPTForPreTraining + AdamW, dropout
-0.1) that reports the growth of its peak resident set (VmHWM) over the resident set before the
-first step, and the median step time. Both children use the same seed, so their losses must be
-equal: with checkpointing every TransformerLayer recomputes its forward (with the same dropout
-masks) in backward instead of keeping its activations.
+Settings: plain float32; activation checkpointing (every TransformerLayer recomputes its
+forward, with the same dropout masks, in backward instead of keeping its activations);
+autocast bfloat16; autocast float16 with a GradScaler. Each runs in its own child process (a
+few steps of GPTForPreTraining + AdamW, dropout 0.1) that reports the growth of its peak
+resident set (VmHWM) over the resident set before the first step, the median step time and the
+losses. Checkpointing must give exactly the plain losses (the script fails otherwise); the
+mixed-precision losses are shown with their largest relative difference from float32.
 """
 import argparse
 import json
@@ -38,18 +40,22 @@ def child(args):
     model = GPTForPreTraining(hidden_layers=args.layers, vocab_size=args.vocab, hidden_size=args.hidden,
                               num_attention_heads=args.heads, max_seq_length=args.seq, embedding_dropout_prob=0.1,
                               attention_dropout_prob=0.1, output_dropout_prob=0.1)
-    if args.checkpointing:
+    if args.setting == "checkpointing":
         set_activation_checkpointing(model)
     opt = flow.optim.AdamW(model.parameters(), lr=1e-4)
+    low = {"bfloat16": flow.bfloat16, "float16": flow.float16}.get(args.setting)
+    scaler = flow.amp.GradScaler(enabled=args.setting == "float16")
     ids = np.random.default_rng(0).integers(0, args.vocab, (args.batch, args.seq + 1))
     batch = {"input_ids": flow.tensor(ids[:, :-1]), "labels": flow.tensor(ids[:, 1:])}
     base = vm_kib("VmRSS")
     times, losses = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()
-        loss = model(**batch)["lm_loss"]
-        loss.backward()
-        opt.step()
+        with flow.autocast("cpu", dtype=low or flow.bfloat16, enabled=low is not None):
+            loss = model(**batch)["lm_loss"]
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.item()))
@@ -66,28 +72,30 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--settings", default="plain,checkpointing,bfloat16,float16")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--checkpointing", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--setting", default="plain", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
     results = {}
-    for on in (False, True):
-        flags = ["--checkpointing"] if on else []
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", *sys.argv[1:], *flags]
+    for setting in ["plain"] + [s for s in args.settings.split(",") if s != "plain"]:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", *sys.argv[1:], "--setting", setting]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
         if proc.returncode != 0:
             sys.exit(proc.stdout + proc.stderr)
-        results[on] = json.loads(proc.stdout.strip().splitlines()[-1])
-    plain, ckpt = results[False], results[True]
-    if plain["losses"] != ckpt["losses"]:
-        sys.exit(f"losses differ with activation checkpointing: {plain['losses']} vs {ckpt['losses']}")
+        results[setting] = json.loads(proc.stdout.strip().splitlines()[-1])
+    plain = results["plain"]
+    if "checkpointing" in results and results["checkpointing"]["losses"] != plain["losses"]:
+        sys.exit(f"losses differ with activation checkpointing: {plain['losses']} vs "
+                 f"{results['checkpointing']['losses']}")
     print(f"GPT-2 step ({args.layers} layers, hidden {args.hidden}, seq {args.seq}, batch {args.batch}, dropout 0.1), "
-          f"{args.steps} steps; losses equal: {ckpt['losses']}")
-    for name, r in (("plain", plain), ("activation checkpointing", ckpt)):
-        print(f"{name:25s}: peak memory growth {r['peak_growth_mib']:7.1f} MiB   {r['step_ms']:7.1f} ms/step")
-    print(f"ratio checkpointing/plain: memory {ckpt['peak_growth_mib'] / plain['peak_growth_mib']:.2f}, "
-          f"time {ckpt['step_ms'] / plain['step_ms']:.2f}")
+          f"{args.steps} steps, plain losses {plain['losses']}")
+    for name, r in results.items():
+        diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], plain["losses"]))
+        mem, ms = r["peak_growth_mib"], r["step_ms"]
+        print(f"{name:14s}: peak memory growth {mem:7.1f} MiB ({mem / plain['peak_growth_mib']:.2f}x)   "
+              f"{ms:7.1f} ms/step ({ms / plain['step_ms']:.2f}x)   loss vs plain {diff:.1e}")
 
 
 if __name__ == "__main__":
