@@ -55,8 +55,6 @@ train.update(
     input_placement_device="cpu",
     seed=1234,
 )
-# pipeline stages split the transformer layers (as LiBai's recipes); follows hidden_layers overrides
-train.dist.pipeline_num_layers = "${model.cfg.hidden_layers}"
 train.checkpointer.update(period=100, max_to_keep=2)
 train.evaluation.update(
     enabled=True,

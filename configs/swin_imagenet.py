@@ -28,5 +28,3 @@ model = LazyCall(SwinTransformer)(
 )
 
 train.output_dir = "./output/swin_imagenet"
-# pipeline stages split the blocks: one layer per block (set it again after changing model.depths)
-train.dist.pipeline_num_layers = sum(model.depths)

@@ -77,8 +77,6 @@ train.update(
     input_placement_device="cpu",
     seed=42,
 )
-# pipeline stages split the blocks (as LiBai's recipes); follows model.depth overrides
-train.dist.pipeline_num_layers = "${model.depth}"
 train.checkpointer.update(period=500, max_to_keep=2)
 train.evaluation.update(
     enabled=True,

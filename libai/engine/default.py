@@ -103,6 +103,7 @@ def default_setup(cfg, args):
         with open(config_file, "r") as f:
             logger.info(f"Contents of args.config_file={config_file}:\n{f.read()}")
 
+    infer_pipeline_num_layers(cfg)
     dist.setup_dist_util(cfg.train.dist)
     sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
     logger.info(f"Batch sizes: {dict(sizes._asdict())} (data_parallel_size={dist.get_data_parallel_size()})")
@@ -135,6 +136,28 @@ def _unpack_loaders(result):
         result = list(result) + [None] * (3 - len(result))
         return result[0], result[1], result[2]
     return result, None, None
+
+
+# where a model config says how many layers it has (LiBai's recipes set pipeline_num_layers to it)
+_LAYER_COUNT_KEYS = ("model.cfg.hidden_layers", "model.cfg.num_layers", "model.depth", "model.depths")
+
+
+def infer_pipeline_num_layers(cfg):
+    """With pipeline_parallel_size > 1 and train.dist.pipeline_num_layers unset, set it to the
+    model's layer count (model.cfg.hidden_layers, model.depth, sum(model.depths): one pipeline
+    layer per transformer layer or Swin block), as LiBai's recipes do by hand. A model config
+    without any of those keys is an error asking for the key."""
+    d = cfg.train.dist
+    if d.pipeline_parallel_size == 1 or d.pipeline_num_layers is not None:
+        return
+    for key in _LAYER_COUNT_KEYS:
+        value = try_get_key(cfg, key, default=None)
+        if value is not None:
+            d.pipeline_num_layers = int(sum(value)) if not isinstance(value, int) else value
+            logging.getLogger(__name__).info(f"train.dist.pipeline_num_layers = {d.pipeline_num_layers} (from {key})")
+            return
+    raise ValueError("train.dist.pipeline_parallel_size > 1 needs train.dist.pipeline_num_layers (the number of layers "
+                     f"to split over the stages): none of {_LAYER_COUNT_KEYS} is in the config to infer it from")
 
 
 class DefaultTrainer(TrainerBase):

@@ -219,3 +219,19 @@ def test_resume_a_3d_parallel_checkpoint_in_one_process(tmp_path):
     train_net("--resume", f"train.output_dir={out}", *BASE, *args, *layout(), config=GPT_CONFIG)
     got = losses(out)
     assert worst_error(got, full) < 1e-5, worst_error(got, full)
+
+
+def test_pipeline_num_layers_is_inferred_or_asked_for(tmp_path):
+    from libai.config import LazyConfig
+    from libai.engine.default import infer_pipeline_num_layers
+
+    for recipe, key, want in [("gpt2_pretrain.py", "model.cfg.hidden_layers=6", 6),
+                              ("vit_imagenet.py", "model.depth=3", 3), ("swin_imagenet.py", "model.depths=[2,4]", 6)]:
+        cfg = LazyConfig.load(os.path.join(ROOT, "configs", recipe))
+        LazyConfig.apply_overrides(cfg, [key, "train.dist.pipeline_parallel_size=2"])
+        infer_pipeline_num_layers(cfg)
+        assert cfg.train.dist.pipeline_num_layers == want, recipe
+    cfg = LazyConfig.load(os.path.join(ROOT, "configs", "mlp_classifier.py"))
+    LazyConfig.apply_overrides(cfg, ["train.dist.pipeline_parallel_size=2"])
+    with pytest.raises(ValueError, match="needs train.dist.pipeline_num_layers"):
+        infer_pipeline_num_layers(cfg)

@@ -159,7 +159,8 @@ def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_p
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for args, error in (
             (["+train.eval_perod=5"], "'train.eval_perod' does not exist; did you mean"),
-            (["train.amp.enabled=true"], "NotImplementedError: train.amp.enabled=True"),
+            (["train.nccl_fusion_max_ops=8"], "NotImplementedError: train.nccl_fusion_max_ops=8"),
+            (["train.amp.dtype=float32"], "train.amp.dtype must be 'float16', 'bfloat16' or None, got 'float32'"),
             (["train.rdma_enabled=true"], "NotImplementedError: train.rdma_enabled=True"),
             (["train.train_iter=abc"], "train.train_iter must be an integer >= 0, got 'abc'"),
             (["train.test_micro_batch_size=0"], "train.test_micro_batch_size must be an integer >= 1, got 0"),
