@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
 
-from gpt2_helpers import TINY, losses, records, rel_err, train_net  # noqa: E402
+from gpt2_helpers import TINY, losses, max_rel_err, records, train_net, trained_losses  # noqa: E402
 from mpi_helper import run_mpi  # noqa: E402
 
 
@@ -160,15 +160,7 @@ def layout(dp=1, tp=1, pp=1, vocab=True):
 
 
 def run(tmp_path, name, config, *args, nprocs=1):
-    out = str(tmp_path / name)
-    train_net(f"train.output_dir={out}", *BASE, *args, nprocs=nprocs, config=config)
-    got = losses(out)
-    assert sorted(got) == list(range(10)), got
-    return got
-
-
-def worst_error(got, ref):
-    return max(rel_err(got[i], ref[i]) for i in range(10))
+    return trained_losses(str(tmp_path / name), *BASE, *args, iters=10, nprocs=nprocs, config=config)
 
 
 def test_gpt2_pipeline_layouts_match_one_process(tmp_path):
@@ -179,7 +171,7 @@ def test_gpt2_pipeline_layouts_match_one_process(tmp_path):
                                       ("pp4_gpipe", (1, 1, 4), ["train.dist.pipeline_schedule=GPipe"]),
                                       ("dp2_tp2_pp2", (2, 2, 2), [])]:
         got = run(tmp_path, name, GPT_CONFIG, *m4, *layout(dp, tp, pp), *extra, nprocs=dp * tp * pp)
-        worst[name] = worst_error(got, ref)
+        worst[name] = max_rel_err(got, ref)
         assert worst[name] < 1e-5, (name, worst[name])
         # the schedule's bubble and every stage's busy time are logged each iteration
         logged = [r for r in records(str(tmp_path / name)) if "pipeline_bubble" in r]
@@ -193,7 +185,7 @@ def test_bert_pipeline_layouts_match_one_process(tmp_path):
     ref = run(tmp_path, "single", BERT_CONFIG, *args, *layout())
     for name, (dp, tp, pp) in [("pp2", (1, 1, 2)), ("pp4", (1, 1, 4)), ("dp2_tp2_pp2", (2, 2, 2))]:
         got = run(tmp_path, name, BERT_CONFIG, *args, *layout(dp, tp, pp), nprocs=dp * tp * pp)
-        assert worst_error(got, ref) < 1e-5, (name, worst_error(got, ref))
+        assert max_rel_err(got, ref) < 1e-5, (name, max_rel_err(got, ref))
 
 
 @pytest.mark.parametrize("config,tiny", [(VIT_CONFIG, VIT_TINY), (SWIN_CONFIG, SWIN_TINY)], ids=["vit", "swin"])
@@ -201,7 +193,7 @@ def test_vision_pipeline_matches_one_process(tmp_path, config, tiny):
     args = [*tiny, "train.num_accumulation_steps=2"]
     ref = run(tmp_path, "single", config, *args, *layout(vocab=False))
     got = run(tmp_path, "pp2", config, *args, *layout(pp=2, vocab=False), nprocs=2)
-    assert worst_error(got, ref) < 1e-5, worst_error(got, ref)
+    assert max_rel_err(got, ref) < 1e-5, max_rel_err(got, ref)
 
 
 def test_resume_a_3d_parallel_checkpoint_in_one_process(tmp_path):
@@ -218,7 +210,7 @@ def test_resume_a_3d_parallel_checkpoint_in_one_process(tmp_path):
     assert tuple(model["GPT_model.transformer.layers.1.mlp.dense_h_to_4h.weight"].shape) == (256, 64)
     train_net("--resume", f"train.output_dir={out}", *BASE, *args, *layout(), config=GPT_CONFIG)
     got = losses(out)
-    assert worst_error(got, full) < 1e-5, worst_error(got, full)
+    assert max_rel_err(got, full) < 1e-5, max_rel_err(got, full)
 
 
 def test_pipeline_num_layers_is_inferred_or_asked_for(tmp_path):

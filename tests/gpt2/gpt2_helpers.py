@@ -51,5 +51,19 @@ def losses(out):
     return {r["iteration"]: r["total_loss"] for r in records(out) if "total_loss" in r}
 
 
+def trained_losses(out, *args, iters, nprocs=1, config=CONFIG):
+    """Train into `out` (tools/train_net.py with ARGS, log_period 1) and return its logged
+    {iteration: total_loss}, checking that every iteration 0 .. iters-1 was logged."""
+    train_net(f"train.output_dir={out}", *args, nprocs=nprocs, config=config)
+    got = losses(out)
+    assert sorted(got) == list(range(iters)), got
+    return got
+
+
+def max_rel_err(got, ref):
+    """The largest relative difference of two {iteration: loss} logs over ref's iterations."""
+    return max(rel_err(got[i], ref[i]) for i in ref)
+
+
 def rel_err(a, b):
     return abs(a - b) / max(abs(b), 1e-12)

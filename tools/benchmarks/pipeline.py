@@ -24,10 +24,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "configs", "gpt2_pretrain.py")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+sys.path.insert(0, ROOT)
 
-
-def theoretical_bubble(stages, micro_batches):
-    return (stages - 1) / (micro_batches + stages - 1)
+from libai.engine.pipeline import theoretical_bubble  # noqa: E402
 
 
 def train(out, args, nprocs):
