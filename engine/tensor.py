@@ -343,6 +343,13 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
+    def __format__(self, spec):
+        """A 0-dim tensor formats as its Python number (`f"{loss:.4f}"`, as torch); any other
+        tensor only with an empty spec (its str)."""
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
     def __repr__(self):
         a = self._host()
         if a.dtype == dtypes.bfloat16.np:

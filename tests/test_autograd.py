@@ -298,3 +298,53 @@ def test_deepcopy_of_leaves_and_modules():
         np.testing.assert_array_equal(a.grad.numpy(), b.grad.numpy())
     with pytest.raises(RuntimeError, match="graph leaves"):
         copy.deepcopy(model(flow.randn(1, 3)))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow", "maximum", "minimum"])
+@pytest.mark.parametrize("scalar_first", [False, True])
+def test_a_0dim_operand_broadcast_gets_a_0dim_gradient_like_torch(op, scalar_first):
+    """A learnable scalar (CLIP's logit_scale) used with a vector: its gradient is 0-dim, summed
+    over the broadcast (regression: the reduction returned shape (1,) and backward refused it)."""
+    import torch
+
+    v = np.array([0.5, 1.5, 2.0, 3.0, 0.25], np.float32)
+    s = np.float32(1.25)
+    ours = [flow.tensor(v, requires_grad=True), flow.tensor(s, requires_grad=True)]
+    theirs = [torch.tensor(v, requires_grad=True), torch.tensor(s, requires_grad=True)]
+    a, b = (1, 0) if scalar_first else (0, 1)
+    getattr(flow, op)(ours[a], ours[b]).sum().backward()
+    getattr(torch, op)(theirs[a], theirs[b]).sum().backward()
+    assert tuple(ours[1].grad.shape) == () and tuple(ours[0].grad.shape) == (5,)
+    for x, t in zip(ours, theirs):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5)
+
+
+def test_0dim_tensors_format_like_numbers_and_flip_takes_dims_by_keyword():
+    import torch
+
+    loss = flow.tensor(1.23456)
+    assert f"{loss:.4f}" == f"{torch.tensor(1.23456):.4f}" == "1.2346"
+    assert f"{flow.tensor(7):>3d}" == "  7"
+    assert f"{flow.tensor([1.0, 2.0])}" == str(flow.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{flow.tensor([1.0, 2.0]):.2f}"
+    x = np.arange(6.0).reshape(2, 3)
+    for kw in ({"dims": (0,)}, {"dims": [0, 1]}):
+        want = torch.flip(torch.tensor(x), **kw).numpy()
+        np.testing.assert_array_equal(flow.flip(flow.tensor(x), **kw).numpy(), want)
+    np.testing.assert_array_equal(flow.tensor(x).flip(dims=(1,)).numpy(), np.flip(x, 1))
+    with pytest.raises(TypeError, match="multiple values"):
+        flow.flip(flow.tensor(x), 0, dims=(1,))
+
+
+def test_index_select_on_a_0dim_tensor_stays_0dim_like_torch():
+    import torch
+
+    x = flow.tensor(3.0, requires_grad=True)
+    y = flow.index_select(x, 0, flow.tensor([0]))
+    assert tuple(y.shape) == tuple(torch.index_select(torch.tensor(3.0), 0, torch.tensor([0])).shape) == ()
+    (y * 2).backward()
+    assert float(x.grad) == 2.0
+    for bad in ([0, 0], []):
+        with pytest.raises(RuntimeError, match="Index to scalar can have only 1 value"):
+            flow.index_select(x, 0, flow.tensor(bad, dtype=flow.int64))

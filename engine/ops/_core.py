@@ -103,7 +103,10 @@ def sum_to_array(x, shape):
     out = x.sum(axis=axes, keepdims=True, dtype=x.dtype) if axes else x
     if lead:
         out = out.reshape(out.shape[lead:])
-    return xp.ascontiguousarray(out) if out.shape == shape else out.reshape(shape)
+    if out.shape != shape:
+        return out.reshape(shape)
+    # (not ascontiguousarray: it returns a 0-d array as 1-d, and a 0-d gradient must stay 0-d)
+    return out if out.flags.c_contiguous else xp.ascontiguousarray(out)
 
 
 def sum_to(t, shape):

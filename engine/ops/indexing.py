@@ -20,7 +20,8 @@ from ..backend import dtypes, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
-from ._core import along_index, broadcast_shapes, const_like, broadcast_to, cast, reshape, scalar_tensor, shape_str, sum_to
+from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, reshape, scalar_tensor, shape_str,
+                    sum_to)
 
 __all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
            "masked_select", "take_along_dim", "one_hot", "embedding", "nonzero"]
@@ -513,8 +514,10 @@ def index_select(input, dim, index):
     n = input.shape[dim] if input.ndim else 1
     if idx.size and (int(idx.max()) >= n or int(idx.min()) < -n):
         raise IndexError(f"index_select(): index out of range in self (dimension {dim} has size {n})")
-    if input.ndim == 0:
-        return reshape(input, (1,))[index] if index.ndim else input
+    if input.ndim == 0:  # as torch: one index, and the result stays 0-dim
+        if idx.size != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {idx.size} value(s)")
+        return input.clone()  # a new tensor, as every index_select result
     return IndexSelect.apply(input, index, dim=dim)
 
 

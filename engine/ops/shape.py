@@ -613,7 +613,13 @@ class Flip(Op):
         return Flip.apply(g, dims=ctx.dims)
 
 
-def flip(input, *dims):
+def flip(input, *dims, **kwargs):
+    """torch.flip(input, dims): the dims as a sequence, varargs (`x.flip(0, 1)`) or `dims=`."""
+    if kwargs:
+        if set(kwargs) != {"dims"} or dims:
+            raise TypeError(f"flip() got an unexpected keyword argument {next(k for k in kwargs if k != 'dims')!r}"
+                            if set(kwargs) != {"dims"} else "flip() got multiple values for argument 'dims'")
+        dims = (kwargs["dims"],)
     dims = _dims_arg(_shape_args(dims), input._data.ndim, "flip")
     if not dims:
         return input
