@@ -27,7 +27,7 @@ from .boxing import _dtype_table
 from .global_tensor import GlobalMeta, _stage_state, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
 
-__all__ = ["send", "recv", "peer", "stand_ins", "stage_local", "in_stage_local"]
+__all__ = ["send", "recv", "peer", "stand_ins", "stage_local"]
 
 _HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
 _CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
@@ -126,7 +126,3 @@ def stage_local():
         yield
     finally:
         _stage_state["strict"] -= 1
-
-
-def in_stage_local():
-    return _stage_state["strict"] > 0

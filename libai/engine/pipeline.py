@@ -98,8 +98,10 @@ class PipelineRunner:
             raise ValueError(f"pipeline stages {missing} get no step of {type(model).__name__}: use at most as many "
                              f"stages as the model has layers ({len(steps)} steps)")
         self.steps = [st for st, s in zip(steps, stage_ids) if s == self.stage]
-        tied = getattr(model, "pipeline_tied_parameters", lambda: [])()
-        self.tied = [(p, topo.get_layer_stage_id(p_idx)) for p, p_idx in tied]
+        # (parameter, its stage, the stage of the step that also uses it), for those two that differ
+        tied = [(p, self._stage_of(p), topo.get_layer_stage_id(p_idx))
+                for p, p_idx in getattr(model, "pipeline_tied_parameters", lambda: [])()]
+        self.tied = [(p, owner, user) for p, owner, user in tied if owner != user]
         self.last_timing = None
         self._wait_time = 0.0  # seconds blocked in receives during run() (not busy)
         # mixed precision (set by the trainer): the forward's autocast context and the loss scaling
@@ -218,27 +220,19 @@ class PipelineRunner:
         return {k: (self._recv(prev, tag) if present else None) for k, present in names}
 
     # ------------------------------------------------------------------ tied parameters
-    def _fetch_tied(self):
+    def _fetch_tied(self, requires_grad=True):
         """{parameter: its copy on this stage} for the tied parameters this stage uses."""
         stand = {}
-        for p, user in self.tied:
-            owner = self._stage_of(p)
-            if owner == user:
-                continue
+        for p, owner, user in self.tied:
             if self.stage == owner:
                 self._pending += handoff.send(p.detach(), self.placements[user], tag=_TAG_TIED)
             elif self.stage == user:
-                copy = self._recv(self.placements[owner], _TAG_TIED)
-                copy.requires_grad_(True)
-                stand[p] = copy
+                stand[p] = self._recv(self.placements[owner], _TAG_TIED).requires_grad_(requires_grad)
         return stand
 
     def _return_tied_grads(self, stand):
         """Send each copy's gradient (summed over the micro-batches) to the owner, which adds it."""
-        for p, user in self.tied:
-            owner = self._stage_of(p)
-            if owner == user:
-                continue
+        for p, owner, user in self.tied:
             if self.stage == user:
                 copy = stand[p]
                 g = copy.grad if copy.grad is not None else flow.zeros_like(copy)
@@ -261,7 +255,7 @@ class PipelineRunner:
         batch = self.get_batch(data, self.here)
         self._pending = []
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
-        with handoff.stage_local(), handoff.stand_ins(self._fetch_tied_no_grad()), self.autocast():
+        with handoff.stage_local(), handoff.stand_ins(self._fetch_tied(requires_grad=False)), self.autocast():
             for step in self.steps:
                 carry = step.fn(carry, batch)
         if not self.is_last:
@@ -270,12 +264,6 @@ class PipelineRunner:
         for r in self._pending:
             r.wait()
         return batch, carry
-
-    def _fetch_tied_no_grad(self):
-        stand = self._fetch_tied()
-        for copy in stand.values():
-            copy.requires_grad_(False)
-        return stand
 
     # ------------------------------------------------------------------ timing
     def _gather_timing(self, busy, total):

@@ -357,11 +357,8 @@ class EagerTrainer(TrainerBase):
             topo = dist.get_dist_util()
             ranks = topo.ranks[:, topo.data_parallel_rank, topo.tensor_parallel_rank].tolist()
             self._stage_group = _edist.new_group(ranks)
-        if norm_type == float("inf"):
-            vals = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group).numpy()
-            return float(vals.max())
-        vals = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group).numpy()
-        return float(np.sum(vals ** norm_type) ** (1.0 / norm_type))
+        stage_norms = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group)
+        return float(flow.nn.utils.get_total_norm([stage_norms], norm_type).item())  # the norm of the norms
 
     def zero_grad(self):
         self.optimizer.zero_grad()
