@@ -38,25 +38,40 @@ env = comm = distributed  # OneFlow's names: flow.env.get_rank(), flow.comm.all_
 from .serialization import save, load  # noqa: E402
 
 
-class cuda:
-    """`engine.cuda.is_available()` and friends, as in torch.cuda."""
+from . import cuda  # noqa: E402,F401
+from . import backends  # noqa: E402,F401
+from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: E402,F401
 
-    is_available = staticmethod(is_cuda_available)
+_COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+_COMPILE_BACKENDS = ("inductor", "eager", "aot_eager", "aot_eager_decomp_partition", "cudagraphs", "openxla",
+                     "tvm", "onnxrt", "tensorrt", "torch_tensorrt", "ipex")
 
-    @staticmethod
-    def device_count():
-        return backend.cupy().cuda.runtime.getDeviceCount() if is_cuda_available() else 0
 
-    @staticmethod
-    def synchronize():
-        if is_cuda_available():
-            backend.cupy().cuda.Device().synchronize()
+def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,
+            disable=False, recompile_limit=None, isolate_recompiles=False, shapes_spec=None):
+    """torch.compile's signature, returning `model` itself: the engine runs eagerly.
 
-    @staticmethod
-    def manual_seed(s):
-        manual_seed(s)
-
-    manual_seed_all = manual_seed
+    Graph capture and replay is the engine's nn.Graph work to come. torch.compile's options only
+    tune how a graph is compiled, never what the model computes, so they are accepted as hints
+    and change nothing; they are checked as torch checks them (an unknown mode or backend name
+    raises). `@engine.compile` and `@engine.compile(mode=...)` work as decorators.
+    """
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if mode is not None and mode not in _COMPILE_MODES:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(_COMPILE_MODES)}")
+    if isinstance(backend, str) and backend not in _COMPILE_BACKENDS:
+        raise RuntimeError(f"Invalid backend: {backend!r}, expected one of {', '.join(_COMPILE_BACKENDS)} "
+                           "or a callable")
+    if model is None:
+        def decorate(fn):
+            return compile(fn, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options,
+                           name=name, disable=disable, recompile_limit=recompile_limit,
+                           isolate_recompiles=isolate_recompiles, shapes_spec=shapes_spec)
+        return decorate
+    if not callable(model):
+        raise AssertionError(f"A callable function is expected, but {type(model)} is provided.")
+    return model
 
 
 def is_tensor(obj):

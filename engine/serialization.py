@@ -33,6 +33,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import _torch_checkpoint
+from ._torch_checkpoint import CheckpointError
 from .backend import CPU, as_device, dtypes, to_device
 from .tensor import Parameter, Tensor
 
@@ -53,10 +55,6 @@ _NP_TO_ST = {v: k for k, v in _ST_TO_NP.items()}
 
 # metadata fields engine.save always writes; a file with any of them is checked for all of them
 _ENGINE_KEYS = frozenset({"format", "structure", "tensors", "data_crc32", "data_bytes", "header_crc32"})
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file that is truncated, corrupted, or not an engine/safetensors file."""
 
 
 # ====================================================================== save
@@ -448,10 +446,19 @@ class _Reader:
         raise self.bad(f"invalid dict key {k!r}")
 
 
-def load(path, map_location=None):
-    """Load what `save` wrote (or any safetensors file, as a name -> tensor OrderedDict).
+def load(path, map_location=None, *, weights_only=True, mmap=None):
+    """Load what `save` wrote (or any safetensors file, as a name -> tensor OrderedDict), or a
+    PyTorch checkpoint written by torch.save (read by engine._torch_checkpoint, never running code
+    from the file); the format is told by the file's first bytes.
 
-    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1')."""
+    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1').
+    `weights_only` can only be True: no file's code is ever executed. `mmap=True` maps a zip-format
+    PyTorch checkpoint instead of reading it; an engine file is always read in full (its checksum
+    covers every byte)."""
+    _torch_checkpoint.check_options(weights_only, mmap)
+    kind, path = _torch_checkpoint.detect(path)
+    if kind is not None:
+        return _torch_checkpoint.load(path, kind, map_location, mmap=bool(mmap))
     buf, name = _read_all(path)
     header, meta, base, engine_file = _parse(buf, name)
     reader = _Reader(buf, name, header, base, _map_device(map_location))

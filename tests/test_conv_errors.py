@@ -23,7 +23,7 @@ def r(*shape, dtype=None):
     (lambda: F.conv1d(r(2, 3, 8), r(4, 2, 3)), r"3 channels"),
     (lambda: F.avg_pool2d(r(1, 1, 4, 4), 2, padding=2), r"pad should be at most half"),
     (lambda: F.max_pool2d(r(4, 4), 2), r"max_pool2d: expected a 3-D or 4-D input"),
-    (lambda: F.adaptive_avg_pool2d(r(4), 2), r"adaptive_avg_pool2d: expected a 3-D or 4-D"),
+    (lambda: F.adaptive_avg_pool2d(r(1, 1, 2, 3, 4), 2), r"adaptive_avg_pool2d: expected a 3-D or 4-D"),
     (lambda: F.pad(r(2, 3), (1, 2, 3)), r"divisible by 2"),
     (lambda: F.pad(r(2, 3), (1, 1, 1, 1, 1, 1)), r"too large"),
     (lambda: F.pad(r(2, 3), (-2, -2)), r"negative output size"),
@@ -39,7 +39,10 @@ def test_runtime_errors(call, match):
     (lambda: F.conv2d(r(1, 3, 8, 8), r(4, 3, 3, 3), padding="full"), ValueError, r"invalid padding string"),
     (lambda: F.interpolate(r(1, 1, 4, 4), size=3, scale_factor=2), ValueError, r"exactly one of size or scale_factor"),
     (lambda: F.interpolate(r(1, 1, 4, 4), size=3, align_corners=True), ValueError, r"align_corners option"),
-    (lambda: F.interpolate(r(1, 1, 4, 4), size=3, mode="bicubic"), NotImplementedError, r"bicubic"),
+    (lambda: F.interpolate(r(1, 1, 4, 4), size=3, mode="lanczos"), NotImplementedError, r"lanczos"),
+    (lambda: F.adaptive_avg_pool2d(r(4), 2), ValueError, r"Input dimension should be at least 3"),
+    (lambda: F.interpolate(r(1, 4, 4), size=3, mode="bilinear"), NotImplementedError, r"bilinear mode needs 4D"),
+    (lambda: F.interpolate(r(1, 1, 4), size=3, mode="linear", antialias=True), ValueError, r"Anti-alias"),
     (lambda: F.pad(r(2, 3), (1, 1), mode="wrap"), NotImplementedError, r"unknown padding mode"),
 ])
 def test_argument_errors(call, exc, match):

@@ -25,6 +25,7 @@ LAYERS = {
     "engine.nn": 4,
     "engine.optim": 4,
     "engine.serialization": 4,
+    "engine._torch_checkpoint": 4,
     "engine.utils": 4,
     "engine.amp": 4,
     "engine.distributed": 5,

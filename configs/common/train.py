@@ -69,8 +69,9 @@ train = dict(
         stage=1,
     ),
 
-    # Save a checkpoint every `period` iterations and keep at most `max_to_keep` of them
-    checkpointer=dict(period=5000, max_to_keep=100),
+    # Save a checkpoint every `period` iterations and keep at most `max_to_keep` of them;
+    # save_model_after_n_epoch (LiBai's): when set, period = n * iterations per epoch
+    checkpointer=dict(period=5000, max_to_keep=100, save_model_after_n_epoch=None),
 
     # Samples per batch on each data-parallel rank for evaluation
     test_micro_batch_size=32,
@@ -81,6 +82,8 @@ train = dict(
         # evaluator computing top-k accuracy
         evaluator=LazyCall("libai.evaluation.ClsEvaluator")(topk=(1, 5)),
         eval_period=5000,
+        # LiBai's eval_after_n_epoch: when set, eval_period = n * iterations per epoch
+        eval_after_n_epoch=None,
         eval_iter=int(1e5),  # maximum steps for validation/test
         # Metric used to pick the best model checkpoint, and whether higher ("max") is better
         eval_metric="Acc@1",
@@ -123,8 +126,9 @@ train = dict(
     # a GPU is an error)
     input_placement_device="cpu",
 
-    # OneFlow's RDMA between pipeline stages (LiBai's default is True): not implemented, the
-    # engine's collectives go over MPI or NCCL, so only False is accepted
+    # OneFlow's RDMA between pipeline stages (LiBai's default is True): a transport choice with no
+    # effect on results; the engine's collectives go over MPI or NCCL (which use RDMA where the
+    # fabric has it), so True is accepted and noted in the log
     rdma_enabled=False,
 
     # Seed for all random generators; a fixed seed increases reproducibility

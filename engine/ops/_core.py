@@ -287,6 +287,12 @@ def binary_op(op_cls, a, b, **attrs):
     return op_cls.apply(a, b, **attrs)
 
 
+def require_tensor(value, op, arg="input", position=1):
+    """torch's argument check for functions without a Scalar overload (`torch.eq(2, t)`)."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{op}(): argument '{arg}' (position {position}) must be Tensor, not {type(value).__name__}")
+
+
 def reflected(fn):
     """`other <op> tensor` for a Python scalar `other` (e.g. `2 ** t`, `1 | t`); other operand
     types are left to Python (NotImplemented)."""

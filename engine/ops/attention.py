@@ -1,4 +1,8 @@
-"""The attention core of a Transformer layer as one op, on the packed QKV projection.
+"""Attention as fused ops: `packed_qkv_attention` (below, the core of the project's Transformer
+layers) and torch's `scaled_dot_product_attention` (the last section: a tiled, flash-attention
+style kernel that never holds more than one tile of scores).
+
+The attention core of a Transformer layer as one op, on the packed QKV projection.
 
     ctx = dropout(softmax(q k^T * scale, masked_fill(mask, fill))) @ v
 
@@ -20,18 +24,22 @@ two against each other, forward and backward, with masks, dropout and fully mask
 Dropout draws one uniform array of the scores' shape from the generator, as F.dropout on the
 probabilities would, so a run keeps its random stream whether the core is fused or not.
 """
+import math
+
 import numpy as np
 
 from ..backend import mkl, xp_of
+from ..backend.fpenv import flush_denormals
 from ..backend.parallel import parallel_map
 from ..backend.random import default_generator
-from ._core import NoDoubleBackward, check_float, shape_str, sum_to_array
-from ._kernels import as_float32, empty, fill_where, ignore_fp_errors, low_precision, select_bits
+from ._core import NoDoubleBackward, broadcast_shapes, check_float, shape_str, sum_to_array
+from ._kernels import (as_float32, empty, fill_where, ignore_fp_errors, low_precision, row_dot, row_max, row_sum,
+                       select_bits)
 from .dropout import scaled_keep_mask
 from .op import Op, autocast_unifies
 from .softmax import _softmax_grad_rows, _softmax_rows
 
-__all__ = ["packed_qkv_attention"]
+__all__ = ["packed_qkv_attention", "scaled_dot_product_attention"]
 
 
 def _bmm_into(a, b, out):
@@ -312,3 +320,390 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
     return PackedQKVAttention.apply(qkv, mask, bias, heads=int(heads), scale=scale, fill=float(fill), dropout_p=p,
                                     generator=generator or default_generator)[0]
+
+
+# ====================================================================== scaled_dot_product_attention
+# A flash-attention style kernel (Dao et al.): for each block of query rows the key/value blocks
+# are visited in turn with an online softmax (a running row max m, row sum l and output
+# accumulator rescaled by exp(m_old - m_new)), so at most one tile of scores exists at a time
+# and a tile that the causal mask or a boolean mask removes entirely is never computed. The
+# forward keeps only the output and the rows' log-sum-exp; the backward recomputes each tile's
+# probabilities from them (p = exp(s - lse)) and uses D = rowsum(dO * O) for the softmax's
+# gradient, as FlashAttention-2 does.
+#
+# Tiles: Q_BLOCK query rows x K_BLOCK keys, for as many (batch x heads) rows at once as keep a
+# tile near SDPA_TILE_ELEMENTS scores (one MKL/numpy batched product per step instead of a
+# Python loop over heads). Blocks of batch rows run on the engine's threads; each owns its rows
+# of the output and of dq, dk, dv, so results do not depend on the thread count.
+Q_BLOCK = 128
+K_BLOCK = 128
+SDPA_TILE_ELEMENTS = 1 << 17
+
+# splitmix64's constants: dropout draws u(b, i, j) by hashing the score's position with the
+# call's seed, so any tile's mask is computed on its own, in the forward and again in the
+# backward, without a [batch, heads, L, S] mask ever being stored (the counter-based idea of the
+# GPU flash kernels' Philox dropout)
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def sdpa_dropout_seed(generator=None):
+    """The one draw a scaled_dot_product_attention call with dropout takes from `generator`."""
+    return int((generator or default_generator).rng(np).integers(0, 2 ** 63))
+
+
+def sdpa_uniform(xp, seed, rows, q_range, k_range, L, S):
+    """The dropout uniforms in [0, 1) of scores (b, i, j), b in rows, i in q_range, j in k_range
+    (ranges (start, stop)) of a call with L queries and S keys: a pure function of the position."""
+    u64 = xp.uint64
+    b = xp.arange(rows[0], rows[1], dtype=u64)[:, None, None]
+    i = xp.arange(q_range[0], q_range[1], dtype=u64)[None, :, None]
+    j = xp.arange(k_range[0], k_range[1], dtype=u64)[None, None, :]
+    z = (b * u64(L) + i) * u64(S) + j
+    z *= u64(_GOLDEN)
+    z += u64(seed)
+    z ^= z >> u64(30)
+    z *= u64(_MIX1)
+    z ^= z >> u64(27)
+    z *= u64(_MIX2)
+    z ^= z >> u64(31)
+    z >>= u64(11)
+    return z.astype(np.float64) * (2.0 ** -53)
+
+
+class _MaskTiles:
+    """Tiles of an attention mask given as [M, Lm, Sm] (Lm in {1, L}, Sm in {1, S}) whose M rows
+    are spread over the call's B batch rows by `midx` (None: M is 1, shared, or B, one per row)."""
+
+    def __init__(self, xp, mask3, midx, dt):
+        self.arr, self.midx = mask3, midx
+        self.is_bool = mask3.dtype == np.bool_
+        self.shared = mask3.shape[0] == 1
+        self.full_l, self.full_s = mask3.shape[1] != 1, mask3.shape[2] != 1
+        # bool: True takes part, so the fill goes where the mask is False
+        self.bits = select_bits(~mask3, -np.inf, dt) if self.is_bool and xp is np else None
+
+    def index(self, b0, b1, q0, q1, k0, k1):
+        return (slice(q0, q1) if self.full_l else slice(0, 1)), (slice(k0, k1) if self.full_s else slice(0, 1))
+
+    def rows(self, arr, b0, b1, qs, ks):
+        if self.shared:
+            return arr[0:1, qs, ks]
+        if self.midx is None:
+            return arr[b0:b1, qs, ks]
+        return arr[:, qs, ks][self.midx[b0:b1]]
+
+    def apply(self, xp, s, b0, b1, q0, q1, k0, k1):
+        """Mask the score tile s in place; False when the tile is masked out entirely (skip it)."""
+        qs, ks = self.index(b0, b1, q0, q1, k0, k1)
+        tile = self.rows(self.arr, b0, b1, qs, ks)
+        if not self.is_bool:
+            if bool(xp.isneginf(tile).all()):
+                return False
+            s += tile
+            return True
+        if not bool(tile.any()):
+            return False
+        if not bool(tile.all()):
+            if self.bits is not None:
+                fill_where(s, s, self.rows(self.bits[0], b0, b1, qs, ks), self.rows(self.bits[1], b0, b1, qs, ks))
+            else:
+                xp.copyto(s, s.dtype.type(-np.inf), where=~tile)
+        return True
+
+    def add_grad(self, xp, dmask, ds, b0, b1, q0, q1, k0, k1):
+        """dmask (the mask's [M, Lm, Sm] gradient) += ds summed over what the mask broadcasts along."""
+        qs, ks = self.index(b0, b1, q0, q1, k0, k1)
+        if not self.full_l:
+            ds = ds.sum(axis=1, keepdims=True)
+        if not self.full_s:
+            ds = ds.sum(axis=2, keepdims=True)
+        if self.shared:
+            dmask[0:1, qs, ks] += ds.sum(axis=0, keepdims=True)
+        elif self.midx is None:
+            dmask[b0:b1, qs, ks] += ds
+        else:
+            xp.add.at(dmask[:, qs, ks], self.midx[b0:b1], ds)
+
+
+class _SDPAKernel:
+    """One call's shapes, options and tiling; forward_rows / backward_rows do a block of batch rows."""
+
+    def __init__(self, xp, dt, B, L, S, mask, midx, causal, scale, dropout_p, seed):
+        self.xp, self.dt, self.B, self.L, self.S = xp, dt, B, L, S
+        self.mask = _MaskTiles(xp, mask, midx, dt) if mask is not None else None
+        self.causal, self.scale, self.p, self.seed = causal, scale, dropout_p, seed
+        self.bq, self.bk = max(1, min(L, Q_BLOCK)), max(1, min(S, K_BLOCK))
+        step = max(1, SDPA_TILE_ELEMENTS // (self.bq * self.bk))
+        self.blocks = [(b0, min(b0 + step, B)) for b0 in range(0, B, step)]
+
+    def run(self, fn, work, serial=False):
+        """fn(b0, b1) over the blocks of batch rows: on the engine's threads (numpy), one after the
+        other when `serial` (a shared accumulator), in one call on the GPU."""
+        xp = self.xp
+        if xp is not np:
+            with ignore_fp_errors(xp):
+                fn(0, self.B)
+            return
+
+        def block(j):
+            with ignore_fp_errors(np), flush_denormals():
+                fn(*self.blocks[j])
+
+        if serial:
+            for j in range(len(self.blocks)):
+                block(j)
+        else:
+            parallel_map(block, len(self.blocks), work)
+
+    def keep(self, b0, b1, q0, q1, k0, k1):
+        """The scaled dropout mask of a tile (None without dropout)."""
+        if not self.p:
+            return None
+        u = sdpa_uniform(self.xp, self.seed, (b0, b1), (q0, q1), (k0, k1), self.L, self.S)
+        if self.p >= 1:
+            return self.xp.zeros(u.shape, self.dt)
+        return ((u >= self.p) * (1.0 / (1.0 - self.p))).astype(self.dt)
+
+    def tiles(self, q, k, b0, b1, q0, q1):
+        """(k0, k1, s) for the score tiles of query rows q0:q1 that are not masked out entirely:
+        s = scale * q k^T with the causal and attention masks applied (-inf where masked)."""
+        xp, dt = self.xp, self.dt
+        qt = q[b0:b1, q0:q1]
+        kend = min(self.S, q1) if self.causal else self.S  # top-left causal: key j <= query i
+        for k0 in range(0, kend, self.bk):
+            k1 = min(k0 + self.bk, kend)
+            s = empty(xp, (b1 - b0, q1 - q0, k1 - k0), dt)
+            _bmm_into(qt, k[b0:b1, k0:k1].transpose(0, 2, 1), s)
+            s *= dt.type(self.scale)
+            if self.causal and k1 - 1 > q0:
+                above = xp.arange(k0, k1)[None, :] > xp.arange(q0, q1)[:, None]
+                xp.copyto(s, dt.type(-np.inf), where=above)
+            if self.mask is not None and not self.mask.apply(xp, s, b0, b1, q0, q1, k0, k1):
+                continue
+            yield k0, k1, s
+
+    def forward_rows(self, q, k, v, out, lse, b0, b1):
+        xp, dt = self.xp, self.dt
+        n, ev = b1 - b0, v.shape[2]
+        ninf = dt.type(-np.inf)
+        for q0 in range(0, self.L, self.bq):
+            q1 = min(q0 + self.bq, self.L)
+            m = xp.full((n, q1 - q0, 1), ninf, dt)
+            m_safe = xp.zeros((n, q1 - q0, 1), dt)
+            lsum = xp.zeros((n, q1 - q0, 1), dt)
+            acc = xp.zeros((n, q1 - q0, ev), dt)
+            for k0, k1, s in self.tiles(q, k, b0, b1, q0, q1):
+                m_new = xp.maximum(m, row_max(s))
+                m_safe = xp.where(m_new == ninf, dt.type(0), m_new)  # a row masked so far stays 0
+                s -= m_safe
+                xp.exp(s, out=s)
+                alpha = xp.exp(m - m_safe)
+                lsum *= alpha
+                lsum += row_sum(s, 2)
+                drop = self.keep(b0, b1, q0, q1, k0, k1)
+                if drop is not None:
+                    s *= drop
+                acc *= alpha
+                acc += _bmm(s, v[b0:b1, k0:k1])
+                m = m_new
+            empty_rows = lsum == 0  # fully masked rows: output 0 and no gradient, as torch's
+            out[b0:b1, q0:q1] = acc / xp.where(empty_rows, dt.type(1), lsum)
+            lse[b0:b1, q0:q1] = xp.where(empty_rows, dt.type(np.inf), m_safe + xp.log(lsum))[..., 0]
+
+    def backward_rows(self, g, q, k, v, out, lse, dq, dk, dv, dmask, b0, b1):
+        xp, dt = self.xp, self.dt
+        gb = g[b0:b1]
+        dsum = row_dot(gb, out[b0:b1], 2)  # D = rowsum(dO * O) = rowsum(P * dP)
+        dk[b0:b1] = 0
+        dv[b0:b1] = 0
+        for q0 in range(0, self.L, self.bq):
+            q1 = min(q0 + self.bq, self.L)
+            gt, qt = gb[:, q0:q1], q[b0:b1, q0:q1]
+            lt, dt_sum = lse[b0:b1, q0:q1, None], dsum[:, q0:q1]
+            dq_t = xp.zeros(qt.shape, dt)
+            for k0, k1, s in self.tiles(q, k, b0, b1, q0, q1):
+                s -= lt
+                p = xp.exp(s, out=s)
+                drop = self.keep(b0, b1, q0, q1, k0, k1)
+                pd = p * drop if drop is not None else p
+                dv[b0:b1, k0:k1] += _bmm(pd.transpose(0, 2, 1), gt)
+                ds = _bmm(gt, v[b0:b1, k0:k1].transpose(0, 2, 1))  # dP
+                if drop is not None:
+                    ds *= drop
+                ds -= dt_sum
+                ds *= p
+                if dmask is not None:
+                    self.mask.add_grad(xp, dmask, ds, b0, b1, q0, q1, k0, k1)
+                ds *= dt.type(self.scale)
+                dq_t += _bmm(ds, k[b0:b1, k0:k1])
+                dk[b0:b1, k0:k1] += _bmm(ds.transpose(0, 2, 1), qt)
+            dq[b0:b1, q0:q1] = dq_t
+
+
+def _bmm(a, b):
+    """a @ b for stacks of matrices as a new array (MKL's batched product where it is in use)."""
+    out = empty(xp_of(a), a.shape[:-1] + b.shape[-1:], a.dtype)
+    _bmm_into(a, b, out)
+    return out
+
+
+def _f32(a):
+    return None if a is None else (a.astype(np.float32) if a.dtype != np.bool_ else a)
+
+
+class ScaledDotProductAttention(Op):
+    """(out [B, L, Ev], lse [B, L]) of q [B, L, E], k [B, S, E], v [B, S, Ev] and a mask [M, Lm, Sm]
+    (bool: True takes part; float: added) spread over the B rows by `midx`; lse is hidden."""
+
+    name = "ScaledDotProductAttention"
+    autocast = "lower"
+    save_inputs = (0, 1, 2, 3)
+    save_outputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, midx, scale, causal, dropout_p, seed):
+        low = low_precision(q)
+        if low is not None:  # float16/bfloat16: computed in float32, the output rounded back
+            out, lse = ScaledDotProductAttention.forward(ctx, _f32(q), _f32(k), _f32(v), _f32(mask), midx, scale,
+                                                         causal, dropout_p, seed)
+            return out.astype(low), lse
+        xp = xp_of(q)
+        (b, length, e), s_len, ev = q.shape, k.shape[1], v.shape[2]
+        kern = _SDPAKernel(xp, q.dtype, b, length, s_len, mask, midx, causal, scale, dropout_p, seed)
+        out = empty(xp, (b, length, ev), q.dtype)
+        lse = empty(xp, (b, length), q.dtype)
+        kern.run(lambda b0, b1: kern.forward_rows(q, k, v, out, lse, b0, b1), work=b * length * s_len * (e + ev))
+        ctx.kern = kern
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        want_mask = mask is not None and mask.is_floating_point() and ctx.needs_input_grad[3]
+        dq, dk, dv, dmask = ScaledDotProductAttentionGrad.apply(g, q, k, v, mask, out, lse, kern=ctx.kern,
+                                                                want_mask=want_mask)
+        return dq, dk, dv, (dmask if want_mask else None)
+
+
+class ScaledDotProductAttentionGrad(NoDoubleBackward, Op):
+    """(dq, dk, dv, dmask or empty) of ScaledDotProductAttention, tile by tile."""
+
+    name = "ScaledDotProductAttentionGrad"
+
+    @staticmethod
+    def forward(ctx, g, q, k, v, mask, out, lse, kern, want_mask):
+        low = low_precision(q)
+        if low is not None:
+            grads = ScaledDotProductAttentionGrad.forward(ctx, _f32(g), _f32(q), _f32(k), _f32(v), _f32(mask),
+                                                          _f32(out), lse, kern, want_mask)
+            return tuple(a.astype(low) for a in grads)
+        ctx.op_name = "scaled_dot_product_attention"
+        xp = xp_of(q)
+        dt = q.dtype
+        g = g.astype(dt, copy=False)
+        dq, dk, dv = empty(xp, q.shape, dt), empty(xp, k.shape, dt), empty(xp, v.shape, dt)
+        dmask = xp.zeros(mask.shape, dt) if want_mask else None
+        (b, length, e), s_len = q.shape, k.shape[1]
+        # a mask gradient sums over batch rows that share mask rows: one block after the other
+        kern.run(lambda b0, b1: kern.backward_rows(g, q, k, v, out, lse, dq, dk, dv, dmask, b0, b1),
+                 work=2 * b * length * s_len * (e + v.shape[2]), serial=want_mask)
+        return dq, dk, dv, (dmask if want_mask else xp.empty(0, dt))
+
+
+def _attention_batch(query, key, value):
+    """The broadcast batch shape of q, k, v (all but their last two dims), with torch's error."""
+    try:
+        return broadcast_shapes(tuple(query.shape[:-2]), tuple(key.shape[:-2]), tuple(value.shape[:-2]))
+    except RuntimeError as e:
+        raise RuntimeError(f"scaled_dot_product_attention: the batch dims of query {shape_str(query.shape)}, key "
+                           f"{shape_str(key.shape)} and value {shape_str(value.shape)} do not broadcast: {e}") from None
+
+
+def _repeat_heads(t, groups):
+    """t [..., H, S, E] with each head repeated `groups` times in a row (torch's repeat_interleave
+    on dim -3, the grouped-query layout); its gradient sums each group back."""
+    if groups == 1:
+        return t
+    shape = tuple(t.shape)
+    wide = t.unsqueeze(-3).expand(*shape[:-2], groups, *shape[-2:])
+    return wide.reshape(*shape[:-3], shape[-3] * groups, *shape[-2:])
+
+
+def _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    if query.ndim < 2 or key.ndim < 2 or value.ndim < 2:
+        raise RuntimeError(f"scaled_dot_product_attention: expected query, key, and value to all be at least 2 "
+                           f"dimensional, but got query.dim: {query.ndim} key.dim: {key.ndim} and value.dim: "
+                           f"{value.ndim} instead.")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise RuntimeError(f"scaled_dot_product_attention: expected query, key, and value to have the same dtype, "
+                           f"but got query.dtype: {query.dtype.name} key.dtype: {key.dtype.name} and value.dtype: "
+                           f"{value.dtype.name} instead.")
+    check_float(query, "scaled_dot_product_attention", "query")
+    if attn_mask is not None and attn_mask.dtype.name != "bool" and attn_mask.dtype != query.dtype \
+            and not autocast_unifies(query, attn_mask):
+        raise RuntimeError(f"scaled_dot_product_attention: expected attn_mask dtype to be bool or to match query "
+                           f"dtype, but got attn_mask.dtype: {attn_mask.dtype.name} and query.dtype: "
+                           f"{query.dtype.name} instead.")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+    if key.shape[-1] != query.shape[-1]:
+        raise RuntimeError(f"scaled_dot_product_attention: query {shape_str(query.shape)} and key "
+                           f"{shape_str(key.shape)} must have the same embedding size (last dim)")
+    if value.shape[-2] != key.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: key {shape_str(key.shape)} and value "
+                           f"{shape_str(value.shape)} must have the same sequence length (dim -2)")
+    if enable_gqa:
+        if query.ndim < 3 or key.ndim < 3 or value.ndim < 3:
+            raise IndexError("scaled_dot_product_attention: enable_gqa needs a heads dim (-3) in query, key and "
+                             f"value, got {shape_str(query.shape)}, {shape_str(key.shape)}, {shape_str(value.shape)}")
+        hq = query.shape[-3]
+        if key.shape[-3] == 0 or value.shape[-3] == 0 or hq % key.shape[-3] or hq % value.shape[-3]:
+            raise RuntimeError(f"scaled_dot_product_attention: number of heads in key ({key.shape[-3]}) and value "
+                               f"({value.shape[-3]}) must divide the number of heads in query ({hq})")
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(q k^T * scale + mask) @ v, torch's F.scaled_dot_product_attention, as one fused
+    tiled kernel (see the section comment above).
+
+    query [*batch, L, E], key [*batch, S, E], value [*batch, S, Ev]: the batch dims broadcast.
+    attn_mask: broadcastable to [*batch, L, S]; bool (True = takes part) or float of query's dtype
+        (added to the scores; it gets a gradient if it requires one).
+    is_causal: query i sees keys j <= i (top-left aligned when L != S); not with attn_mask.
+    scale: default 1 / sqrt(E). dropout_p: dropout on the attention weights (always applied, as
+        torch's: pass 0.0 in eval mode); its mask comes from one seed drawn from the default generator.
+    enable_gqa: key/value heads (dim -3) shared by groups of query heads (grouped-query attention).
+    Rows whose every key is masked give 0 and no gradient, as torch's.
+    """
+    _check_sdpa(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    length, e = query.shape[-2:]
+    s_len, ev = key.shape[-2], value.shape[-1]
+    if enable_gqa:
+        key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
+        value = _repeat_heads(value, query.shape[-3] // value.shape[-3])
+    batch = _attention_batch(query, key, value)
+    b = int(np.prod(batch))
+    q3, k3, v3 = (t.expand(*batch, *t.shape[-2:]).reshape(b, *t.shape[-2:]) for t in (query, key, value))
+    mask3, midx = None, None
+    if attn_mask is not None:
+        full = batch + (length, s_len)
+        padded = (1,) * (len(full) - attn_mask.ndim) + tuple(attn_mask.shape)
+        if len(padded) > len(full) or any(m not in (1, f) for m, f in zip(padded, full)):
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {shape_str(attn_mask.shape)} does "
+                               f"not broadcast to the scores' shape {shape_str(full)}")
+        rows = int(np.prod(padded[:-2]))
+        mask3 = attn_mask.reshape(rows, *padded[-2:])
+        if rows not in (1, b):
+            midx = np.broadcast_to(np.arange(rows).reshape(padded[:-2]), batch).reshape(-1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(e) if e else 1.0  # (E = 0: every score is 0 whatever the scale)
+    p = float(dropout_p)
+    seed = sdpa_dropout_seed() if p > 0 else 0
+    out = ScaledDotProductAttention.apply(q3, k3, v3, mask3, midx=midx, scale=float(scale), causal=bool(is_causal),
+                                          dropout_p=p, seed=seed)[0]
+    return out.reshape(*batch, length, ev)

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor, tensor_method
-from ._core import binary_op, broadcast_shapes, cast, is_scalar, promote_operands, scalar_tensor, sum_to
+from ._core import (binary_op, broadcast_shapes, is_scalar, promote_operands, require_tensor, scalar_tensor,
+                    sum_to)
 from .op import Op
 from .indexing import nonzero
 
@@ -28,6 +29,7 @@ def _compare_op(name, ufunc):
     op = type(name, (_Compare,), {"name": name, "ufunc": ufunc})
 
     def fn(input, other):
+        require_tensor(input, fn.__name__)
         return binary_op(op, input, other)
 
     return fn
@@ -61,6 +63,12 @@ class IsClose(Op):
 
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    require_tensor(input, "isclose")
+    require_tensor(other, "isclose", "other", 2)
+    if rtol < 0:
+        raise RuntimeError(f"isclose: rtol must be greater than or equal to zero, but got {rtol}")
+    if atol < 0:
+        raise RuntimeError(f"isclose: atol must be greater than or equal to zero, but got {atol}")
     return binary_op(IsClose, input, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
@@ -105,11 +113,13 @@ def where(condition, input=None, other=None):
     return Where.apply(condition, x, y)
 
 
-def _extremum_backward(ctx, g, first_wins):
+def _extremum_backward(ctx, g, loses):
+    """torch's rule: ties split the gradient, the losing side gets none, and where a NaN makes
+    both comparisons false each side gets all of it."""
     a, b = ctx.saved_tensors
-    wa = cast(first_wins(a, b), g.dtype) + cast(eq(a, b), g.dtype) * 0.5  # ties split the gradient
-    ga = sum_to(g * wa, a.shape) if ctx.needs_input_grad[0] else None
-    gb = sum_to(g * (1 - wa), b.shape) if ctx.needs_input_grad[1] else None
+    shared = where(eq(a, b), g * 0.5, g)
+    ga = sum_to(where(loses(a, b), 0.0, shared), a.shape) if ctx.needs_input_grad[0] else None
+    gb = sum_to(where(loses(b, a), 0.0, shared), b.shape) if ctx.needs_input_grad[1] else None
     return ga, gb
 
 
@@ -123,7 +133,7 @@ class Maximum(Op):
 
     @staticmethod
     def backward(ctx, g):
-        return _extremum_backward(ctx, g, gt)
+        return _extremum_backward(ctx, g, lt)
 
 
 class Minimum(Op):
@@ -136,14 +146,18 @@ class Minimum(Op):
 
     @staticmethod
     def backward(ctx, g):
-        return _extremum_backward(ctx, g, lt)
+        return _extremum_backward(ctx, g, gt)
 
 
 def maximum(input, other):
+    require_tensor(input, "maximum")
+    require_tensor(other, "maximum", "other", 2)
     return binary_op(Maximum, input, other)
 
 
 def minimum(input, other):
+    require_tensor(input, "minimum")
+    require_tensor(other, "minimum", "other", 2)
     return binary_op(Minimum, input, other)
 
 

@@ -8,9 +8,14 @@ Why it is built this way:
   slice per kernel offset: a loop over kh*kw, never over pixels) and `Conv2dGradWeight` (one
   matmul per group over the whole batch). Both are linear in each input, so their own backwards
   are again conv2d / the grad ops: double backward needs no extra kernels.
+* conv_transpose2d is Conv2dGradInput's kernel used forward (the transposed weight (in, out/groups,
+  kh, kw) reads as conv2d's (out, in/groups, kh, kw)); its backward is conv2d and Conv2dGradWeight.
 * Pools loop over kernel offsets the same way; max_pool2d outputs which offset won (an int output
   only backward reads) and scatters its gradient with one bincount.
-* adaptive_avg_pool2d and interpolate (nearest, bilinear) are separable linear maps: out =
+* The 1-D ops (conv1d, conv_transpose1d, max/avg/adaptive_avg_pool1d) check their 1-D arguments,
+  then run the 2-D op on a height-1 view.
+* adaptive_avg_pool2d and interpolate (every mode: nearest, nearest-exact, (bi/tri)linear, bicubic,
+  area, antialiased) are separable linear maps: out =
   Mh @ x @ Mw^T with small matrices built from PyTorch's index formulas (in float32, as PyTorch
   computes them), so one `Resample2d` op (backward: the transposed matrices) serves all three.
 * pad (constant) is its own adjoint with negated widths; reflect/replicate/circular pads are
@@ -22,10 +27,12 @@ import numpy as np
 
 from .op import Op
 from ..backend import dtypes, xp_of
+from ..tensor import Tensor
 from ._core import broadcast_to, const_like, reshape, shape_str
 from ._kernels import matmul as _matmul
 
-__all__ = ["conv1d", "conv2d", "avg_pool2d", "max_pool2d", "adaptive_avg_pool2d", "interpolate", "pad"]
+__all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool1d", "avg_pool2d", "max_pool1d",
+           "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "pad"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -34,9 +41,36 @@ def _pair(v, name, op):
         if len(v) == 1:
             v = (v[0], v[0])
         if len(v) != 2:
-            raise ValueError(f"{op}: {name} must be an int or a pair of ints, got {v}")
+            raise RuntimeError(f"{op}: expected {name} to be a single int or a list of 2 ints, got {name}={list(v)}")
         return int(v[0]), int(v[1])
     return int(v), int(v)
+
+
+def _single(v, name, op):
+    """A 1-D op's size argument: an int or a one-element tuple/list."""
+    if isinstance(v, (tuple, list)):
+        if len(v) != 1:
+            raise RuntimeError(f"{op}: expected {name} to be a single int or a list of 1 int, got {name}={list(v)}")
+        return int(v[0])
+    return int(v)
+
+
+def _with_height(t):
+    """(..., L) -> (..., 1, L): the 1-D ops run as their 2-D versions on a height-1 image."""
+    return reshape(t, tuple(t.shape[:-1]) + (1, t.shape[-1]))
+
+
+def _without_height(t):
+    return reshape(t, tuple(t.shape[:-2]) + (t.shape[-1],))
+
+
+def _as_batched(t, ndim):
+    """A batch axis in front of an unbatched (ndim - 1)-D input."""
+    return reshape(t, (1,) + tuple(t.shape)) if t.ndim == ndim - 1 else t
+
+
+def _unbatched_like(out, input, ndim):
+    return reshape(out, tuple(out.shape[1:])) if input.ndim == ndim - 1 else out
 
 
 def _as_strided(xp, a, shape, strides):
@@ -320,7 +354,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     return reshape(out, tuple(out.shape[1:])) if unbatched else out
 
 
-def _check_conv(x, w, b, stride, dilation, groups, op):
+def _check_conv(x, w, b, stride, dilation, groups, op, transposed=False):
+    """torch's convolution argument checks. A transposed convolution's weight is (in_channels,
+    out_channels/groups, k...): the input has w.shape[0] channels and the output w.shape[1]*groups."""
     if min(stride) <= 0:
         raise RuntimeError(f"{op}: non-positive stride is not supported, got stride={stride}")
     if min(dilation) <= 0:
@@ -330,37 +366,140 @@ def _check_conv(x, w, b, stride, dilation, groups, op):
     if w.shape[0] % groups:
         raise RuntimeError(f"{op}: given groups={groups}, expected weight to be divisible by {groups} at "
                            f"dimension 0, but got weight of size {shape_str(w.shape)} instead")
-    if x.shape[1] != w.shape[1] * groups:
+    in_channels = w.shape[0] if transposed else w.shape[1] * groups
+    if x.shape[1] != in_channels:
         raise RuntimeError(f"{op}: given groups={groups}, weight of size {shape_str(w.shape)}, expected "
-                           f"input{shape_str(x.shape)} to have {w.shape[1] * groups} channels, but got "
+                           f"input{shape_str(x.shape)} to have {in_channels} channels, but got "
                            f"{x.shape[1]} channels instead")
     if x.dtype is not w.dtype or (b is not None and b.dtype is not x.dtype):
         raise RuntimeError(f"{op}: input type ({x.dtype.name}), weight type ({w.dtype.name})"
                            + (f" and bias type ({b.dtype.name})" if b is not None else "") + " should be the same")
     if not x.dtype.is_floating_point:
         raise RuntimeError(f"{op}: expected a floating point input, got {x.dtype.name}")
-    if b is not None and tuple(b.shape) != (w.shape[0],):
-        raise RuntimeError(f"{op}: expected bias of shape [{w.shape[0]}] (out_channels), got bias of shape "
+    out_channels = w.shape[1] * groups if transposed else w.shape[0]
+    if b is not None and tuple(b.shape) != (out_channels,):
+        raise RuntimeError(f"{op}: expected bias of shape [{out_channels}] (out_channels), got bias of shape "
                            f"{shape_str(b.shape)}")
 
 
-def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """1-D cross-correlation over (N, C, L) or (C, L): conv2d on a height-1 image."""
-    op = "conv1d"
-    if input.ndim not in (2, 3) or weight.ndim != 3:
-        raise RuntimeError(f"{op}: expected a 2-D/3-D input and a 3-D weight, got input of shape "
-                           f"{shape_str(input.shape)} and weight of shape {shape_str(weight.shape)}")
-    unbatched = input.ndim == 2
-    x = reshape(input, (1,) + tuple(input.shape)) if unbatched else input
-    x4 = reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2]))
-    w4 = reshape(weight, (weight.shape[0], weight.shape[1], 1, weight.shape[2]))
-    def pair(v, h):
-        return (h, v[0] if isinstance(v, (tuple, list)) else v)
+def _check_conv1d_ranks(input, weight, op):
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"{op}: expected a 2-D (unbatched) or 3-D (batched) input, got input of shape "
+                           f"{shape_str(input.shape)}")
+    if weight.ndim != 3:
+        raise RuntimeError(f"{op}: expected a 3-D weight, got weight of shape {shape_str(weight.shape)}")
 
-    pad = padding if isinstance(padding, str) else pair(padding, 0)
-    out = conv2d(x4, w4, bias, pair(stride, 1), pad, pair(dilation, 1), groups)
-    out = reshape(out, (out.shape[0], out.shape[1], out.shape[3]))
-    return reshape(out, tuple(out.shape[1:])) if unbatched else out
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D cross-correlation over (N, C, L) or (C, L): conv2d on a height-1 image (arguments
+    checked here first, so that errors show the 1-D shapes)."""
+    op = "conv1d"
+    _check_conv1d_ranks(input, weight, op)
+    x = _as_batched(input, 3)
+    s, d = _single(stride, "stride", op), _single(dilation, "dilation", op)
+    _check_conv(x, weight, bias, (s,), (d,), int(groups), op)
+    pad = padding if isinstance(padding, str) else (0, _single(padding, "padding", op))
+    if isinstance(padding, str) and padding == "same" and s != 1:
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+    out = _without_height(conv2d(_with_height(x), _with_height(weight), bias, (1, s), pad, (1, d), groups))
+    return _unbatched_like(out, input, 3)
+
+
+# ------------------------------------------------------------------ transposed convolution
+class ConvTranspose2d(Op):
+    """conv_transpose2d: the input gradient of conv2d (the same kernel as Conv2dGradInput, with the
+    transposed weight (in, out/groups, kh, kw) read as conv2d's (out, in/groups, kh, kw)) plus a
+    bias. Its derivatives are conv2d itself (input) and Conv2dGradWeight with the roles of input
+    and output gradient swapped (weight)."""
+
+    name = "ConvTranspose2d"
+    autocast = "lower"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, x, w, b, out_hw, stride, pads, dilation, groups):
+        ctx.params = dict(stride=stride, pads=pads, dilation=dilation, groups=groups)
+        c = w.shape[1] * groups
+        out = _conv2d_grad_input(x, w, (x.shape[0], c) + tuple(out_hw), stride, pads, dilation, groups)
+        if b is not None:
+            out += b.reshape(c, 1, 1)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx = dw = db = None
+        if need[0]:
+            dx = Conv2d.apply(g, w, None, **ctx.params)
+            if tuple(dx.shape[2:]) != tuple(x.shape[2:]):
+                # output_padding >= stride (allowed below the dilation): the output's last rows and
+                # columns are read by no input position; conv2d of g then covers positions past
+                # the input's, which get no gradient
+                dx = dx[:, :, :x.shape[2], :x.shape[3]]
+        if need[1]:
+            dw = Conv2dGradWeight.apply(x, g, w_shape=tuple(w.shape), **ctx.params)
+        if len(need) > 2 and need[2]:
+            db = ChannelSum.apply(g)
+        return dx, dw, db
+
+
+def _transpose_args(x, weight, bias, stride, padding, output_padding, dilation, groups, op):
+    """Checks torch makes for a transposed convolution; returns the output size and padding."""
+    if isinstance(padding, str):
+        raise TypeError(f"{op}: argument 'padding' must be an int or a tuple of ints, not str ({padding!r})")
+    groups = int(groups)
+    _check_conv(x, weight, bias, stride, dilation, groups, op, transposed=True)
+    if min(padding) < 0:
+        raise RuntimeError(f"{op}: negative padding is not supported, got padding={padding}")
+    if min(output_padding) < 0:
+        raise RuntimeError(f"{op}: negative output_padding is not supported, got output_padding={output_padding}")
+    for op_, s, d in zip(output_padding, stride, dilation):
+        if op_ >= s and op_ >= d:
+            raise RuntimeError(f"{op}: output padding must be smaller than either stride or dilation, but got "
+                               f"output_padding={output_padding}, stride={stride} and dilation={dilation}")
+    out = tuple((size - 1) * s - 2 * p + d * (k - 1) + op_ + 1 for size, s, p, d, k, op_ in
+                zip(x.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding))
+    if min(out) <= 0:
+        raise RuntimeError(f"{op}: given input of shape {shape_str(x.shape)}, weight of shape "
+                           f"{shape_str(weight.shape)}, stride={stride}, padding={padding} and dilation="
+                           f"{dilation}, the calculated output size {list(out)} is too small")
+    return out
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """2-D transposed convolution ("deconvolution") over (N, C, H, W) or (C, H, W), as torch's:
+    H_out = (H - 1) * stride - 2 * padding + dilation * (kH - 1) + output_padding + 1."""
+    op = "conv_transpose2d"
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"{op}: expected a 3-D (unbatched) or 4-D (batched) input, got input of shape "
+                           f"{shape_str(input.shape)}")
+    if weight.ndim != 4:
+        raise RuntimeError(f"{op}: expected a 4-D weight (in_channels, out_channels/groups, kH, kW), got "
+                           f"weight of shape {shape_str(weight.shape)}")
+    x = _as_batched(input, 4)
+    stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
+    padding = padding if isinstance(padding, str) else _pair(padding, "padding", op)
+    output_padding = _pair(output_padding, "output_padding", op)
+    out_hw = _transpose_args(x, weight, bias, stride, padding, output_padding, dilation, groups, op)
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    out = ConvTranspose2d.apply(x, weight, bias, out_hw=out_hw, stride=stride, pads=pads, dilation=dilation,
+                                groups=int(groups))
+    return _unbatched_like(out, input, 4)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """1-D transposed convolution over (N, C, L) or (C, L): conv_transpose2d on a height-1 image."""
+    op = "conv_transpose1d"
+    _check_conv1d_ranks(input, weight, op)
+    x = _as_batched(input, 3)
+    s, d = _single(stride, "stride", op), _single(dilation, "dilation", op)
+    if isinstance(padding, str):
+        raise TypeError(f"{op}: argument 'padding' must be an int or a tuple of ints, not str ({padding!r})")
+    p, op_ = _single(padding, "padding", op), _single(output_padding, "output_padding", op)
+    _transpose_args(x, weight, bias, (s,), (p,), (op_,), (d,), groups, op)
+    out = conv_transpose2d(_with_height(x), _with_height(weight), bias, (1, s), (0, p), (0, op_), groups, (1, d))
+    return _unbatched_like(_without_height(out), input, 3)
 
 
 # ------------------------------------------------------------------ pooling
@@ -373,8 +512,14 @@ def _pool_out(size, k, s, p, d, ceil_mode):
 
 
 def _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op):
+    """Kernel, stride, dilation, padded extents and output size of a 2-D pool, with torch's checks:
+    a 3-D or 4-D input whose non-batch dims are non-empty, positive sizes, 0 <= pad <= kernel // 2
+    (the kernel size, not the dilated extent, as torch's max_pool2d checks)."""
     if input.ndim not in (3, 4):
         raise RuntimeError(f"{op}: expected a 3-D or 4-D input, got input of shape {shape_str(input.shape)}")
+    if 0 in tuple(input.shape[input.ndim - 3:]):
+        raise RuntimeError(f"{op}: expected a 3-D or 4-D (batch mode) input with non-zero sizes except an optional "
+                           f"zero batch size, got input of shape {shape_str(input.shape)}")
     k = _pair(kernel_size, "kernel_size", op)
     s = k if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else _pair(stride, "stride", op)
     p = _pair(padding, "padding", op)
@@ -382,10 +527,11 @@ def _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op):
     if min(k) <= 0 or min(s) <= 0 or min(d) <= 0:
         raise RuntimeError(f"{op}: kernel_size, stride and dilation must be positive, got kernel_size={k}, "
                            f"stride={s}, dilation={d}")
-    for pi, ki, di in zip(p, k, d):
-        if pi < 0 or pi > (di * (ki - 1) + 1) // 2:
-            raise RuntimeError(f"{op}: pad should be at most half of effective kernel size, but got "
-                               f"pad={p}, kernel_size={k} and dilation={d}")
+    if min(p) < 0:
+        raise RuntimeError(f"{op}: pad must be non-negative, got padding={p}")
+    for pi, ki in zip(p, k):
+        if pi > ki // 2:
+            raise RuntimeError(f"{op}: pad should be at most half of kernel size, but got pad={p}, kernel_size={k}")
     h, w = input.shape[-2:]
     out = (_pool_out(h, k[0], s[0], p[0], d[0], ceil_mode), _pool_out(w, k[1], s[1], p[1], d[1], ceil_mode))
     if out[0] <= 0 or out[1] <= 0:
@@ -398,11 +544,11 @@ def _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op):
 
 
 def _as4d(input):
-    return reshape(input, (1,) + tuple(input.shape)) if input.ndim == 3 else input
+    return _as_batched(input, 4)
 
 
 def _from4d(out, like):
-    return reshape(out, tuple(out.shape[1:])) if like.ndim == 3 else out
+    return _unbatched_like(out, like, 4)
 
 
 def _avg_divisor(size, k, s, p, out, count_include_pad):
@@ -469,12 +615,30 @@ class AvgPool2dGrad(Op):
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Mean over kernel windows, with torch's ceil_mode and count_include_pad divisor rules."""
-    a = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode, "avg_pool2d")
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                     "avg_pool2d")
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    """Mean over windows of the last dim of (N, C, L) or (C, L): avg_pool2d on a height-1 image."""
+    op = "avg_pool1d"
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"{op}: expected a 2-D or 3-D input, got input of shape {shape_str(input.shape)}")
+    k = _single(kernel_size, "kernel_size", op)
+    s = None if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
+        (1, _single(stride, "stride", op))
+    out = _avg_pool(_with_height(input), (1, k), s, (0, _single(padding, "padding", op)), ceil_mode,
+                    count_include_pad, None, op)
+    return _without_height(out)
+
+
+def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, op):
+    a = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode, op)
     if not input.is_floating_point():
-        raise RuntimeError(f"avg_pool2d: expected a floating point input, got {input.dtype.name}")
+        raise NotImplementedError(f"{op}: integer inputs are not supported, got {input.dtype.name}")
     if divisor_override is not None:
         if divisor_override == 0:
-            raise RuntimeError("avg_pool2d: divisor must be not zero")
+            raise RuntimeError(f"{op}: divisor must be not zero")
         divisor = np.full(a["out_hw"], float(divisor_override))
     else:
         h, w = input.shape[-2:]
@@ -572,9 +736,34 @@ class MaxPool2dGather(Op):
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """Max over kernel windows (padding counts as -inf); return_indices gives flat h*W+w indices."""
-    a = _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    """Max over windows of the last dim of (N, C, L) or (C, L): max_pool2d on a height-1 image;
+    return_indices gives positions along L."""
+    op = "max_pool1d"
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"{op}: expected a 2-D or 3-D (batch mode) input, got input of shape "
+                           f"{shape_str(input.shape)}")
+    if not return_indices and not input.is_floating_point():
+        # torch's max_pool1d kernel has no integer version (its return_indices path does)
+        raise NotImplementedError(f"{op}: not implemented for integer inputs ({input.dtype.name}) unless "
+                                  f"return_indices=True")
+    k = _single(kernel_size, "kernel_size", op)
+    s = None if stride is None or (isinstance(stride, (tuple, list)) and len(stride) == 0) else \
+        (1, _single(stride, "stride", op))
+    out = _max_pool(_with_height(input), (1, k), s, (0, _single(padding, "padding", op)),
+                    (1, _single(dilation, "dilation", op)), ceil_mode, return_indices, op)
+    if return_indices:
+        return _without_height(out[0]), _without_height(out[1])
+    return _without_height(out)
+
+
+def _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, op):
+    a = _pool_args(input, kernel_size, stride, padding, dilation, ceil_mode, op)
     if input.dtype is dtypes.bool_:
-        raise RuntimeError("max_pool2d: not implemented for 'Bool'")
+        raise NotImplementedError(f"{op}: not implemented for 'Bool'")
     out, arg = MaxPool2d.apply(_as4d(input), **a)
     out = _from4d(out, input)
     if not return_indices:
@@ -625,104 +814,209 @@ def _adaptive_matrix(size, out):
 
 def adaptive_avg_pool2d(input, output_size):
     """Average over torch's adaptive windows (also for sizes that do not divide the input)."""
-    if input.ndim not in (3, 4):
+    if input.ndim < 3:
+        raise ValueError(f"adaptive_avg_pool2d: Input dimension should be at least 3, got input of shape "
+                         f"{shape_str(input.shape)}")
+    if input.ndim != 4 and input.ndim != 3:
         raise RuntimeError(f"adaptive_avg_pool2d: expected a 3-D or 4-D input, got input of shape "
                            f"{shape_str(input.shape)}")
     h, w = input.shape[-2:]
     if isinstance(output_size, (tuple, list)):
+        if len(output_size) != 2:
+            raise RuntimeError(f"adaptive_avg_pool2d: output_size must be 2, got {output_size!r}")
         oh, ow = output_size
     else:
         oh = ow = output_size
     oh, ow = h if oh is None else int(oh), w if ow is None else int(ow)
+    return _adaptive_avg_pool(input, oh, ow, output_size, "adaptive_avg_pool2d")
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Average over torch's adaptive windows along the last dim of (N, C, L) or (C, L)."""
+    op = "adaptive_avg_pool1d"
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"{op}: expected a 2-D or 3-D input, got input of shape {shape_str(input.shape)}")
+    if output_size is None or (isinstance(output_size, (tuple, list)) and None in output_size):
+        raise TypeError(f"{op}: output_size must be an int or a tuple of one int, got {output_size!r}")
+    out = _adaptive_avg_pool(_with_height(input), 1, _single(output_size, "output_size", op), output_size, op)
+    return _without_height(out)
+
+
+def _adaptive_avg_pool(input, oh, ow, output_size, op):
+    h, w = input.shape[-2:]
     if oh < 0 or ow < 0 or (input.numel() and (h == 0 or w == 0)):
-        raise RuntimeError(f"adaptive_avg_pool2d: invalid output_size {output_size} for input of shape "
-                           f"{shape_str(input.shape)}")
+        raise RuntimeError(f"{op}: invalid output_size {output_size} for input of shape {shape_str(input.shape)}")
     if not input.is_floating_point():
-        raise RuntimeError(f"adaptive_avg_pool2d: expected a floating point input, got {input.dtype.name}")
+        raise NotImplementedError(f"{op}: integer inputs are not supported, got {input.dtype.name}")
     return Resample2d.apply(input, mh=_adaptive_matrix(h, oh), mw=_adaptive_matrix(w, ow))
 
 
-def _scale_value(scale, size, out):
-    """torch's compute_scales_value, in float32."""
-    if scale is not None and scale > 0:
-        return np.float32(1.0 / scale)
-    return np.float32(size) / np.float32(out)
+_MODES = {"nearest": None, "nearest-exact": None, "area": None, "linear": 1, "bilinear": 2, "bicubic": 2,
+          "trilinear": 3}
+_CUBIC_A = -0.75
 
 
-def _nearest_matrix(size, out, scale):
-    if out == size:
-        idx = np.arange(out)
-    elif out == 2 * size:
-        idx = np.arange(out) >> 1
-    else:
-        s = _scale_value(scale, size, out)
-        idx = np.minimum(np.floor(np.arange(out, dtype=np.float32) * s).astype(np.int64), size - 1)
-    m = np.zeros((out, size))
-    m[np.arange(out), idx] = 1.0
-    return m
-
-
-def _linear_matrix(size, out, scale, align_corners):
-    """torch's upsample_bilinear2d weights along one axis (area_pixel_compute_source_index)."""
-    if out == size:  # torch copies an axis whose size does not change, whatever scale_factor says
-        return np.eye(size)
-    f32 = np.float32
-    dst = np.arange(out, dtype=f32)
+def _scale(n_in, n_out, align_corners, scale, dtype):
     if align_corners:
-        s = f32(size - 1) / f32(out - 1) if out > 1 else f32(0)
-        src = s * dst
+        return dtype((n_in - 1) / (n_out - 1)) if n_out > 1 else dtype(0)
+    if scale is not None and scale > 0:
+        return dtype(1.0) / dtype(scale)
+    return dtype(n_in) / dtype(n_out)
+
+
+def _nearest_matrix(n_in, n_out, scale, exact):
+    w = np.zeros((n_out, n_in))
+    dst = np.arange(n_out)
+    if n_out == n_in:
+        src = dst
+    elif n_out == 2 * n_in and not exact:
+        src = dst >> 1
     else:
-        s = _scale_value(scale, size, out)
-        src = np.maximum(s * (dst + f32(0.5)) - f32(0.5), f32(0))
-    i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
-    lam = np.clip(src - i0.astype(f32), f32(0), f32(1))
-    i1 = i0 + (i0 < size - 1)
-    m = np.zeros((out, size))
-    rows = np.arange(out)
-    np.add.at(m, (rows, i0), (f32(1) - lam).astype(np.float64))
-    np.add.at(m, (rows, i1), lam.astype(np.float64))
-    return m
+        s = _scale(n_in, n_out, False, scale, np.float32)
+        pos = (dst.astype(np.float32) + np.float32(0.5 if exact else 0.0)) * s
+        src = np.minimum(np.floor(pos).astype(np.int64), n_in - 1)
+    w[dst, src] = 1.0
+    return w
+
+
+def _linear_matrix(n_in, n_out, scale, align_corners, dtype):
+    w = np.zeros((n_out, n_in))
+    s = _scale(n_in, n_out, align_corners, scale, dtype)
+    dst = np.arange(n_out).astype(dtype)
+    src = s * dst if align_corners else np.maximum(s * (dst + dtype(0.5)) - dtype(0.5), dtype(0))
+    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    lam = (src - i0).astype(np.float64)
+    rows = np.arange(n_out)
+    np.add.at(w, (rows, i0), 1.0 - lam)
+    np.add.at(w, (rows, i1), lam)
+    return w
+
+
+def _keys(x, a):
+    """Keys' cubic convolution kernel at distance x."""
+    x = np.abs(x)
+    return np.where(x <= 1.0, ((a + 2) * x - (a + 3)) * x * x + 1,
+                    np.where(x < 2.0, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0.0))
+
+
+def _cubic_matrix(n_in, n_out, scale, align_corners, dtype):
+    w = np.zeros((n_out, n_in))
+    s = _scale(n_in, n_out, align_corners, scale, dtype)
+    dst = np.arange(n_out).astype(dtype)
+    src = s * dst if align_corners else s * (dst + dtype(0.5)) - dtype(0.5)
+    i = np.floor(src).astype(np.int64)
+    t = (src - np.floor(src)).astype(np.float64)
+    rows = np.arange(n_out)
+    for k in range(4):  # taps at offsets -1, 0, 1, 2 from floor(src)
+        np.add.at(w, (rows, np.clip(i - 1 + k, 0, n_in - 1)), _keys(t + 1 - k, _CUBIC_A))
+    return w
+
+
+def _antialias_matrix(n_in, n_out, scale, align_corners, cubic, dtype):
+    """torch's antialiased (PIL-style) filter: when shrinking, the kernel widens by the scale and
+    each row's weights are normalised to sum to 1. Bicubic uses Keys' a = -0.5 here, as PIL."""
+    s = float(_scale(n_in, n_out, align_corners, scale, dtype))
+    size = 4 if cubic else 2
+    support = size * 0.5 * s if s >= 1.0 else size * 0.5
+    invscale = 1.0 / s if s >= 1.0 else 1.0
+
+    def taps(x):
+        return _keys(x, -0.5) if cubic else np.maximum(0.0, 1.0 - np.abs(x))
+
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = s * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), n_in)
+        row = taps((np.arange(lo, hi) - center + 0.5) * invscale)
+        total = row.sum()
+        w[i, lo:hi] = row / total if total != 0 else row
+    return w
+
+
+def _axis_matrix(mode, n_in, n_out, scale, align_corners, dtype, antialias=False):
+    if antialias:
+        return _antialias_matrix(n_in, n_out, scale, align_corners, mode == "bicubic", dtype)
+    if mode in ("nearest", "nearest-exact"):
+        return _nearest_matrix(n_in, n_out, scale, mode == "nearest-exact")
+    if mode == "area":
+        return _adaptive_matrix(n_in, n_out)
+    if mode == "bicubic":
+        return _cubic_matrix(n_in, n_out, scale, align_corners, dtype)
+    return _linear_matrix(n_in, n_out, scale, align_corners, dtype)
+
+
+def _as_list(value, n, what):
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"Input and {what} must have the same number of spatial dimensions, but got input with "
+                             f"spatial dimensions of {n} and {what} of length {len(value)}.")
+        return list(value)
+    return [value] * n
+
+
+def _output_sizes(input, size, scale_factor, recompute_scale_factor):
+    spatial = tuple(input.shape[2:])
+    n = len(spatial)
+    if size is not None and scale_factor is not None:
+        raise ValueError("interpolate: only one of size or scale_factor should be defined "
+                         "(exactly one of size or scale_factor must be given)")
+    if size is None and scale_factor is None:
+        raise ValueError("interpolate: either size or scale_factor should be defined")
+    if size is not None:
+        if recompute_scale_factor:
+            raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
+        sizes = [int(s) for s in _as_list(size, n, "output_size")]
+        return sizes, [None] * n
+    scales = [float(s) for s in _as_list(scale_factor, n, "scale_factor")]
+    sizes = [int(math.floor(d * s)) for d, s in zip(spatial, scales)]
+    return sizes, ([None] * n if recompute_scale_factor else scales)
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
-    """Resize a 4-D (N, C, H, W) input: mode 'nearest' or 'bilinear', torch's index formulas."""
-    op = "interpolate"
-    if mode not in ("nearest", "bilinear"):
-        raise NotImplementedError(f"{op}: mode {mode!r} is not supported (use 'nearest' or 'bilinear')")
-    if input.ndim != 4:
-        raise NotImplementedError(f"{op}: expected a 4-D (N, C, H, W) input for mode {mode!r}, got input of "
-                                  f"shape {shape_str(input.shape)}")
-    if antialias:
-        raise NotImplementedError(f"{op}: antialias=True is not supported")
-    if mode == "nearest" and align_corners is not None:
+    if not isinstance(input, Tensor):
+        raise TypeError(f"interpolate: expected a Tensor input, got {type(input).__name__}")
+    if mode not in _MODES:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported (one of {', '.join(_MODES)})")
+    linear_like = mode in ("linear", "bilinear", "bicubic", "trilinear")
+    if align_corners is not None and not linear_like:
         raise ValueError("align_corners option can only be set with the interpolating modes: "
                          "linear | bilinear | bicubic | trilinear")
-    if (size is None) == (scale_factor is None):
-        raise ValueError(f"{op}: exactly one of size or scale_factor must be defined")
-    h, w = input.shape[2:]
-    scales = (None, None)
-    if size is not None:
-        oh, ow = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
-        if isinstance(size, (tuple, list)) and len(size) != 2:
-            raise ValueError(f"{op}: size must have 2 elements for a 4-D input, got {size}")
-    else:
-        sf = (scale_factor, scale_factor) if not isinstance(scale_factor, (tuple, list)) else tuple(scale_factor)
-        if len(sf) != 2:
-            raise ValueError(f"{op}: scale_factor must have 2 elements for a 4-D input, got {scale_factor}")
-        oh, ow = int(math.floor(h * float(sf[0]))), int(math.floor(w * float(sf[1])))
-        if not recompute_scale_factor:
-            scales = (float(sf[0]), float(sf[1]))
-    if oh <= 0 or ow <= 0:
-        raise ValueError(f"{op}: output size ({oh}, {ow}) must be positive (input {shape_str(input.shape)})")
+    if antialias and (mode not in ("bilinear", "bicubic") or input.dim() != 4):
+        raise ValueError("Anti-alias option is restricted to bilinear and bicubic modes and requires a 4-D tensor")
+    if input.dim() not in (3, 4, 5):
+        raise NotImplementedError(f"interpolate: input of shape {shape_str(input.shape)}: expected a 3-D, 4-D or "
+                                  f"5-D (N, C, *spatial) input for mode {mode!r}")
+    want = _MODES[mode]
+    if want is not None and input.dim() - 2 != want:
+        raise NotImplementedError(f"Got {input.dim()}D input, but {mode} mode needs {want + 2}D input")
     if not input.is_floating_point():
-        raise RuntimeError(f"{op}: expected a floating point input, got {input.dtype.name}")
-    if mode == "nearest":
-        mh, mw = _nearest_matrix(h, oh, scales[0]), _nearest_matrix(w, ow, scales[1])
-    else:
-        ac = bool(align_corners)
-        mh, mw = _linear_matrix(h, oh, scales[0], ac), _linear_matrix(w, ow, scales[1], ac)
-    return Resample2d.apply(input, mh=mh, mw=mw)
+        raise NotImplementedError(f"interpolate: integer inputs are not supported, got {input.dtype.name}")
+    sizes, scales = _output_sizes(input, size, scale_factor, recompute_scale_factor)
+    for d, s in zip(input.shape[2:], sizes):
+        if s <= 0 or d <= 0:
+            raise RuntimeError(f"interpolate: input {shape_str(input.shape)} and output {sizes} sizes should be "
+                               "greater than 0")
+    precision = np.float64 if input.dtype.name == "float64" else np.float32
+    # torch copies an axis whose size does not change, whatever scale_factor says, in every mode
+    # but plain bicubic (whose kernel runs on every axis)
+    cubic = mode == "bicubic" and not antialias
+    mats = [_axis_matrix(mode, n_in, n_out, scale, bool(align_corners), precision, antialias)
+            if n_in != n_out or (cubic and scale is not None and scale != 1.0) else np.eye(n_in)
+            for n_in, n_out, scale in zip(input.shape[2:], sizes, scales)]
+    if len(mats) == 1:  # (N, C, L) as (N, C, 1, L)
+        return _without_height(Resample2d.apply(_with_height(input), mh=np.eye(1), mw=mats[0]))
+    if len(mats) == 2:
+        return Resample2d.apply(input, mh=mats[0], mw=mats[1])
+    out = Resample2d.apply(input, mh=mats[1], mw=mats[2])  # (N, C, D, H, W): H and W, then D as "rows"
+    out = Resample2d.apply(out.transpose(2, 3), mh=mats[0], mw=np.eye(sizes[2]))  # (N, C, H', D, W')
+    return out.transpose(2, 3)
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 # ------------------------------------------------------------------ pad

@@ -121,6 +121,11 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
     if vals[2] == 0:
         raise RuntimeError("arange: step must be nonzero")
+    if not all(np.isfinite(v) for v in vals):
+        raise RuntimeError(f"arange: unsupported range: {vals[0]} -> {vals[1]} (step {vals[2]})")
+    if (vals[1] - vals[0]) * vals[2] < 0:
+        raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign "
+                           f"(start {vals[0]}, end {vals[1]}, step {vals[2]})")
     if dtype is None:
         dtype = dtypes.get_default_dtype() if any(isinstance(v, float) for v in vals) else dtypes.int64
     dtype = dtypes.as_dtype(dtype)
@@ -132,6 +137,15 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    for name, v in (("start", start), ("end", end)):
+        if isinstance(v, Tensor) and v.dim() != 0:
+            raise RuntimeError(f"linspace only supports 0-dimensional start and end tensors, but got {name} "
+                               f"with {v.dim()} dimension(s)")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
     dev = _dev(device)
     array = np.linspace(float(start), float(end), int(steps), dtype=np.float64).astype(dtype.np)
@@ -139,6 +153,9 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    for name, v in (("n", n), ("m", m)):
+        if v is not None and v < 0:
+            raise RuntimeError(f"eye: {name} must be greater or equal to 0, got {v}")
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
     dev = _dev(device)
     return _finish(xp_for(dev).eye(n, m if m is not None else n, dtype=dtype.np), dev, requires_grad)

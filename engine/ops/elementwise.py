@@ -7,7 +7,8 @@ from ..backend import dtypes, xp_of
 from ..backend.parallel import MIN_PARALLEL_ELEMENTS, parallel_ufunc
 from ..tensor import Tensor, tensor_method
 from . import inplace
-from ._core import binary_op, broadcast_shapes, cast, float_dtype_for, is_scalar, promote_operands, reflected, sum_to
+from ._core import (binary_op, broadcast_shapes, cast, float_dtype_for, is_scalar, promote_operands, reflected,
+                    require_tensor, sum_to)
 from ._kernels import ignore_fp_errors, rsqrt_array
 from .comparison import eq, ge, where
 from .creation import zeros_like
@@ -106,12 +107,19 @@ class Neg(Op):
 
 
 class FloorDivide(Op):
+    """Piecewise constant: differentiable with zero gradients, as torch (the output requires grad)."""
+
     name = "FloorDivide"
-    differentiable = False
 
     @staticmethod
     def forward(ctx, a, b):
+        ctx.shapes = (a.shape, b.shape)
         return xp_of(a).floor_divide(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(sum_to(zeros_like(g), shape) if need else None
+                     for shape, need in zip(ctx.shapes, ctx.needs_input_grad))
 
 
 def _modulo_backward(ctx, g, quotient):
@@ -195,6 +203,7 @@ def remainder(input, other):
 
 
 def fmod(input, other):
+    require_tensor(input, "fmod")
     return binary_op(Fmod, input, other)
 
 
@@ -275,7 +284,7 @@ class Pow(Op):
         a, b, y = ctx.saved_tensors
         ga = gb = None
         if ctx.needs_input_grad[0]:
-            ga = sum_to(g * b * pow(a, b - 1), a.shape)
+            ga = sum_to(where(eq(b, 0), 0.0, g * b * pow(a, b - 1)), a.shape)  # torch: 0 where b == 0
         if ctx.needs_input_grad[1]:
             # PyTorch's convention: no gradient flows to the exponent where the base is 0 and b >= 0
             d = where(logical_and(eq(a, 0), ge(b, 0)), 0.0, y * log(a))

@@ -320,8 +320,10 @@ class GatherBackward(Op):
 
 
 def gather(input, dim, index, *, sparse_grad=False):
-    _check_index(index, "gather")
     dim = _check_dim(dim, max(input.ndim, 1))
+    if isinstance(index, Tensor) and index.numel() == 0:  # torch checks nothing else for an empty index
+        return input.reshape(-1)[:0].reshape(tuple(index.shape))
+    _check_index(index, "gather")
     _check_gather_shapes(tuple(input.shape), index, dim, "gather")
     return Gather.apply(input, index, dim=dim)
 
@@ -548,6 +550,14 @@ def index_add(input, dim, index, source, *, alpha=1):
     if source.dtype != input.dtype:
         raise RuntimeError(f"index_add(): self ({input.dtype.name}) and source ({source.dtype.name}) "
                            "must have the same scalar type")
+    expected = tuple(input.shape[:dim]) + (index.numel(),) + tuple(input.shape[dim + 1:])
+    if input.dim() and tuple(source.shape) != expected and not (source.dim() == 0 and expected == (1,)):
+        raise RuntimeError(f"index_add(): source tensor shape must match self tensor shape, excluding the "
+                           f"specified dimension, with index.numel() along it. Got self.shape = "
+                           f"{shape_str(input.shape)} source.shape = {shape_str(source.shape)}, expected "
+                           f"{shape_str(expected)}")
+    if input.dim() == 0:  # a scalar is a one-element vector here, as in torch
+        return index_add(input.reshape(1), 0, index, source.reshape(-1), alpha=alpha).reshape(())
     return IndexAdd.apply(input, index, source, dim=dim, alpha=alpha)
 
 
@@ -599,6 +609,8 @@ def _fill_value(value, input, op):
             raise RuntimeError(f"{op} only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value.ndim} dimension(s).")
         return cast(value, input.dtype)
+    if isinstance(value, complex):
+        raise RuntimeError(f"{op}: value cannot be converted to type {input.dtype.name} without overflow: {value}")
     return scalar_tensor(value, input.dtype, input)
 
 
@@ -633,6 +645,8 @@ def masked_select(input, mask):
         m = Tensor._make(xp_of(mask._data).broadcast_to(mask._data, shape), mask._device)
     else:
         m = broadcast_to(mask, shape)
+    if not shape:  # a 0-dim pair selects from a one-element vector, as torch
+        x, m = x.reshape(1), m.reshape(1)
     return x[m]
 
 

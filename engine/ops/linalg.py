@@ -6,6 +6,7 @@ with its `trans` flag, no copy). Backwards are written with the same ops (so dou
 works) and flatten batch dims when the other operand is a 2-D weight, turning a batched product
 plus a reduction into one large GEMM.
 """
+import math
 import string
 
 from .op import Op, autocast_unifies
@@ -60,7 +61,8 @@ class Matmul(Op):
     def forward(ctx, a, b):
         xp = xp_of(a)
         if b.ndim == 2 and a.ndim > 2:  # fold batch dims into rows: one GEMM instead of a loop
-            return _matmul(xp, a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+            rows = math.prod(a.shape[:-1])  # not -1: a zero-size inner dim makes -1 ambiguous
+            return _matmul(xp, a.reshape(rows, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
         return xp.asarray(_matmul(xp, a, b))  # 1-D @ 1-D gives a numpy scalar
 
     @staticmethod
@@ -86,7 +88,8 @@ class Matmul(Op):
         if need_b:
             if b2.ndim == 2 and a2.ndim > 2:
                 k, n = b2.shape
-                gb = matmul(_mT(reshape(a2, (-1, k))), reshape(g2, (-1, n)))
+                rows = math.prod(a2.shape[:-1])
+                gb = matmul(_mT(reshape(a2, (rows, k))), reshape(g2, (rows, n)))
             else:
                 gb = sum_to(matmul(_mT(a2), g2), tuple(b2.shape))
             gb = reshape(gb, tuple(b.shape))

@@ -4,7 +4,7 @@ bool tensors."""
 
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor
-from ._core import binary_op, broadcast_shapes, is_scalar, promote_operands, reflected, scalar_tensor
+from ._core import binary_op, broadcast_shapes, is_scalar, promote_operands, reflected, require_tensor, scalar_tensor
 from .op import Op
 
 __all__ = ["logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_and", "bitwise_or",
@@ -24,6 +24,8 @@ def _logical_op(name, ufunc):
     op = type(name, (_Logical,), {"name": name, "ufunc": ufunc})
 
     def fn(input, other):
+        require_tensor(input, ufunc)
+        require_tensor(other, ufunc, "other", 2)
         b = other._data if isinstance(other, Tensor) else other
         if isinstance(other, Tensor) and (input._global is not None or input._data.shape != b.shape):
             broadcast_shapes(input.shape, other.shape)

@@ -6,18 +6,21 @@ Each is one fused kernel with one fused gradient op (no double backward). The cr
 keeps softmax(x) as a hidden output for its gradient, and on a large CPU array runs row blocks
 on the engine's threads.
 """
+import warnings
+
 import numpy as np
 
 from ..backend import dtypes, xp_of
 from ..backend.parallel import parallel_for, parallel_ufunc
 from ..tensor import Tensor
 from ._core import NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, shape_str, sum_to_array
-from ._kernels import BLOCK_ELEMENTS, row_sum, work_array
+from ._kernels import BLOCK_ELEMENTS, ignore_fp_errors, row_sum, work_array
+from .comparison import where as _where
 from .indexing import in_range
 from .op import Op
 
-__all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "kl_div"]
+__all__ = ["cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "kl_div", "margin_ranking_loss", "cosine_embedding_loss"]
 
 
 def _reduce(loss, reduction):
@@ -377,16 +380,22 @@ def _legacy_reduction(size_average, reduce, reduction):
         return reduction
     size_average = True if size_average is None else size_average
     reduce = True if reduce is None else reduce
-    return "none" if not reduce else ("mean" if size_average else "sum")
+    reduction = "none" if not reduce else ("mean" if size_average else "sum")
+    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{reduction}' instead.",
+                  UserWarning, stacklevel=3)
+    return reduction
 
 
 # ------------------------------------------------------------------ pointwise losses
+_EPSILON = float(np.float32(1e-12))  # torch's EPSILON of its loss kernels is a float: 1e-12 rounded to float32
+
+
 def _pointwise_loss(kind, x, t, extra):
     """Per-element loss of `kind` on float arrays (broadcast), returned in x's work dtype."""
     xp = xp_of(x)
     f = x.dtype.type
     if kind == "mse":
-        d = x - t
+        d = xp.asarray(x - t)  # asarray: 0-dim operands give a numpy scalar
         return xp.multiply(d, d, out=d)
     if kind == "l1":
         return xp.abs(x - t)
@@ -439,9 +448,9 @@ def _pointwise_grads(kind, x, t, extra, need_t):
             dx = xp.clip(d, -delta, delta)
         dt = -dx if need_t else None
     elif kind == "bce":
-        dx = (x - t) / xp.maximum((1 - x) * x, f(1e-12))
+        dx = (x - t) / xp.maximum((1 - x) * x, f(_EPSILON))
         if need_t:
-            dt = xp.maximum(xp.log1p(-x), f(-100)) - xp.maximum(xp.log(x), f(-100))
+            dt = xp.log1p(-x) - xp.log(x)  # torch's -logit(x): unclamped, +-inf at x = 0 or 1
     elif kind == "bce_logits":
         pw = extra.get("pos_weight")
         sig = 1 / (1 + xp.exp(-x))
@@ -461,8 +470,9 @@ def _pointwise_grads(kind, x, t, extra, need_t):
         else:
             dx = -t
             if need_t:
+                # torch differentiates xlogy(t, t): log(t) + t / t, which is 0/0 = nan at t == 0
                 safe = xp.where(t == 0, f(1), t)
-                dt = xp.log(safe) - x + 1
+                dt = xp.where(t == 0, f(np.nan), xp.log(safe) + 1) - x
     else:
         raise ValueError(kind)
     return dx, dt
@@ -482,7 +492,8 @@ class PointwiseLoss(Op):
         ctx.kind, ctx.reduction, ctx.extra = kind, reduction, extra
         xw, tw = work_array(x), work_array(t)
         ex = _array_extra(extra, xw.dtype)
-        loss = _pointwise_loss(kind, xw, tw, ex)
+        with ignore_fp_errors(xp_of(x)):  # log(0) in bce / kl_div: silent (then clamped), as torch
+            loss = _pointwise_loss(kind, xw, tw, ex)
         if w is not None:
             loss = loss * work_array(w)
         if reduction == "batchmean":
@@ -513,7 +524,8 @@ class PointwiseLossGrad(NoDoubleBackward, Op):
         gw = work_array(g).astype(xw.dtype, copy=False)
         if reduction in ("mean", "batchmean") and n:
             gw = gw / gw.dtype.type(n)
-        dx, dt = _pointwise_grads(kind, xw, tw, _array_extra(extra, xw.dtype), need_t)
+        with ignore_fp_errors(xp):
+            dx, dt = _pointwise_grads(kind, xw, tw, _array_extra(extra, xw.dtype), need_t)
         scale = gw if w is None else gw * work_array(w)
         dx = sum_to_array(xp.multiply(dx, scale), x.shape).astype(x.dtype, copy=False)
         if dt is None:
@@ -578,6 +590,15 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return _run_pointwise("smooth_l1", input, target, None, reduction, {"beta": float(beta)}, "smooth_l1_loss")
 
 
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta): smooth_l1 scaled by delta."""
+    if weight is not None:
+        raise NotImplementedError("huber_loss: the weight argument is not implemented")
+    if delta <= 0:
+        raise RuntimeError(f"huber_loss does not support non-positive values for delta, got {delta}")
+    return _run_pointwise("huber", input, target, None, reduction, {"delta": float(delta)}, "huber_loss")
+
+
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """-(t log x + (1 - t) log(1 - x)) on probabilities x, logs clamped at -100 like PyTorch."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -611,8 +632,57 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """KL(target || exp(input)) pointwise: t (log t - x) (or exp(t) (t - x) with log_target)."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      UserWarning, stacklevel=2)
     return _run_pointwise("kl", input, target, None, reduction, {"log_target": bool(log_target)}, "kl_div",
                           extra_red=("batchmean",))
+
+
+# ------------------------------------------------------------------ losses composed of engine ops
+def _apply_reduction(loss, reduction, op):
+    _check_reduction(reduction, op)
+    if reduction == "mean":
+        return loss.mean()
+    return loss.sum() if reduction == "sum" else loss
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    """max(0, -target * (input1 - input2) + margin), torch's composition (so its gradient at the
+    hinge, where it passes the gradient, is torch's too)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if not (input1.ndim == input2.ndim == target.ndim):
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+                           f"input1: {shape_str(input1.shape)}, input2: {shape_str(input2.shape)}, "
+                           f"target: {shape_str(target.shape)} ")
+    return _apply_reduction((-target * (input1 - input2) + margin).clamp_min(0), reduction, "margin_ranking_loss")
+
+
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    """1 - cos(x1, x2) where target == 1, max(0, cos(x1, x2) - margin) where target == -1 (0
+    elsewhere), cos over the last dim of [N, D] (target [N]) or [D] (target 0-d) inputs."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    tdim = target.ndim
+    if tdim not in (0, 1):
+        raise RuntimeError(f"cosine_embedding_loss: 0D or 1D target tensor expected, multi-target not supported, "
+                           f"got target of shape {shape_str(target.shape)}")
+    if tdim == 1 and (input1.ndim != 2 or input2.ndim != 2):
+        raise RuntimeError(f"cosine_embedding_loss: 1D target tensor expects 2D input tensors, but found inputs "
+                           f"with sizes {shape_str(input1.shape)} and {shape_str(input2.shape)}.")
+    if tdim == 0 and (input1.ndim != 1 or input2.ndim != 1):
+        raise RuntimeError(f"cosine_embedding_loss: 0D target tensor expects 1D input tensors, but found inputs "
+                           f"with sizes {shape_str(input1.shape)} and {shape_str(input2.shape)}.")
+    prod = (input1 * input2).sum(tdim)
+    mag1 = (input1 * input1).sum(tdim) + _EPSILON
+    mag2 = (input2 * input2).sum(tdim) + _EPSILON
+    cos = prod / (mag1 * mag2).sqrt()
+    pos = _where(target == 1, 1 - cos, 0.0)
+    neg = _where(target == -1, (cos - margin).clamp_min(0), 0.0)
+    return _apply_reduction(pos + neg, reduction, "cosine_embedding_loss")
 
 
 # ------------------------------------------------------------------ pieces of a class-split cross-entropy

@@ -1,5 +1,6 @@
-"""Normalisation: layer_norm (one fused kernel forward, one fused grad op), normalize (L_p) and
-cosine_similarity.
+"""Normalisation: layer_norm (one fused kernel forward, one fused grad op), batch_norm,
+instance_norm, group_norm and rms_norm (one shared pair of fused ops over a reshaped view),
+normalize (L_p) and cosine_similarity.
 
 layer_norm's row kernels are compiled (engine.backend.jit) where numba is installed: one loop
 per row instead of seven numpy passes per block of rows (Swin's [16384, 96] activations: forward
@@ -12,13 +13,15 @@ fused grad ops raise a clear error on double backward.
 """
 import numpy as np
 
-from ..backend import jit, xp_of
+from ..backend import dtypes, jit, xp_of
 from ..tensor import _check_dim
-from ._core import NoDoubleBackward, broadcast_shapes, check_float, promote_operands, shape_str
+from ._core import (NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, reshape,
+                    shape_str, sum_to_array)
 from ._kernels import blocked, empty as _empty, row_dot, work_array
 from .op import Op
 
-__all__ = ["layer_norm", "normalize", "cosine_similarity"]
+__all__ = ["layer_norm", "batch_norm", "instance_norm", "group_norm", "rms_norm", "normalize",
+           "cosine_similarity"]
 
 
 # ------------------------------------------------------------------ layer_norm
@@ -261,6 +264,290 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return LayerNorm.apply(input, weight, bias, k=k, eps=float(eps))[0]
 
 
+# ------------------------------------------------------------------ batch / instance / group / rms norm
+# The four are one computation on a view of the input: batch_norm normalises (N, C, S) over axes
+# (0, 2), instance_norm over axis 2, group_norm (N, G, C/G, S) over axes (2, 3), rms_norm (M, D)
+# over axis 1 without subtracting the mean. The affine weight and bias come reshaped to broadcast
+# against that view, so one fused op (and one fused grad op) serves them all.
+class AxesNorm(Op):
+    """y = (x - mean) * rstd * w + b with the mean and the biased variance over `axes` of x and
+    rstd = 1 / sqrt(var + eps); w and b (None allowed) broadcast against x. With center=False
+    (rms_norm) the mean is not subtracted and var is the mean square. Outputs (y, mean, var), the
+    last two hidden (float32 for half inputs): batch_norm updates its running statistics from
+    them, and the backward recomputes rstd and the normalised input from x, mean and var."""
+
+    name = "AxesNorm"
+    save_inputs = (0, 1)
+    save_outputs = (1, 2)
+
+    @staticmethod
+    def forward(ctx, x, w, b, axes, eps, center, op):
+        xp = xp_of(x)
+        ctx.attrs = dict(axes=axes, eps=eps, center=center, op=op)
+        ctx.b_meta = None if b is None else (b.shape, b.dtype)
+        xw = work_array(x)
+        f = xw.dtype.type
+        stat_shape = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+        if x.size == 0:
+            return xp.empty(x.shape, x.dtype), xp.zeros(stat_shape, xw.dtype), xp.zeros(stat_shape, xw.dtype)
+        if center:
+            mean = xw.mean(axis=axes, keepdims=True)
+            xc = xw - mean
+        else:
+            mean = xp.zeros(stat_shape, xw.dtype)
+            xc = xw
+        var = (xc * xc).mean(axis=axes, keepdims=True)
+        scale = f(1) / xp.sqrt(var + f(eps))
+        if w is not None:  # rstd * w first: a small array for batch and group norm, one pass less
+            scale = scale * w.astype(xw.dtype, copy=False)
+        y = xc * scale
+        if b is not None:
+            y += b.astype(xw.dtype, copy=False)
+        return y.astype(x.dtype, copy=False), mean, var
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        x, w, mean, var = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx, dw, db = AxesNormGrad.apply(g, x, w, mean, var, b_meta=ctx.b_meta, **ctx.attrs)
+        return (dx if need[0] else None, dw if w is not None and need[1] else None,
+                db if ctx.b_meta is not None and need[2] else None)
+
+
+class BatchNormOp(AxesNorm):
+    name = "NativeBatchNorm"  # batch_norm and instance_norm
+
+
+class GroupNormOp(AxesNorm):
+    name = "NativeGroupNorm"
+    autocast = "fp32_cuda"
+
+
+class RMSNormOp(AxesNorm):
+    name = "RMSNorm"
+
+
+class AxesNormGrad(NoDoubleBackward, Op):
+    """With xhat = (x - mean) * rstd and gx = g * w (means over `axes`):
+    dx = rstd * (gx - mean(gx) - xhat * mean(gx * xhat)) (no mean(gx) term when center=False),
+    dw = sum(g * xhat) and db = sum(g) over the axes w and b are broadcast along."""
+
+    name = "AxesNormBackward"
+
+    @staticmethod
+    def forward(ctx, g, x, w, mean, var, axes, eps, center, b_meta, op):
+        ctx.op_name = op
+        xp = xp_of(x)
+        xw = work_array(x)
+        f = xw.dtype.type
+        none = xp.zeros(0, dtype=x.dtype)
+        if x.size == 0:
+            dw = none if w is None else xp.zeros(w.shape, w.dtype)
+            return xp.zeros(x.shape, x.dtype), dw, none if b_meta is None else xp.zeros(*b_meta)
+        gw = work_array(g).astype(xw.dtype, copy=False)
+        rstd = f(1) / xp.sqrt(var + f(eps))
+        xhat = (xw - mean) * rstd if center else xw * rstd
+        gx = gw * w.astype(xw.dtype, copy=False) if w is not None else gw
+        dx = gx - xhat * (gx * xhat).mean(axis=axes, keepdims=True)
+        if center:
+            dx -= gx.mean(axis=axes, keepdims=True)
+        dx *= rstd
+        dw = none if w is None else sum_to_array(gw * xhat, w.shape).astype(w.dtype, copy=False)
+        db = none if b_meta is None else sum_to_array(gw, b_meta[0]).astype(b_meta[1], copy=False)
+        return dx.astype(x.dtype, copy=False), dw, db
+
+
+def _check_norm_input(input, op):
+    if not input.is_floating_point():
+        raise NotImplementedError(f"{op}: not implemented for {input.dtype.name} inputs (floating point only), "
+                                  f"got input of shape {shape_str(input.shape)}")
+
+
+def _check_param(p, name, n, input, op):
+    """A per-channel weight, bias or running statistic: n elements, and the input's dtype (float32
+    allowed beside a half input, as torch's mixed-dtype CPU kernels)."""
+    if p is None:
+        return
+    if p.numel() != n:
+        raise RuntimeError(f"{op}: {name} should contain {n} elements not {p.numel()} (input of shape "
+                           f"{shape_str(input.shape)})")
+    if p.dtype is not input.dtype and not (input.dtype in (dtypes.float16, dtypes.bfloat16)
+                                           and p.dtype is dtypes.float32):
+        raise RuntimeError(f"{op}: expected {name} of dtype {input.dtype.name} like the input (or float32 beside "
+                           f"a half input), got {p.dtype.name}")
+
+
+def _channels_view(input):
+    """(N, C, *S) as (N, C, prod(S))."""
+    n, c = input.shape[0], input.shape[1]
+    return reshape(input, (n, c, int(np.prod(input.shape[2:], dtype=np.int64))))
+
+
+def _as_broadcast(p, shape):
+    return None if p is None else reshape(p, shape)
+
+
+def _update_running(running_mean, running_var, mean, var, count, momentum):
+    """running = (1 - momentum) * running + momentum * batch statistic, in place (no autograd, as
+    torch's kernels), with the unbiased variance (count / (count - 1)); per-instance statistics
+    (instance_norm) are averaged over the batch first."""
+    c = running_mean.numel()
+    m = float(momentum)
+    mu = mean._data.reshape(-1, c).mean(axis=0)
+    v = var._data.reshape(-1, c).mean(axis=0) * (count / (count - 1))
+    for buf, stat in ((running_mean, mu), (running_var, v)):
+        a = buf._data
+        a[...] = ((1 - m) * a.astype(stat.dtype) + m * stat).reshape(a.shape).astype(a.dtype)
+        buf._bump_version()
+
+
+def _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, shape):
+    """(x - running_mean) / sqrt(running_var + eps) * weight + bias, the statistics as constants
+    (eval-mode batch_norm, instance_norm without input statistics): made of engine ops, so the
+    gradients of x, weight and bias (and their double backward) come from autograd."""
+    wt = dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32
+    # engine ops on the detached statistics, so global (sharded) running stats box like any input
+    mean = reshape(cast(running_mean.detach(), wt), shape)
+    rstd = (reshape(cast(running_var.detach(), wt), shape) + eps) ** -0.5
+    y = (cast(x, wt) - mean) * rstd
+    if weight is not None:
+        y = y * reshape(weight, shape)
+    if bias is not None:
+        y = y + reshape(bias, shape)
+    return cast(y, x.dtype)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Batch normalisation over (N, C, *): statistics per channel over the batch and the spatial
+    dims. Training normalises with the batch mean and biased variance and, when running stats
+    are given, updates them in place with the unbiased variance; eval uses the running stats."""
+    op = "batch_norm"
+    if input.numel() == 0:  # torch returns an empty copy before any check of the statistics
+        return input.clone()
+    if input.ndim < 2:
+        raise RuntimeError(f"{op}: expected an input of shape (N, C, *) with at least 2 dims, got input of shape "
+                           f"{shape_str(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"{op}: running_mean and running_var must either both be None or neither be None")
+    count = input.shape[0] * int(np.prod(input.shape[2:], dtype=np.int64))
+    if training and count == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{shape_str(input.shape)}")
+    if training and eps <= 0:
+        raise ValueError(f"{op}: eps must be positive during training, but got {eps}")
+    if eps < 0:
+        raise ValueError(f"{op}: eps must be non-negative, but got {eps}")
+    if not training and running_mean is None:
+        raise RuntimeError(f"{op}: running_mean must be defined in evaluation mode")
+    _check_norm_input(input, op)
+    c = input.shape[1]
+    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_param(p, name, c, input, op)
+    x = _channels_view(input)
+    if not training:
+        y = _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, (1, c, 1))
+        return reshape(y, tuple(input.shape))
+    y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
+                                     axes=(0, 2), eps=float(eps), center=True, op=op)
+    if running_mean is not None and count > 0:
+        _update_running(running_mean, running_var, mean, var, count, momentum)
+    return reshape(y, tuple(input.shape))
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Instance normalisation over (N, C, *): statistics per sample and channel over the spatial
+    dims. With running stats and use_input_stats they are updated with the batch average of the
+    instances' statistics; use_input_stats=False normalises with the running stats instead."""
+    op = "instance_norm"
+    spatial = int(np.prod(input.shape[2:], dtype=np.int64))
+    if use_input_stats and spatial == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size "
+                         f"{shape_str(input.shape)}")
+    if input.ndim < 2:
+        raise RuntimeError(f"{op}: expected an input of shape (N, C, *) with at least 2 dims, got input of shape "
+                           f"{shape_str(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError(f"{op}: running_mean and running_var must either both be None or neither be None")
+    if not use_input_stats and running_mean is None:
+        raise RuntimeError(f"{op}: expected running_mean and running_var to be defined when use_input_stats is "
+                           f"false")
+    _check_norm_input(input, op)
+    c = input.shape[1]
+    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_param(p, name, c, input, op)
+    x = _channels_view(input)
+    if not use_input_stats:
+        y = _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, (1, c, 1))
+        return reshape(y, tuple(input.shape))
+    y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
+                                     axes=(2,), eps=float(eps), center=True, op=op)
+    if running_mean is not None and input.numel() > 0:
+        _update_running(running_mean, running_var, mean, var, spatial, momentum)
+    return reshape(y, tuple(input.shape))
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Group normalisation over (N, C, *): the C channels in num_groups groups, statistics per
+    sample and group; weight and bias per channel."""
+    op = "group_norm"
+    if input.ndim < 2:
+        raise RuntimeError(f"{op}: expected at least 2 dimensions for input tensor but received {input.ndim}")
+    n, c = input.shape[0], input.shape[1]
+    g = int(num_groups)
+    if g <= 0 or c % g:
+        raise RuntimeError(f"{op}: expected number of channels in input to be divisible by num_groups, but got "
+                           f"input of shape {shape_str(input.shape)} and num_groups={num_groups}")
+    spatial = int(np.prod(input.shape[2:], dtype=np.int64))
+    if n * c // g * spatial == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{[n * c // g, g] + list(input.shape[2:])}")
+    _check_norm_input(input, op)
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and (p.ndim != 1 or p.numel() != c):
+            raise RuntimeError(f"{op}: expected {name} to be a vector of size equal to the number of channels in "
+                               f"input, but got {name} of shape {shape_str(p.shape)} and input of shape "
+                               f"{shape_str(input.shape)}")
+        _check_param(p, name, c, input, op)
+    x = reshape(input, (n, g, c // g, spatial))
+    shape = (1, g, c // g, 1)
+    y = GroupNormOp.apply(x, _as_broadcast(weight, shape), _as_broadcast(bias, shape), axes=(2, 3),
+                          eps=float(eps), center=True, op=op)[0]
+    return reshape(y, tuple(input.shape))
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """Root-mean-square normalisation over the trailing `normalized_shape` dims: x / sqrt(mean(x^2)
+    + eps) * weight. eps=None is torch's default: the machine epsilon of the dtype the input is
+    computed in (float32 for half inputs)."""
+    op = "rms_norm"
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(int(n) for n in normalized_shape)
+    k = len(normalized_shape)
+    if k == 0:
+        raise RuntimeError(f"{op}: expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+                           f"least one element, but got normalized_shape = []")
+    if input.ndim < k or tuple(input.shape[input.ndim - k:]) != normalized_shape:
+        raise RuntimeError(f"{op}: given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized_shape))}], but got input of size "
+                           f"{shape_str(input.shape)}")
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise RuntimeError(f"{op}: expected weight to be of same shape as normalized_shape, but got weight of "
+                           f"shape {shape_str(weight.shape)} and normalized_shape = {list(normalized_shape)}")
+    _check_norm_input(input, op)
+    d = int(np.prod(normalized_shape, dtype=np.int64))
+    _check_param(weight, "weight", d, input, op)
+    if eps is None:
+        eps = float(np.finfo(np.float64 if input.dtype is dtypes.float64 else np.float32).eps)
+    lead = int(np.prod(input.shape[:input.ndim - k], dtype=np.int64))
+    y = RMSNormOp.apply(reshape(input, (lead, d)), _as_broadcast(weight, (1, d)), None, axes=(1,),
+                        eps=float(eps), center=False, op=op)[0]
+    return reshape(y, tuple(input.shape))
+
+
 # ------------------------------------------------------------------ normalize / cosine_similarity
 class Normalize(Op):
     """y = x / max(||x||_p, eps) along `axis`."""
@@ -292,6 +579,8 @@ def _pnorm(x, p, axis):
         return a.sum(axis=axis, keepdims=True)
     if p == float("inf"):
         return a.max(axis=axis, keepdims=True)
+    if p == 0:  # the count of nonzeros, as torch.norm(p=0); its gradient is zero
+        return (a != 0).sum(axis=axis, keepdims=True).astype(x.dtype)
     return (a ** p).sum(axis=axis, keepdims=True) ** (1.0 / p)
 
 
@@ -314,6 +603,8 @@ class NormalizeGrad(NoDoubleBackward, Op):
             a = xp.abs(xw)
             dn = (a == n) * xp.sign(xw)
             dn = dn / xp.maximum(dn.astype(bool).sum(axis=axis, keepdims=True), 1)
+        elif p == 0:
+            dn = xp.zeros_like(xw)
         else:
             safe_n = xp.where(n > 0, n, f(1))
             dn = xp.sign(xw) * (xp.abs(xw) ** (p - 1)) / safe_n ** (p - 1) if p != 2 else xw / safe_n
@@ -383,4 +674,6 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     shape = broadcast_shapes(tuple(x1.shape), tuple(x2.shape))
     x1, x2 = broadcast_to(x1, shape), broadcast_to(x2, shape)
     axis = _check_dim(dim, max(len(shape), 1))
+    if not shape:  # two scalars: the one-element vectors' similarity, returned 0-dim as torch
+        return CosineSimilarity.apply(x1.reshape(1), x2.reshape(1), axis=0, eps=float(eps)).reshape(())
     return CosineSimilarity.apply(x1, x2, axis=axis, eps=float(eps))

@@ -18,7 +18,7 @@ from .op import Op
 from ..backend import dtypes, xp_of
 from .unary import exp
 from ..tensor import Tensor, _check_dim, tensor_method
-from ._core import along_index, broadcast_to, cast, const_like, replicated, reshape, shape_str
+from ._core import along_index, broadcast_to, cast, const_like, replicated, require_tensor, reshape, shape_str
 
 __all__ = ["sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "max", "min", "amax",
            "amin", "argmax", "argmin", "logsumexp", "norm", "all", "any", "count_nonzero", "cumsum",
@@ -334,10 +334,11 @@ class Amax(Op):
         return _expand_back(g, xa.shape, ctx.axes, ctx.keepdim) * _const(hit, x)
 
 
-def _check_nonempty(input, axes, op):
+def _check_nonempty(input, axes, op, error=IndexError):
+    """`error`: torch raises RuntimeError from max/min/amax/amin without a dim, IndexError otherwise."""
     shape = input._data.shape
     if input._data.size == 0 and (not axes and not shape or _builtin_any(shape[a] == 0 for a in axes)):
-        raise IndexError(
+        raise error(
             f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
             f"reduction dim with the 'dim' argument (input shape {shape_str(shape)})"
         )
@@ -345,7 +346,9 @@ def _check_nonempty(input, axes, op):
 
 def _amax(input, dim, keepdim, is_min, op):
     axes = _axes(dim, input._data.ndim)
-    _check_nonempty(input, axes if dim is not None else tuple(range(input._data.ndim)), op)
+    every = dim is None or dim == ()  # amax's default () means every dim
+    _check_nonempty(input, tuple(range(input._data.ndim)) if every else axes, op,
+                    RuntimeError if every else IndexError)
     return Amax.apply(input, axes=axes, keepdim=bool(keepdim), is_min=is_min)
 
 
@@ -445,12 +448,13 @@ def _max_dim(input, dim, keepdim, is_min, op):
 
 def _max_min(input, dim, keepdim, other, is_min):
     op = "min" if is_min else "max"
+    require_tensor(input, op)
     if isinstance(dim, Tensor):
         dim, other = None, dim
     if other is not None:
-        from . import unary  # written by the unary family; imported late to avoid a cycle
+        from . import comparison  # imported late to avoid a cycle
 
-        return (unary.minimum if is_min else unary.maximum)(input, other)
+        return (comparison.minimum if is_min else comparison.maximum)(input, other)
     if dim is None:
         if keepdim:
             raise TypeError(f"{op}(): keepdim=True needs a dim")
@@ -502,6 +506,9 @@ class LogSumExp(Op):
 def logsumexp(input, dim, keepdim=False):
     if not input.is_floating_point():
         input = cast(input, dtypes.get_default_dtype())
+    if input.dim() == 0:  # dims 0 / -1 name the scalar itself, as in torch
+        _axes(dim, 0)
+        return logsumexp(input.reshape(1), 0, keepdim=False)
     return LogSumExp.apply(input, axes=_axes(dim, input._data.ndim), keepdim=bool(keepdim))
 
 
@@ -562,6 +569,46 @@ def _norm_grad_factor(x, out, p, axes, keepdim):
     return f.astype(x.dtype, copy=False)
 
 
+class NuclearNorm(Op):
+    """Sum of the singular values of the matrices over `axes` (a pair); d/dx = U V^H."""
+
+    name = "NuclearNorm"
+    save_inputs = ()
+
+    @staticmethod
+    def forward(ctx, x, axes, keepdim):
+        xp = xp_of(x)
+        moved = xp.moveaxis(x, axes, (-2, -1))
+        u, sv, vh = xp.linalg.svd(moved, full_matrices=False)
+        ctx.axes, ctx.keepdim, ctx.uvh = axes, keepdim, u @ vh
+        out = sv.sum(axis=-1)
+        if keepdim:
+            out = xp.expand_dims(out, tuple(sorted(axes)))
+        return _arr(xp, out, x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        gk = g if ctx.keepdim else g.reshape(tuple(ctx.uvh.shape[:-2]) + (1, 1))
+        if ctx.keepdim:  # move the kept unit dims to the end, where uvh keeps its matrix dims
+            gk = gk.movedim(tuple(sorted(ctx.axes)), (-2, -1))
+        grad = gk * _const(ctx.uvh, g)
+        return grad.movedim((-2, -1), ctx.axes)
+
+
+def _nuclear_norm(input, dim, keepdim):
+    if dim is None:
+        if input.dim() != 2:
+            raise RuntimeError(f"norm: p='nuc' needs a 2-D input or a pair of dims, got input of shape "
+                               f"{shape_str(input.shape)}")
+        dim = (0, 1)
+    if isinstance(dim, int) or len(dim) != 2:
+        raise RuntimeError(f"norm: p='nuc' needs dim to be a pair of dims, got {dim}")
+    axes = tuple(_check_dim(int(d), input.dim()) for d in dim)
+    if axes[0] == axes[1]:
+        raise RuntimeError(f"norm: p='nuc' needs two different dims, got {dim}")
+    return NuclearNorm.apply(input, axes=axes, keepdim=bool(keepdim))
+
+
 def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if dtype is not None:
         input = cast(input, dtypes.as_dtype(dtype))
@@ -569,8 +616,10 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
         raise RuntimeError(f"norm(): input dtype should be either floating point or complex. Got {input.dtype.name} instead.")
     if p is None or p == "fro":
         p = 2
+    elif p == "nuc":
+        return _nuclear_norm(input, dim, keepdim)
     elif isinstance(p, str):
-        raise RuntimeError(f"norm: p={p!r} is not supported (use 'fro' or a number)")
+        raise RuntimeError(f"norm: p={p!r} is not supported (use 'fro', 'nuc' or a number)")
     p = float(p)
     return Norm.apply(input, p=p, axes=_axes(dim, input._data.ndim), keepdim=bool(keepdim))
 

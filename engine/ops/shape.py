@@ -341,6 +341,9 @@ def narrow(input, dim, start, length):
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
     d = _check_dim(dim, n)
     size = input.shape[d]
+    if isinstance(start, Tensor) and (start.dim() != 0 or start.is_floating_point() or start.dtype is dtypes.bool_):
+        raise RuntimeError(f"narrow: start must be an 0-dim integral Tensor, got shape {shape_str(start.shape)} "
+                           f"of dtype {start.dtype.name}")
     start = int(start)
     if not -size <= start <= size:
         raise IndexError(f"narrow: start ({start}) out of range for dimension {dim} of size {size}")
@@ -458,7 +461,7 @@ class Cat(Op):
 def _promote_all(tensors, op):
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError(f"{op}(): expected a non-empty list of Tensors")
+        raise ValueError(f"{op}(): expected a non-empty list of Tensors")
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
             raise TypeError(f"{op}(): expected a sequence of Tensors, but element {i} is {type(x).__name__}")
@@ -531,11 +534,15 @@ def stack(tensors, dim=0):
 
 
 def hstack(tensors):
+    if not len(tensors):
+        raise RuntimeError("hstack expects a non-empty TensorList")
     tensors = [x if x.ndim else reshape(x, 1) for x in tensors]
     return cat(tensors, 0 if tensors[0].ndim == 1 else 1)
 
 
 def vstack(tensors):
+    if not len(tensors):
+        raise RuntimeError("vstack expects a non-empty TensorList")
     tensors = [x if x.ndim >= 2 else reshape(x, 1, -1) for x in tensors]
     return cat(tensors, 0)
 

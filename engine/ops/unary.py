@@ -30,10 +30,10 @@ from ._kernels import BLOCK_ELEMENTS, LOW_PRECISION, empty as _empty, ignore_fp_
 from ..backend import dtypes, jit, mkl, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
-from ._core import cast
-from .comparison import ge, gt, le, lt, maximum, minimum, where
+from ._core import broadcast_shapes, cast, scalar_tensor, sum_to
+from .comparison import ge, gt, le, lt, where
 from .creation import zeros_like
-from .logical import logical_and
+from .logical import logical_and, logical_or
 
 __all__ = [
     # math
@@ -380,9 +380,16 @@ class _Piecewise(_Pointwise):
         return zeros_like(g)
 
 
+def _k_sign(xp, x):
+    out = xp.sign(x)
+    if out.dtype.kind == "f":  # torch: sign(nan) = 0, so abs's gradient g * sign(x) is 0 there too
+        out = xp.where(xp.isnan(x), out.dtype.type(0), out)
+    return out
+
+
 class Sign(_Piecewise):
     name = "Sign"
-    fn = staticmethod(lambda xp, x: xp.sign(x))
+    fn = staticmethod(_k_sign)
 
 
 class Floor(_Piecewise):
@@ -529,12 +536,15 @@ class ClampScalar(Op):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         lo, hi, strict = ctx.bounds
-        above, below = (gt, lt) if strict else (ge, le)  # hardtanh's gradient excludes the edges
-        mask = None
+        if strict:  # hardtanh, as torch: zero at and beyond the edges, so a NaN input passes g
+            blocked = le(x, lo)
+            blocked = logical_or(blocked, ge(x, hi))
+            return where(blocked, 0.0, g)
+        mask = None  # clamp, as torch: g inside the closed interval, zero elsewhere and at NaN
         if lo is not None:
-            mask = above(x, lo)
+            mask = ge(x, lo)
         if hi is not None:
-            m = below(x, hi)
+            m = le(x, hi)
             mask = m if mask is None else logical_and(mask, m)
         return where(mask, g, 0.0)
 
@@ -545,12 +555,52 @@ def clamp(input, min=None, max=None):
     if not isinstance(min, Tensor) and not isinstance(max, Tensor):
         res = dtypes.result_type([input.dtype], scalars=[b for b in (min, max) if b is not None])
         return ClampScalar.apply(cast(input, res), lo=min, hi=max)
-    out = input
-    if min is not None:
-        out = maximum(out, min)
-    if max is not None:
-        out = minimum(out, max)
-    return out
+    return _clamp_tensor(input, min, max)
+
+
+def _clamp_tensor(input, lo, hi):
+    """clamp with tensor bounds: promote, broadcast, and route the gradient as torch does."""
+    operands = [input] + [b for b in (lo, hi) if b is not None]
+    res = dtypes.result_type([t.dtype for t in operands if isinstance(t, Tensor)],
+                             scalars=[t for t in operands if not isinstance(t, Tensor)])
+    operands = [cast(t, res) if isinstance(t, Tensor) else scalar_tensor(t, res, input) for t in operands]
+    broadcast_shapes(*(t.shape for t in operands))
+    x = operands[0]
+    lo_t = operands[1] if lo is not None else None
+    hi_t = operands[-1] if hi is not None else None
+    return ClampTensor.apply(x, lo_t, hi_t)
+
+
+class ClampTensor(Op):
+    """min(max(x, lo), hi) with torch's gradients: x gets g inside [lo, hi], lo gets g where
+    x < lo (and lo < hi), hi gets g where x > hi (or hi < lo). NaNs propagate."""
+
+    name = "Clamp"
+    save_inputs = (0, 1, 2)
+
+    @staticmethod
+    def forward(ctx, x, lo, hi):
+        xp = xp_of(x)
+        out = x if lo is None else xp.maximum(x, lo)
+        return out if hi is None else xp.minimum(out, hi)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, lo, hi = ctx.saved_tensors
+        keep = None
+        if lo is not None:
+            keep = ge(x, lo)
+        if hi is not None:
+            keep = le(x, hi) if keep is None else logical_and(keep, le(x, hi))
+        gx = sum_to(where(keep, g, 0.0), x.shape) if ctx.needs_input_grad[0] else None
+        glo = ghi = None
+        if lo is not None and ctx.needs_input_grad[1]:
+            below = lt(x, lo) if hi is None else logical_and(lt(x, lo), lt(lo, hi))
+            glo = sum_to(where(below, g, 0.0), lo.shape)
+        if hi is not None and ctx.needs_input_grad[2]:
+            above = gt(x, hi) if lo is None else logical_or(gt(x, hi), lt(hi, lo))
+            ghi = sum_to(where(above, g, 0.0), hi.shape)
+        return gx, glo, ghi
 
 
 clip = clamp
@@ -610,7 +660,7 @@ class ReluGrad(Op):
 
     @staticmethod
     def forward(ctx, g, x):
-        return xp_of(g).multiply(g, x > 0)
+        return xp_of(g).multiply(g, ~(x <= 0))  # torch passes g where x is NaN (its test is x <= 0)
 
     @staticmethod
     def backward(ctx, gg):

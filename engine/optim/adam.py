@@ -8,6 +8,10 @@ Same formulas as torch.optim.Adam / AdamW (single-tensor path), with t the step 
     amsgrad: v_max = max(v_max, v), used instead of v below
     denom = sqrt(v) / sqrt(1 - beta2**t) + eps
     p -= (lr / (1 - beta1**t)) * m / denom
+
+OneFlow's `do_bias_correction=False` (LiBai's AdamW configs name it) drops both corrections:
+denom = sqrt(v) + eps and p -= lr * m / denom. A parameter group without the key (e.g. a loaded
+torch state) corrects, as torch always does.
 """
 import numpy as np
 
@@ -22,9 +26,9 @@ class Adam(Optimizer):
     _decoupled = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, *, maximize=False):
+                 amsgrad=False, do_bias_correction=True, *, maximize=False):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize)
+                        amsgrad=amsgrad, maximize=maximize, do_bias_correction=do_bias_correction)
         super().__init__(params, defaults)
 
     def _check_group(self, group):
@@ -39,8 +43,9 @@ class Adam(Optimizer):
         if group["amsgrad"] and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = zeros_state(p)
         m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+        correct = group.get("do_bias_correction", True)
         if not group["amsgrad"] and not group["maximize"] and _blocked_ok(w, grad, m, v):
-            _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, self._decoupled)
+            _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, self._decoupled, correct)
             return
 
         if wd != 0 and self._decoupled:
@@ -64,8 +69,7 @@ class Adam(Optimizer):
             vmax = state["max_exp_avg_sq"]._data
             xp.maximum(vmax, v, out=vmax)
             v = vmax
-        bias_correction1 = 1.0 - beta1 ** step
-        bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
+        bias_correction1, bias_correction2_sqrt = bias_corrections(beta1, beta2, step, correct)
         step_size = lr / bias_correction1
         xp.sqrt(v, out=tmp)
         xp.divide(tmp, bias_correction2_sqrt, out=tmp)
@@ -87,6 +91,16 @@ def check_adam_group(group):
     check_number("beta parameter at index 1", betas[1], 0.0, 1.0)
     check_number("weight_decay value", group["weight_decay"])
     group["betas"] = tuple(float(b) for b in betas)
+    if not isinstance(group.get("do_bias_correction", True), bool):
+        raise TypeError(f"do_bias_correction must be a bool, got {group['do_bias_correction']!r}")
+
+
+def bias_corrections(beta1, beta2, step, correct=True):
+    """(1 - beta1**t, sqrt(1 - beta2**t)), or (1, 1) without bias correction (OneFlow's
+    do_bias_correction=False)."""
+    if not correct:
+        return 1.0, 1.0
+    return 1.0 - beta1 ** step, (1.0 - beta2 ** step) ** 0.5
 
 
 def advance_moments(state, p):
@@ -160,7 +174,7 @@ def _adam_loop(w, g, m, v, decay, wd, lerp_w, lerp_small, beta2, one_minus_beta2
 _adam_jit = jit.kernel(_adam_loop, fastmath=False)
 
 
-def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
+def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled, correct=True):
     """The update of `Adam._update` (no amsgrad / maximize) on numpy arrays, block by block over
     the engine's threads: the same operations in the same order on every element (so the same
     results), but each block's passes stay in the cache instead of streaming the whole
@@ -169,8 +183,7 @@ def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled):
     same bits (AdamW on 4M float32 parameters, two threads: 8.5 -> 5.5 ms)."""
     w1, g1, m1, v1 = w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1)
     n = w1.size
-    bias_correction1 = 1.0 - beta1 ** step
-    bias_correction2_sqrt = (1.0 - beta2 ** step) ** 0.5
+    bias_correction1, bias_correction2_sqrt = bias_corrections(beta1, beta2, step, correct)
     step_size = lr / bias_correction1
     lerp_weight = 1.0 - beta1
     if _adam_jit is not None and w1.dtype in (np.float32, np.float64):
@@ -211,6 +224,6 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False):
+                 amsgrad=False, do_bias_correction=True, *, maximize=False):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, maximize=maximize)
+                         amsgrad=amsgrad, do_bias_correction=do_bias_correction, maximize=maximize)

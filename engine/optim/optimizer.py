@@ -12,10 +12,12 @@ The state dict has torch's layout -- `{"state": {index: {...}}, "param_groups": 
 tensor step is accepted on load).
 """
 import numbers
+import warnings
 from collections import defaultdict
 
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..backend import to_device, xp_of
+from ..nn.utils.clip_grad import clip_grad_norm_
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "required"]
@@ -108,6 +110,22 @@ class Optimizer:
                     g._requires_grad = False
                 g._data[...] = 0
                 g._bump_version()
+
+    def clip_grad(self, error_if_nonfinite=False):
+        """OneFlow's `optimizer.clip_grad()` (LiBai's trainer calls it before `step`): each group
+        with a `clip_grad_max_norm` entry has its gradients clipped to that joint norm (of type
+        `clip_grad_norm_type`, default 2.0) by nn.utils.clip_grad_norm_; other groups are left
+        alone, and when no group has the entry a warning says so, as OneFlow."""
+        clipped = False
+        for group in self.param_groups:
+            max_norm = group.get("clip_grad_max_norm")
+            if max_norm is None:
+                continue
+            clipped = True
+            clip_grad_norm_(group["params"], max_norm, group.get("clip_grad_norm_type", 2.0), error_if_nonfinite)
+        if not clipped:
+            warnings.warn("clip_grad: no parameter group has clip_grad_max_norm (and clip_grad_norm_type); give them "
+                          "to the parameter groups to enable clipping", stacklevel=2)
 
     def step(self, closure=None):
         """Update every parameter that has a gradient; `closure()` recomputes the loss first."""

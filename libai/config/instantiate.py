@@ -5,10 +5,14 @@ or a dotted import path ("engine.optim.AdamW"). Its other keys are the keyword a
 are instantiated first (depth first) unless the node sets `_recursive_=False`, in which case they are
 passed to the target as they are (DictConfig / ListConfig, uninstantiated).
 
-Lists (ListConfig, list, tuple) are walked and come back as Python lists (tuples stay tuples), so a
-target gets `betas=[0.9, 0.999]` rather than a ListConfig. Mappings without `_target_` come back
-unchanged (the same DictConfig) when nothing inside them is a LazyCall; otherwise as a plain dict of
-instantiated values.
+`_target_` may itself be a LazyCall node: it is instantiated first and the object it builds is
+called (LiBai's "lazy target"). `instantiate(cfg, _recursive_=False)` switches the recursion off
+for the top-level node, as `_recursive_=False` inside the node does.
+
+Lists (ListConfig, list, tuple) are walked and come back as Python lists (tuples stay tuples and
+namedtuples keep their type), so a target gets `betas=[0.9, 0.999]` rather than a ListConfig.
+Mappings without `_target_` come back unchanged (the same DictConfig) when nothing inside them is
+a LazyCall; otherwise as a plain dict of instantiated values.
 
 Any failure while building a node is raised as `InstantiationError` naming the node's path in the
 config (e.g. `optim.params`) and its target; the original exception is chained as `__cause__`.
@@ -131,14 +135,16 @@ def _display(path):
     return path if path else "<root>"
 
 
-def _instantiate(node, path, overrides=None):
+def _instantiate(node, path, overrides=None, recursive=None):
     if isinstance(node, ListConfig):
         if node._is_none():
             return None
         return [_instantiate(node[i], _join_path(path, i)) for i in range(len(node))]
     if isinstance(node, (list, tuple)):
         out = [_instantiate(v, _join_path(path, i)) for i, v in enumerate(node)]
-        return tuple(out) if isinstance(node, tuple) and not hasattr(node, "_fields") else out
+        if isinstance(node, tuple):
+            return type(node)(*out) if hasattr(node, "_fields") else tuple(out)  # namedtuples keep their type
+        return out
 
     if is_lazy_node(node):
         try:
@@ -149,7 +155,12 @@ def _instantiate(node, path, overrides=None):
             ) from e
         raw = dict(items)
         target = raw.pop("_target_")
-        recursive = raw.pop("_recursive_", True)
+        node_recursive = raw.pop("_recursive_", True)
+        recursive = node_recursive if recursive is None else recursive
+        if not isinstance(recursive, bool):
+            raise TypeError(f"config node '{_display(path)}': _recursive_ must be a bool, got {recursive!r}")
+        if is_lazy_node(target):  # a lazy target: build the callable first
+            target = _instantiate(target, _join_path(path, "_target_"))
         name = _target_name(target)
         overrides = overrides or {}
         kwargs = {}
@@ -158,7 +169,7 @@ def _instantiate(node, path, overrides=None):
                 kwargs[k] = _instantiate(v, _join_path(path, k)) if recursive else v
         if overrides:
             for k, v in overrides.items():
-                kwargs[k] = _instantiate(v, _join_path(path, k)) if OmegaConf.is_config(v) else v
+                kwargs[k] = _instantiate(v, _join_path(path, k)) if recursive and OmegaConf.is_config(v) else v
         try:
             if isinstance(target, str):
                 target = locate(target)
@@ -182,17 +193,26 @@ def _instantiate(node, path, overrides=None):
     return node
 
 
-def instantiate(cfg, **overrides):
+def instantiate(cfg, *, _recursive_=None, **overrides):
     """Build the object a LazyCall config describes (recursively); see the module docstring.
 
     `overrides` replace (or add) keyword arguments of the top-level call; config values among
     them are instantiated, other values (e.g. a model) are passed as they are::
 
         optimizer = instantiate(cfg.optim, params=param_groups)
+
+    `_recursive_=False` passes the top-level node's arguments to its target uninstantiated (as
+    the node's own `_recursive_` key does); on a list, to each element's target.
     """
+    if _recursive_ is not None and not isinstance(_recursive_, bool):
+        raise TypeError(f"instantiate(cfg, _recursive_=...): must be a bool, got {_recursive_!r}")
     if overrides and not is_lazy_node(cfg):
         raise TypeError(
             "instantiate(cfg, **overrides): overrides need a LazyCall config (a mapping with "
             f"'_target_'), got {type(cfg).__name__}"
         )
-    return _instantiate(cfg, _node_path(cfg), overrides)
+    path = _node_path(cfg)
+    if _recursive_ is not None and not is_lazy_node(cfg) and isinstance(cfg, (ListConfig, list, tuple)):
+        items = [cfg[i] for i in range(len(cfg))]
+        return [_instantiate(v, _join_path(path, i), recursive=_recursive_) for i, v in enumerate(items)]
+    return _instantiate(cfg, path, overrides, recursive=_recursive_)

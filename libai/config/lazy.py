@@ -10,10 +10,10 @@
 command-line overrides parsed by hydra's override grammar. See docs/config.md.
 """
 import builtins
+import dataclasses
 import difflib
 import enum
 import inspect
-import keyword
 import os
 import re
 import types
@@ -26,6 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from .instantiate import locate
+from .pyformat import config_to_py
 
 __all__ = ["LazyCall", "LazyConfig", "ConfigKeyError"]
 
@@ -37,20 +38,36 @@ class LazyCall:
     """`LazyCall(target)(**kwargs)` records a call as a config instead of making it.
 
     The result is a DictConfig `{"_target_": target, **kwargs}`; `instantiate` makes the call later.
-    `target` is a callable (class or function) or a dotted import path string.
+    `target` is a callable (class or function), a dotted import path string, or a LazyCall node
+    whose instantiation gives the callable (a "lazy target", as in LiBai). A dataclass is stored as
+    its import path: OmegaConf would turn the class itself into a structured config.
     """
 
     def __init__(self, target):
-        if not (callable(target) or isinstance(target, str)):
-            raise TypeError(f"LazyCall target must be a callable or a dotted-path string, got {target!r}")
+        if not (callable(target) or isinstance(target, (str, abc.Mapping))):
+            raise TypeError(
+                f"LazyCall target must be a callable, a dotted-path string or a LazyCall node, got {target!r}"
+            )
         if isinstance(target, str) and not target:
             raise ValueError("LazyCall target must not be an empty string")
+        if isinstance(target, abc.Mapping) and "_target_" not in target:
+            raise TypeError(f"LazyCall target given as a mapping must be a LazyCall node (with '_target_'), "
+                            f"got {target!r}")
         self._target = target
 
     def __call__(self, **kwargs):
         if "_target_" in kwargs:
             raise TypeError("LazyCall(...)(**kwargs): '_target_' is reserved")
         target = self._target
+        if dataclasses.is_dataclass(target) and isinstance(target, type):
+            path = _callable_to_string(target)
+            if path is None:
+                raise TypeError(
+                    f"LazyCall({target.__qualname__}): a dataclass target is stored as its import path (OmegaConf "
+                    "turns a dataclass type into a config), but this one cannot be imported by name; define it "
+                    "at module level"
+                )
+            target = path
         try:
             return DictConfig(content={"_target_": target, **kwargs}, flags=dict(_FLAGS))
         except ValidationError:
@@ -273,34 +290,6 @@ class ConfigKeyError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-# ---------------------------------------------------------------------------------------------
-# python export
-# ---------------------------------------------------------------------------------------------
-def _py_expr(node, indent):
-    pad = " " * (indent + 4)
-    end = " " * indent
-    if isinstance(node, abc.Mapping):
-        items = dict(node)
-        if "_target_" in items:
-            target = items.pop("_target_")
-            head = f"LazyCall({target!r})("
-        else:
-            head = "dict("
-        if not items:
-            return head + ")"
-        if all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in items):
-            body = ",\n".join(f"{pad}{k}={_py_expr(v, indent + 4)}" for k, v in items.items())
-            return f"{head}\n{body},\n{end})"
-        body = ",\n".join(f"{pad}{k!r}: {_py_expr(v, indent + 4)}" for k, v in items.items())
-        return f"{head}**{{\n{body},\n{end}}})"
-    if isinstance(node, list):
-        if all(isinstance(v, _PRIMITIVES) for v in node):
-            return repr(node)
-        body = ",\n".join(f"{pad}{_py_expr(v, indent + 4)}" for v in node)
-        return f"[\n{body},\n{end}]"
-    return repr(node)
-
-
 class LazyConfig:
     """Load, save and override LazyConfig files (static methods only)."""
 
@@ -339,17 +328,20 @@ class LazyConfig:
 
         if keys is None:
             return cfg
+        # with keys, any top-level name of a .py file is returned (a str, a number, ...), as LiBai
+        source = namespace if ext == ".py" else cfg
         if isinstance(keys, str):
-            return LazyConfig._get_key(cfg, keys, filename)
-        return tuple(LazyConfig._get_key(cfg, k, filename) for k in keys)
+            return LazyConfig._get_key(source, keys, filename)
+        return tuple(LazyConfig._get_key(source, k, filename) for k in keys)
 
     @staticmethod
-    def _get_key(cfg, key, filename):
-        if key not in cfg:
-            close = difflib.get_close_matches(key, list(cfg.keys()))
+    def _get_key(source, key, filename):
+        if key not in source:
+            names = [k for k in source.keys() if not str(k).startswith("__")]
+            close = difflib.get_close_matches(key, names)
             hint = f"; did you mean {close}?" if close else ""
             raise ConfigKeyError(f"config file {filename!r} has no top-level key {key!r}{hint}")
-        return cfg[key]
+        return _cast_to_config(source[key])
 
     @staticmethod
     def load_rel(filename, keys=None):
@@ -484,13 +476,22 @@ class LazyConfig:
 
     @staticmethod
     def to_py(cfg, prefix="cfg."):
-        """Readable Python source that rebuilds `cfg` with LazyCall (string targets)."""
-        del prefix  # kept for detectron2 signature compatibility
-        plain = LazyConfig.to_plain(cfg)
-        lines = ["from libai.config import LazyCall", ""]
-        for k, v in plain.items():
-            if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k)):
-                raise ValueError(f"top-level key {k!r} is not a Python identifier")
-            lines.append(f"{k} = {_py_expr(v, 0)}")
-            lines.append("")
-        return "\n".join(lines)
+        """LiBai's readable Python-like pseudo code of `cfg` (libai.config.pyformat), e.g.
+
+            cfg.optim = engine.optim.AdamW(lr=0.001, weight_decay=0.01)
+            cfg.train.train_iter = 100
+
+        Interpolations are resolved; keys are sorted. Meant for reading (a LazyCall node is
+        shown as a call of its target), not for executing.
+        """
+        container = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+        return config_to_py(container, prefix, _target_to_string)
+
+
+def _target_to_string(target):
+    """A target's import path for to_py: the shortest that locates it, else module.qualname."""
+    path = _callable_to_string(target)
+    if path is not None:
+        return path
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else repr(target)

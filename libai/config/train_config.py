@@ -10,13 +10,16 @@ trainer, `default_setup` and the tools carry no fallback values of their own. Re
    `train.eval_perod`), naming them and their closest known keys, as overrides do;
 3. refuses a value left at OmegaConf's MISSING (`"???"`): a required key, named;
 4. refuses a non-default value of a LiBai key that is not implemented here (NOT_IMPLEMENTED)
-   with NotImplementedError; the defaults are accepted, so LiBai configs load;
-5. checks the type and range of every plain value (VALUE_CHECKS): `train.train_iter=abc` or
-   `train.test_micro_batch_size=0` is a ValueError naming the key and what it must be, before
-   anything is built.
+   with NotImplementedError; the defaults are accepted, so LiBai configs load; a LiBai key that
+   only chooses OneFlow's transport (NO_EFFECT: rdma_enabled) takes any value, noted in the log;
+5. turns a whole float where an integer is expected into that integer (LiBai writes
+   `eval_iter=1e5`), then checks the type and range of every plain value (VALUE_CHECKS):
+   `train.train_iter=abc` or `train.test_micro_batch_size=0` is a ValueError naming the key and
+   what it must be, before anything is built.
 
 It is idempotent and changes `cfg.train` in place. See docs/config.md.
 """
+import logging
 from numbers import Integral, Real
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from .config import get_config
 from .lazy import ConfigKeyError, unknown_key_error
 
-__all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "VALUE_CHECKS"]
+__all__ = ["resolve_train_config", "NOT_IMPLEMENTED", "NO_EFFECT", "VALUE_CHECKS"]
 
 # LiBai `train` keys not implemented here: a value other than configs/common/train.py's default
 # would be silently ignored (pipeline_parallel_size > 1 would fail deep inside the model), so it
@@ -37,7 +40,13 @@ NOT_IMPLEMENTED = {
     "consumed_valid_samples": "starting from a validation sample count",
     "train_samples": "sizing the training by samples (use train_iter or train_epoch)",
     "start_iter": "starting at a chosen iteration (--resume continues after the checkpoint's)",
-    "rdma_enabled": "OneFlow's RDMA transport between pipeline stages (collectives go over MPI or NCCL)",
+}
+
+# LiBai `train` keys whose value changes how OneFlow moves data, never the results: any value of
+# the right type is accepted and a non-default one is noted in the log.
+NO_EFFECT = {
+    "rdma_enabled": "OneFlow's RDMA transport between pipeline stages; the engine's collectives go over MPI or "
+                    "NCCL (which use RDMA where the fabric has it)",
 }
 
 INPUT_PLACEMENT_DEVICES = ("cpu", "cuda")
@@ -81,6 +90,9 @@ VALUE_CHECKS = {
     "evaluation.enabled": _BOOL,
     "evaluation.eval_period": (_INT[0], "an integer (<= 0: evaluate only after the last iteration)"),
     "evaluation.eval_iter": _optional(_POSITIVE),
+    "evaluation.eval_after_n_epoch": _optional(_POSITIVE),
+    "checkpointer.save_model_after_n_epoch": _optional(_POSITIVE),
+    "rdma_enabled": _BOOL,
     "evaluation.eval_metric": _STR,
     "evaluation.eval_mode": ((lambda v: v in ("max", "min")), "'max' or 'min'"),
     "load_weight": _optional(_STR),
@@ -138,6 +150,22 @@ def _check_not_implemented(train, defaults):
         raise NotImplementedError("; ".join(refused) + " -- see docs/config.md")
 
 
+def _integral_floats_to_int(train):
+    """LiBai's configs write counts as floats (`eval_iter=1e5`): a whole float where an integer
+    is expected becomes that integer."""
+    for key, (test, _) in VALUE_CHECKS.items():
+        value = OmegaConf.select(train, key, default=None)
+        if isinstance(value, float) and value.is_integer() and not test(value) and test(int(value)):
+            OmegaConf.update(train, key, int(value), merge=False)
+
+
+def _note_no_effect(train, defaults):
+    for key, note in NO_EFFECT.items():
+        value = OmegaConf.select(train, key)
+        if value != OmegaConf.select(defaults, key):
+            logging.getLogger(__name__).info(f"train.{key}={value!r}: no effect here ({note})")
+
+
 def _check_values(train):
     errors = []
     for key, (test, what) in VALUE_CHECKS.items():
@@ -178,5 +206,7 @@ def resolve_train_config(cfg, defaults=None):
         raise ConfigKeyError(f"required config key(s) not set: {', '.join(missing)} (set them in the recipe or "
                              f"on the command line, e.g. {missing[0]}=...)")
     _check_not_implemented(train, defaults)
+    _integral_floats_to_int(train)
     _check_values(train)
+    _note_no_effect(train, defaults)
     return train

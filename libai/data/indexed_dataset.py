@@ -317,15 +317,25 @@ def open_indexed_dataset(indexed_dataset=None, data_prefix=None, owner="dataset"
     return indexed_dataset, data_prefix
 
 
-def make_builder(out_file, impl="mmap", vocab_size=None):
-    if impl != "mmap":
+# Megatron's older formats: known names, not implemented (NotImplementedError, not ValueError)
+UNIMPLEMENTED_IMPLS = ("lazy", "cached")
+
+
+def _check_impl(impl, accepted):
+    if impl in UNIMPLEMENTED_IMPLS:
+        raise NotImplementedError(f"the {impl!r} indexed dataset format is not implemented; only 'mmap' is "
+                                  "(tools/preprocess_data.py writes it)")
+    if impl not in accepted:
         raise ValueError(f"only the 'mmap' dataset implementation is supported, got {impl!r}")
+
+
+def make_builder(out_file, impl="mmap", vocab_size=None):
+    _check_impl(impl, ("mmap",))
     return MMapIndexedDatasetBuilder(out_file, dtype=best_fitting_dtype(vocab_size))
 
 
 def make_dataset(path, impl="mmap", skip_warmup=True):
-    if impl not in ("mmap", "infer"):
-        raise ValueError(f"only the 'mmap' dataset implementation is supported, got {impl!r}")
+    _check_impl(impl, ("mmap", "infer"))
     return MMapIndexedDataset(path, skip_warmup=skip_warmup)
 
 

@@ -1,4 +1,5 @@
 """DefaultTrainer, default_setup and default_argument_parser (LiBai's libai/engine/default.py)."""
+import contextlib
 import logging
 import math
 import os
@@ -8,6 +9,7 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
+from omegaconf import OmegaConf
 
 import engine as flow
 from libai.config import LazyConfig, instantiate, resolve_batch_sizes, resolve_train_config, try_get_key
@@ -17,6 +19,7 @@ from libai.evaluation.utils import flatten_results_dict
 from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
+from libai.utils.graph_mode import graph_mode_error
 from libai.utils.logger import setup_logger
 from libai.utils.output_dir import (OutputDirError, check_previous_run, describe, prepare_output_dir,
                                     previous_run_artifacts)
@@ -58,7 +61,8 @@ def _apply_fast_dev_run(cfg):
 def default_setup(cfg, args):
     """The common start of a job:
 
-    0. resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
+    0. refuse a LiBai config with graph.enabled=True (graph mode is not implemented:
+       libai.utils.graph_mode); resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
        defaults filled in, unknown keys, bad values and unimplemented values refused); apply
        --resume / --overwrite-output-dir / --fast-dev-run to the config
     1. claim train.output_dir (libai.utils.output_dir.prepare_output_dir): it must be a
@@ -78,6 +82,7 @@ def default_setup(cfg, args):
        because the engine's global tensors draw random values in lockstep on all ranks (a
        per-rank engine seed would make replicated parameters differ between ranks)
     """
+    check_eager_mode(cfg)
     resolve_train_config(cfg)
     train = cfg.train
     eval_only = bool(getattr(args, "eval_only", False))
@@ -121,6 +126,13 @@ def default_setup(cfg, args):
         random.seed(seed_for_rank)
         logger.info(f"Seeded engine with {seed} (train.seed), numpy and random with {seed_for_rank} "
                     "(train.seed + rank)")
+
+
+def check_eager_mode(cfg):
+    """LiBai configs have a `graph` section; graph.enabled=True asks for graph mode, which is not
+    implemented (NotImplementedError naming it and the fix, graph.enabled=False)."""
+    if try_get_key(cfg, "graph.enabled", default=False):
+        raise graph_mode_error("graph.enabled=True")
 
 
 def save_config(cfg):
@@ -189,6 +201,7 @@ class DefaultTrainer(TrainerBase):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
+        check_eager_mode(cfg)
         logger = logging.getLogger("libai")
         if not logger.isEnabledFor(logging.INFO) or not logger.handlers:
             setup_logger(distributed_rank=dist.get_rank())
@@ -198,9 +211,9 @@ class DefaultTrainer(TrainerBase):
         prepare_output_dir(cfg.train.output_dir, resume=cfg.train.resume, overwrite=cfg.train.overwrite_output_dir)
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
         self.tokenizer = self.build_tokenizer(cfg)
-        self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg)
+        self.train_loader, valid_loader, test_loader = self.build_train_loader(cfg, self.tokenizer)
         self.test_loader = [ld for ld in (valid_loader, test_loader) if ld is not None]
-        self.test_loader.extend(self.build_test_loader(cfg))
+        self.test_loader.extend(self.build_test_loader(cfg, self.tokenizer))
 
         self.auto_scale_hyperparams(cfg, self.train_loader)
 
@@ -208,13 +221,13 @@ class DefaultTrainer(TrainerBase):
         self.optimizer = self.build_optimizer(cfg, self.model)
         self.lr_scheduler = self.build_lr_scheduler(cfg, self.optimizer, warmup_iter=self.warmup_iter)
 
-        device = self.input_device(cfg)
+        self.input_device(cfg)  # a "cuda" input device on a machine without CUDA is an error now
         self.pipeline = self.build_pipeline(cfg, self.model)
         self.zero = self.build_zero(cfg, self.optimizer)
         self.grad_scaler = self.build_grad_scaler(cfg)
+        # run_step passes get_batch and the input device, as LiBai's DefaultTrainer
         self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
-                                     cfg.train.num_accumulation_steps,
-                                     get_batch=lambda data: self.get_batch(data, device), pipeline=self.pipeline,
+                                     cfg.train.num_accumulation_steps, pipeline=self.pipeline,
                                      zero=self.zero, autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler)
 
         checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
@@ -329,8 +342,10 @@ class DefaultTrainer(TrainerBase):
         return self._last_eval_results
 
     def run_step(self):
+        """`self._trainer.run_step(self.get_batch, train.input_placement_device)`, as LiBai (a
+        replaced `_trainer` is called the same way)."""
         self._trainer.iter = self.iter
-        self._trainer.run_step()
+        self._trainer.run_step(self.get_batch, self.cfg.train.input_placement_device)
 
     # ------------------------------------------------------------------ builders
     @staticmethod
@@ -344,14 +359,18 @@ class DefaultTrainer(TrainerBase):
         return device
 
     @classmethod
-    def get_batch(cls, data, input_placement_device="cpu", placement=None):
+    def get_batch(cls, data, input_placement_device="cpu", mixup_func=None, placement=None):
         """Turn a loader batch into the model's keyword arguments (tensors moved to the input
-        device). Override for e.g. mixup or global tensors.
+        device). Override for e.g. mixup or global tensors. LiBai's signature: `mixup_func`
+        (the loader's, if it has one) is applied to the batch's "images" and "labels" first
+        (this project's image loaders mix in their collate function instead).
 
         A batch with a `to_model_inputs(device_type)` method (a `libai.data.structures.Instance`
         of DistTensorData, as the GPT-2 loaders yield) is converted by it: each field becomes a
         global tensor on its layer's placement with sbp [S(0), B] over the (dp, tp) mesh, or
         on `placement` (a pipeline stage: the fields its steps read)."""
+        if mixup_func is not None:
+            data = _mix(data, mixup_func, input_placement_device)
         if hasattr(data, "to_model_inputs"):
             return data.to_model_inputs(input_placement_device, placement=placement)
         if input_placement_device == "cuda":
@@ -387,8 +406,13 @@ class DefaultTrainer(TrainerBase):
         from .pipeline import PipelineRunner
 
         device = cls.input_device(cfg)
-        return PipelineRunner(model, lambda data, placement: cls.get_batch(data, device, placement),
+        return PipelineRunner(model, lambda data, placement: cls.get_batch(data, device, placement=placement),
                               kind=cfg.train.dist.pipeline_schedule, device_type=device)
+
+    @classmethod
+    def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
+        """LiBai builds an nn.Graph here: graph mode is not implemented (libai.utils.graph_mode)."""
+        raise graph_mode_error("DefaultTrainer.build_graph(...)")
 
     @classmethod
     def autocast_of(cls, cfg):
@@ -482,10 +506,12 @@ class DefaultTrainer(TrainerBase):
         return tokenizer
 
     @classmethod
-    def build_train_loader(cls, cfg):
-        """instantiate(cfg.dataloader.train) with train_batch_size = train.train_micro_batch_size,
+    def build_train_loader(cls, cfg, tokenizer=None):
+        """instantiate(cfg.dataloader.train, _recursive_=False) (as LiBai: the builder receives
+        its datasets unbuilt) with train_batch_size = train.train_micro_batch_size,
         test_batch_size = train.test_micro_batch_size and seed = train.seed. Returns
-        (train, valid, test) loaders (valid/test may be None).
+        (train, valid, test) loaders (valid/test may be None). A `tokenizer` is given to each
+        dataset (its `tokenizer` argument), as LiBai; the config itself is left unchanged.
 
         A loader with a `train_val_test_num_samples` key left at None (the NLP builders) gets
         [train_iter * global_batch_size, valid samples for every evaluation, test samples] (as
@@ -505,19 +531,25 @@ class DefaultTrainer(TrainerBase):
                 ev.eval_period if (ev.enabled and ev.eval_period > 0) else None)
             node.train_val_test_num_samples = nums
             logging.getLogger(__name__).info(f"dataloader.train.train_val_test_num_samples = {nums}")
-        result = instantiate(cfg.dataloader.train, train_batch_size=cfg.train.train_micro_batch_size,
-                             test_batch_size=cfg.train.test_micro_batch_size,
-                             seed=cfg.train.seed)
+        with _datasets_given(node, tokenizer):
+            result = instantiate(node, _recursive_=False, train_batch_size=cfg.train.train_micro_batch_size,
+                                 test_batch_size=cfg.train.test_micro_batch_size, seed=cfg.train.seed)
         return _unpack_loaders(result)
 
     @classmethod
-    def build_test_loader(cls, cfg):
-        """One loader per entry of the cfg.dataloader.test list (test_batch_size =
-        train.test_micro_batch_size, seed = train.seed); [] when there is none."""
+    def build_test_loader(cls, cfg, tokenizer=None):
+        """One loader per entry of the cfg.dataloader.test list (instantiated with
+        `_recursive_=False`, test_batch_size = train.test_micro_batch_size, seed = train.seed;
+        a `tokenizer` is given to each dataset); [] when there is none."""
         tests = try_get_key(cfg, "dataloader.test", default=None)
         if not tests:
             return []
-        return [instantiate(t, test_batch_size=cfg.train.test_micro_batch_size, seed=cfg.train.seed) for t in tests]
+        loaders = []
+        for t in tests:
+            with _datasets_given(t, tokenizer):
+                loaders.append(instantiate(t, _recursive_=False, test_batch_size=cfg.train.test_micro_batch_size,
+                                           seed=cfg.train.seed))
+        return loaders
 
     @classmethod
     def build_evaluator(cls, cfg):
@@ -535,6 +567,29 @@ class DefaultTrainer(TrainerBase):
         cfg.train.train_iter = train_iter
         self.warmup_iter = int(warmup_ratio * train_iter)
         self._logger.info(f"train.train_iter={train_iter}, warmup_iter={self.warmup_iter}")
+        self._scale_epoch_periods(cfg, dataset)
+
+    def _scale_epoch_periods(self, cfg, dataset):
+        """LiBai's evaluation.eval_after_n_epoch / checkpointer.save_model_after_n_epoch: when set,
+        eval_period / checkpointer.period become n * iterations per epoch (len(dataset) //
+        global_batch_size)."""
+        keys = (("evaluation", "eval_after_n_epoch", "eval_period"),
+                ("checkpointer", "save_model_after_n_epoch", "period"))
+        for section, epochs_key, period_key in keys:
+            node = cfg.train[section]
+            epochs = node.get(epochs_key)
+            if not epochs:
+                continue
+            if dataset is None or not hasattr(dataset, "__len__"):
+                raise ValueError(f"train.{section}.{epochs_key}={epochs} needs a training dataset with a length "
+                                 "to count the iterations of an epoch")
+            iter_per_epoch = len(dataset) // cfg.train.global_batch_size
+            if iter_per_epoch < 1:
+                raise ValueError(f"train.{section}.{epochs_key}={epochs}: an epoch of {len(dataset)} samples is "
+                                 f"less than one iteration of {cfg.train.global_batch_size}")
+            node[period_key] = int(iter_per_epoch * epochs)
+            self._logger.info(f"train.{section}.{epochs_key}={epochs}: train.{section}.{period_key}="
+                              f"{node[period_key]} ({iter_per_epoch} iterations per epoch)")
 
     @classmethod
     def test(cls, cfg, test_loaders=None, model=None, evaluator=None, should_stop=None):
@@ -583,3 +638,41 @@ def write_eval_results(cfg, results, iteration=0):
         for w in (JSONWriter(os.path.join(out, "metrics.json")), TensorboardXWriter(out)):
             w.write()
             w.close()
+
+
+@contextlib.contextmanager
+def _datasets_given(loader_node, tokenizer):
+    """While open, each dataset LazyCall of `loader_node` (its `dataset`: one or a list) has
+    `tokenizer=tokenizer` (LiBai's build_*_loader do so); afterwards the nodes are as before. Does
+    nothing for tokenizer None or a loader node without datasets."""
+    from libai.config.instantiate import is_lazy_node
+
+    datasets = loader_node.get("dataset") if tokenizer is not None and hasattr(loader_node, "get") else None
+    if datasets is None:
+        yield
+        return
+    nodes = [d for d in (datasets if OmegaConf.is_list(datasets) or isinstance(datasets, list) else [datasets])
+             if is_lazy_node(d)]
+    saved = [(d, "tokenizer" in d, d.get("tokenizer")) for d in nodes]
+    for d in nodes:
+        d.tokenizer = tokenizer
+    try:
+        yield
+    finally:
+        for d, had, value in saved:
+            if had:
+                d.tokenizer = value
+            else:
+                d.pop("tokenizer")
+
+
+def _mix(data, mixup_func, device):
+    """LiBai's get_batch mixup: mixup_func(images, labels) on the batch's "images" and "labels"."""
+    if hasattr(data, "get_fields"):  # an Instance of DistTensorData
+        images, labels = mixup_func(data.get("images").tensor.to(device), data.get("labels").tensor.to(device))
+        data.get("images").tensor, data.get("labels").tensor = images, labels
+        return data
+    data = dict(data)
+    data["images"], data["labels"] = mixup_func(data["images"].to(device), data["labels"].to(device))
+    return data
+

@@ -40,6 +40,8 @@ from engine.distributed import pipeline as handoff
 from libai.models.utils.pipeline import PipelineStep
 from libai.utils import distributed as dist
 
+from .trainer import loss_of
+
 __all__ = ["PipelineStep", "PipelineRunner", "schedule", "SCHEDULES", "theoretical_bubble"]
 
 SCHEDULES = ("1F1B", "GPipe")
@@ -64,10 +66,6 @@ def schedule(kind, stage, stages, micro_batches):
         order += [("F", warmup + k), ("B", k)]
     order += [("B", k) for k in range(m - warmup, m)]
     return order
-
-
-def _loss_of(out):
-    return out["total_loss"] if "total_loss" in out else sum(out.values())
 
 
 class PipelineRunner:
@@ -160,7 +158,7 @@ class PipelineRunner:
         if self.is_last:
             if not isinstance(carry, dict):
                 carry = {"total_loss": carry}
-            loss = _loss_of(carry) / m if m > 1 else _loss_of(carry)
+            loss = loss_of(carry) / m if m > 1 else loss_of(carry)
             self._losses[k] = self.scale_loss(loss) if self.scale_loss is not None else loss
             self._logged.append({key: v.detach().item() for key, v in carry.items()})
         else:

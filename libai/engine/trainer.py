@@ -32,8 +32,9 @@ import engine as flow
 import engine.distributed as _edist
 from libai.utils import distributed as dist
 from libai.utils.events import EventStorage, get_event_storage
+from libai.utils.graph_mode import graph_mode_error
 
-__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "StopSignals"]
+__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "GraphTrainer", "StopSignals"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -237,15 +238,15 @@ class TrainerBase:
 
     @staticmethod
     def write_metrics(loss_dict, data_time, prefix=""):
-        """Put `data_time`, each entry and `total_loss` into the event storage: the entry
-        "total_loss" when the model returns one (its other entries are components or metrics,
-        see `loss_of`), else the sum of the entries."""
+        """Put `data_time`, each entry and `total_loss` into the event storage: `total_loss` is
+        the sum of the entries that make up the loss (`loss_keys`: "total_loss" when the model
+        returns it, else the entries named "...loss...", else all)."""
         metrics = {k: (v.item() if hasattr(v, "item") else float(v)) for k, v in loss_dict.items()}
         if not dist.is_main_process():
             return
         storage = get_event_storage()
         storage.put_scalar("data_time", data_time)
-        total = metrics["total_loss"] if "total_loss" in metrics else sum(metrics.values())
+        total = sum(metrics[k] for k in loss_keys(metrics))
         if not all(map(_finite, metrics.values())):
             raise FloatingPointError(f"Loss became infinite or NaN at iteration={storage.iter}!\nloss_dict = {metrics}")
         storage.put_scalar(f"{prefix}total_loss", total)
@@ -253,13 +254,20 @@ class TrainerBase:
             storage.put_scalars(**{f"{prefix}{k}": v for k, v in metrics.items()})
 
 
-def loss_of(loss_dict):
-    """The value to backpropagate from a model's output dict: its "total_loss" entry when it has
-    one (the other entries are then only logged: the components of the total, or metrics such
-    as an accuracy), else the sum of all entries (LiBai's convention)."""
+def loss_keys(loss_dict):
+    """The entries of a model's output dict that make up its loss: "total_loss" when it has one
+    (the other entries are then only logged: the components of the total, or metrics such as an
+    accuracy); else those whose name contains "loss" (LiBai's rule: {"loss": l, "acc": a} trains
+    on l); else all of them."""
     if "total_loss" in loss_dict:
-        return loss_dict["total_loss"]
-    return sum(loss_dict.values())
+        return ["total_loss"]
+    named = [k for k in loss_dict if "loss" in k]
+    return named or list(loss_dict)
+
+
+def loss_of(loss_dict):
+    """The value to backpropagate from a model's output dict: the sum of its `loss_keys`."""
+    return sum(loss_dict[k] for k in loss_keys(loss_dict))
 
 
 def _finite(x):
@@ -271,7 +279,7 @@ class EagerTrainer(TrainerBase):
 
         for each of the m micro-batches:
             batch = get_batch(next(loader))          # data_time measured
-            losses = loss_of(model(**batch))        # "total_loss", else the sum of the losses
+            losses = loss_of(model(**batch))        # "total_loss", else the "...loss..." entries
             (losses / m).backward()                  # gradients accumulate
         clip each param group with its clip_grad_max_norm / clip_grad_norm_type
         optimizer.step(); optimizer.zero_grad()
@@ -402,10 +410,22 @@ class EagerTrainer(TrainerBase):
             for s, b in enumerate(busy):
                 storage.put_scalar(f"pipeline_stage{s}_busy_time", float(b), smoothing_hint=False)
 
-    def run_step(self):
+    def run_step(self, get_batch=None, input_placement_device="cpu"):
+        """One iteration (see the class docstring). LiBai's call `run_step(get_batch,
+        input_placement_device)` turns each loader batch into the model's inputs with
+        `get_batch(data, input_placement_device, mixup_func)` (mixup_func: the loader's
+        `mixup_func` attribute or None), as LiBai's EagerTrainer; without `get_batch` the one given
+        to the constructor is used (it takes the batch only)."""
         assert self.model.training, "[EagerTrainer] model was changed to eval mode!"
         if self.pipeline is not None:
             return self._run_pipeline()
+        if get_batch is None:
+            fetch = self.get_batch
+        else:
+            mixup_func = getattr(self.data_loader, "mixup_func", None)
+
+            def fetch(data):
+                return get_batch(data, input_placement_device, mixup_func)
         m = self.grad_acc_steps
         data_time = 0.0
         loss_sums = {}
@@ -414,8 +434,8 @@ class EagerTrainer(TrainerBase):
         for i in range(m):
             start = time.perf_counter()
             data = next(self._data_loader_iter)
-            if self.get_batch is not None:
-                data = self.get_batch(data)
+            if fetch is not None:
+                data = fetch(data)
             data_time += time.perf_counter() - start
             with self.autocast():
                 loss_dict = self.model(**data)
@@ -437,3 +457,11 @@ class EagerTrainer(TrainerBase):
 
 
 SimpleTrainer = EagerTrainer
+
+
+class GraphTrainer(TrainerBase):
+    """LiBai's trainer for graph mode (an nn.Graph runs the whole step): graph mode is not
+    implemented (libai.utils.graph_mode); use EagerTrainer (graph.enabled=False)."""
+
+    def __init__(self, graph=None, data_loader=None, grad_acc_steps=1):
+        raise graph_mode_error("GraphTrainer(...)")

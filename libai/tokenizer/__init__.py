@@ -1,5 +1,7 @@
 """Tokenizers on the `tokenizers` library: GPT-2's byte-level BPE, BERT's WordPiece, and the
 training of both vocabularies."""
+from libai.utils.libai_names import missing_names_getattr
+
 from .base import vocab_size_with_padding
 from .bpe_training import iter_texts, train_bpe_tokenizer, train_wordpiece_tokenizer
 from .tokenization_bert import BertTokenizer
@@ -34,3 +36,10 @@ def build_tokenizer(cfg):
     if divisible is not None:
         tokenizer.padded_vocab = tokenizer.padded_vocab_size(divisible)
     return tokenizer
+
+
+__getattr__ = missing_names_getattr(__name__, {
+    "RobertaTokenizer": "this project has GPT2Tokenizer and BertTokenizer",
+    "T5Tokenizer": "this project has GPT2Tokenizer and BertTokenizer",
+})
+

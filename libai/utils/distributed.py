@@ -28,7 +28,12 @@ __all__ = [
     "is_data_parallel", "is_tensor_model_parallel", "is_pipeline_model_parallel",
     "is_data_model_parallel", "all_reduce_sum_numpy", "check_tensor_parallel_divisible",
     "get_world_placement", "broadcast_object", "all_gather_object", "max_over_ranks",
+    # LiBai's remaining helpers
+    "same_sbp", "is_last_process", "get_num_nodes", "set_device_type", "broadcast_py_object",
+    "convert_to_distributed_default_setting", "ttol", "tton", "tensor_to_rank0",
 ]
+
+DEVICE_TYPES = ("cpu", "cuda")
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +151,23 @@ class DistributedTopology:
             ids = [0] * rem + [s for s in range(pp) for _ in range(per)]
         self.pipeline_num_layers = n_layers
         self.layer_stage_ids = ids
+        self._device_type = None
+
+    @property
+    def device_type(self):
+        """The device type of layer placements: the one set by `set_device_type`, else "cuda"
+        when CUDA is available and "cpu" otherwise."""
+        if self._device_type is not None:
+            return self._device_type
+        return "cuda" if flow.is_cuda_available() else "cpu"
+
+    def set_device_type(self, device_type):
+        if device_type not in DEVICE_TYPES:
+            if isinstance(device_type, str) and device_type in ("npu", "xpu"):
+                raise NotImplementedError(f"device type {device_type!r} (LiBai's npu/xpu backends) is not implemented; "
+                                          f"use one of {DEVICE_TYPES}")
+            raise ValueError(f"device_type must be one of {DEVICE_TYPES}, got {device_type!r}")
+        self._device_type = device_type
 
     @classmethod
     def from_config(cls, dist_cfg, world_size=None, rank=None):
@@ -196,8 +218,7 @@ class DistributedTopology:
         return self.get_stage_ranks(self.get_layer_stage_id(layer_idx))
 
     def get_layer_placement(self, layer_idx, device_type=None):
-        device_type = device_type or ("cuda" if flow.is_cuda_available() else "cpu")
-        return flow.placement(device_type, self.get_layer_ranks(layer_idx))
+        return flow.placement(device_type or self.device_type, self.get_layer_ranks(layer_idx))
 
     def get_nd_sbp(self, sbp_list):
         """Pick the SBPs matching the stage mesh from `[dp_sbp, tp_sbp]` (as LiBai)."""
@@ -337,3 +358,87 @@ def all_reduce_sum_numpy(array):
     t = flow.tensor(array)
     _edist.all_reduce(t, op="sum")
     return t.numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# LiBai's remaining helpers
+# ---------------------------------------------------------------------------------------------
+def same_sbp(lhs_sbp, rhs_sbp):
+    """Whether two SBP signatures (one SBP per mesh axis) are equal; ValueError when their lengths
+    differ (LiBai asserts)."""
+    lhs_sbp, rhs_sbp = tuple(lhs_sbp), tuple(rhs_sbp)
+    if len(lhs_sbp) != len(rhs_sbp):
+        raise ValueError(f"same_sbp: the signatures have different lengths: {lhs_sbp} vs {rhs_sbp}")
+    return all(a == b for a, b in zip(lhs_sbp, rhs_sbp))
+
+
+def is_last_process():
+    return get_rank() == get_world_size() - 1
+
+
+def get_num_nodes():
+    """The number of machines of the job: world size / processes per machine (the launcher starts
+    the same number on each)."""
+    return max(1, get_world_size() // max(1, _edist.get_local_world_size()))
+
+
+def set_device_type(device_type):
+    """The device type ("cpu" or "cuda") of the placements get_layer_placement returns."""
+    get_dist_util().set_device_type(device_type)
+
+
+def broadcast_py_object(obj, src=0):
+    """Rank `src`'s picklable `obj` on every rank (LiBai's name for broadcast_object)."""
+    return broadcast_object(obj, src)
+
+
+def _broadcast_sbp():
+    return get_nd_sbp([flow.sbp.broadcast, flow.sbp.broadcast])
+
+
+def convert_to_distributed_default_setting(t):
+    """For `model._apply(...)`, as LiBai's build_model: a local tensor becomes a global one
+    replicated (broadcast) over the first layer's placement; a global one moves to the topology's
+    device type on its own ranks, keeping its SBP."""
+    if not t.is_global:
+        return t.to_global(placement=get_layer_placement(0), sbp=_broadcast_sbp())
+    return t.to_global(placement=flow.placement(get_dist_util().device_type, t.placement.ranks), sbp=t.sbp)
+
+
+def ttol(tensor, pure_local=False, device=None, ranks=None):
+    """A global tensor as a local one (a local tensor is returned as it is): the whole logical
+    tensor (made broadcast first), or with `pure_local` this rank's shard as it is. `ranks` (and
+    `device`, default the tensor's own device type) move it to another placement first. Every rank
+    of the placements takes part; a rank outside the final placement gets an empty local tensor."""
+    if not tensor.is_global:
+        return tensor
+    placement = tensor.placement
+    if ranks:
+        placement = flow.placement(device or placement.type, ranks)
+    if pure_local:
+        return tensor.to_global(placement=placement, sbp=tensor.sbp).to_local()
+    return tensor.to_global(placement=placement, sbp=_broadcast_sbp_for(placement)).to_local()
+
+
+def tton(tensor, local_only=False, ranks=None):
+    """A tensor as a numpy array: for a global tensor the whole logical value (or with
+    `local_only` this rank's shard), see `ttol`."""
+    if tensor.is_global:
+        tensor = ttol(tensor, pure_local=local_only, ranks=ranks)
+    return tensor.numpy()
+
+
+def tensor_to_rank0(tensor, device=None, to_local=False):
+    """A global tensor gathered (broadcast SBP) onto rank 0 alone (a 1x1 mesh for a 2-D
+    placement); with `to_local` as a local tensor (empty on the other ranks). `device` defaults to
+    the tensor's own device type. A local tensor is returned as it is."""
+    if not tensor.is_global:
+        return tensor
+    placement = flow.placement(device or tensor.placement.type, [0] if tensor.placement.ndim == 1 else [[0]])
+    tensor = tensor.to_global(placement=placement, sbp=_broadcast_sbp_for(placement))
+    return ttol(tensor) if to_local else tensor
+
+
+def _broadcast_sbp_for(placement):
+    return [flow.sbp.broadcast] * placement.ndim
+

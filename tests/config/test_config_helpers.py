@@ -28,7 +28,7 @@ def test_get_config_train():
     assert train.load_weight == "" and train.resume is False
     assert train.amp.enabled is False and train.activation_checkpoint.enabled is False
     assert train.zero_optimization == {"enabled": False, "stage": 1}
-    assert train.checkpointer == {"period": 5000, "max_to_keep": 100}
+    assert train.checkpointer == {"period": 5000, "max_to_keep": 100, "save_model_after_n_epoch": None}
     assert train.test_micro_batch_size == 32
     ev = train.evaluation
     assert ev.enabled is True and ev.eval_period == 5000 and ev.eval_iter == 100000

@@ -1,4 +1,8 @@
-"""LazyCall / instantiate: recursion, _recursive_=False, dotted targets, error paths."""
+"""LazyCall / instantiate: recursion, _recursive_=False, dotted targets, error paths, LiBai's lazy
+targets, namedtuples and dataclasses."""
+import collections
+import dataclasses
+import functools
 from collections import OrderedDict
 
 import pytest
@@ -161,3 +165,57 @@ def test_object_values_kept_by_identity():
     cfg = LazyCall(Holder)(child=None)
     cfg.child = obj
     assert instantiate(cfg).child is obj
+
+
+# ---------------------------------------------------------------------- LiBai's semantics
+def test_instantiate_recursive_false_keyword_is_not_forwarded():
+    cfg = LazyCall(Holder)(child=LazyCall(Point)(x=1), items=[LazyCall(Point)(x=2)])
+    h = instantiate(cfg, _recursive_=False)
+    assert isinstance(h.child, DictConfig) and isinstance(h.items, ListConfig)
+    h = instantiate(cfg, _recursive_=True)
+    assert isinstance(h.child, Point) and h.items[0].x == 2
+    # on a list: each element's target gets its arguments unbuilt
+    out = instantiate([LazyCall(Holder)(child=LazyCall(Point)(x=3))], _recursive_=False)
+    assert isinstance(out[0].child, DictConfig)
+    # an override given with _recursive_=False is passed as it is too
+    h = instantiate(cfg, _recursive_=False, child=LazyCall(Point)(x=5))
+    assert isinstance(h.child, DictConfig) and h.child.x == 5
+    for bad in ("no", 1):
+        with pytest.raises(TypeError, match="_recursive_"):
+            instantiate(cfg, _recursive_=bad)
+    with pytest.raises(TypeError, match="config node '<root>': _recursive_ must be a bool, got 'no'"):
+        instantiate(LazyCall(Holder)(_recursive_="no"))
+
+
+def test_lazy_target_and_namedtuple_and_dataclass():
+    make_adder = LazyCall(functools_partial)(func=add, a=10)
+    assert instantiate(LazyCall(make_adder)(b=5)) == 15
+    Pair = collections.namedtuple("Pair", ["a", "b"])
+    got = instantiate(LazyCall(Holder)(child=Pair(LazyCall(add)(a=1, b=1), 3))).child
+    assert type(got) is Pair and got == Pair(2, 3)
+    # OmegaConf stores a plain tuple as a list (a namedtuple as the object it is)
+    assert instantiate(LazyCall(Holder)(child=(1, LazyCall(add)(a=1, b=2)))).child == [1, 3]
+    assert instantiate({"_target_": Holder, "child": (1, LazyCall(add)(a=1, b=2))}).child == (1, 3)
+
+    cfg = LazyCall(Span)(lo=1, hi=3)
+    assert cfg._target_ == f"{__name__}.Span"  # OmegaConf would turn the class into a config
+    assert instantiate(cfg) == Span(1, 3)
+
+    @dataclasses.dataclass
+    class Local:
+        x: int
+
+    with pytest.raises(TypeError, match="define it at module level"):
+        LazyCall(Local)(x=1)
+    with pytest.raises(TypeError, match="must be a LazyCall node"):
+        LazyCall({"a": 1})
+
+
+def functools_partial(func, **kwargs):
+    return functools.partial(func, **kwargs)
+
+
+@dataclasses.dataclass
+class Span:
+    lo: int
+    hi: int

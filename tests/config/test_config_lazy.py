@@ -205,12 +205,65 @@ def test_save_lazy_target_local_function(tmp_path):
         LazyConfig.save(cfg, tmp_path / "c.yaml", strict=True)
 
 
-def test_to_py_round_trip(tmp_path):
-    cfg = _make_cfg()
-    src = LazyConfig.to_py(cfg)
-    assert "LazyCall('engine.optim.AdamW')" in src
-    path = tmp_path / "c.py"
-    path.write_text(src)
-    loaded = LazyConfig.load(path)
-    assert instantiate(loaded.model) == instantiate(cfg.model)
-    assert loaded.train.name == "run 1" and loaded.train.ref == 5
+def test_to_py_is_libai_pseudo_code():
+    """LiBai's to_py text (laid out as black lays it out; the expected strings were checked
+    against black 26): dotted assignments, keys sorted, targets by import path,
+    interpolations resolved, call arguments kept on one line when they fit."""
+    assert LazyConfig.to_py(_make_cfg()) == (
+        f"cfg.model = {__name__}._build_lists(\n"
+        '    items=[1, [2, 3], {"k": [4, 5]}], table=[collections.OrderedDict(a=1), None]\n'
+        ")\n"
+        "cfg.optim = engine.optim.AdamW(betas=[0.9, 0.99], lr=0.001)\n"
+        "cfg.train.flag = True\n"
+        "cfg.train.iters = 5\n"
+        'cfg.train.name = "run 1"\n'
+        "cfg.train.nothing = None\n"
+        "cfg.train.ref = 5\n"
+    )
+
+
+def test_to_py_layout_of_long_values():
+    cfg = DictConfig(
+        {
+            "m": LazyCall("pkg.Model")(
+                layers=[dict(width=w, name=f"layer number {w}") for w in range(3)], act="it's", z=None
+            ),
+            "long_name_" * 8: "a string value that does not fit on the line",
+            "q": {"s": 'say "hi"', "empty": {}},
+        },
+        flags={"allow_objects": True},
+    )
+    assert LazyConfig.to_py(cfg, prefix="c.") == (
+        "c.long_name_long_name_long_name_long_name_long_name_long_name_long_name_long_name_ = (\n"
+        '    "a string value that does not fit on the line"\n'
+        ")\n"
+        "c.m = pkg.Model(\n"
+        '    act="it\'s",\n'
+        "    layers=[\n"
+        '        {"name": "layer number 0", "width": 0},\n'
+        '        {"name": "layer number 1", "width": 1},\n'
+        '        {"name": "layer number 2", "width": 2},\n'
+        "    ],\n"
+        "    z=None,\n"
+        ")\n"
+        "c.q.empty = {}\n"
+        "c.q.s = 'say \"hi\"'\n"
+    )
+
+
+def test_load_keys_returns_any_top_level_value(tmp_path):
+    """LiBai's load(file, keys): any top-level name of a .py file (a str too), dicts as DictConfig."""
+    path = _write(tmp_path / "c.py", """
+        name = "base"
+        size = 3
+        table = dict(a=1)
+        _hidden = 1
+        """)
+    assert LazyConfig.load(path, "name") == "base"
+    size, table = LazyConfig.load(path, ("size", "table"))
+    assert size == 3 and isinstance(table, DictConfig) and table.a == 1
+    assert list(LazyConfig.load(path).keys()) == ["table"]  # without keys: the dicts only
+    with pytest.raises(KeyError, match="did you mean"):
+        LazyConfig.load(path, "nmae")
+    yaml_path = _write(tmp_path / "c.yaml", "x: 1\ny: {z: 2}\n")
+    assert LazyConfig.load(yaml_path, "x") == 1 and LazyConfig.load(yaml_path, "y").z == 2

@@ -1,5 +1,6 @@
 """resolve_train_config: cfg.train completed from configs/common/train.py once; unknown,
 required and not-implemented keys refused with errors naming them."""
+import logging
 import os
 import re
 
@@ -24,7 +25,8 @@ def test_missing_keys_take_the_common_defaults_and_set_keys_stay():
     train = resolve_train_config(cfg)
     assert train is cfg.train
     assert train.evaluation.eval_period == defaults.evaluation.eval_period == 5000
-    assert train.checkpointer == defaults.checkpointer == {"period": 5000, "max_to_keep": 100}
+    assert train.checkpointer == defaults.checkpointer == {"period": 5000, "max_to_keep": 100,
+                                                           "save_model_after_n_epoch": None}
     assert train.seed == 1234 and train.amp == {"enabled": False, "dtype": None}
     # what the recipe set is kept
     assert train.train_iter == 300 and train.evaluation.eval_iter == 100 and train.output_dir.endswith("mlp_classifier")
@@ -95,7 +97,7 @@ def test_a_config_without_train_is_an_error():
 NON_DEFAULT = {
     "nccl_fusion_threshold_mb": "32",
     "nccl_fusion_max_ops": "8", "consumed_train_samples": "64", "consumed_valid_samples": "64",
-    "train_samples": "1000", "start_iter": "5", "rdma_enabled": "true",
+    "train_samples": "1000", "start_iter": "5",
 }
 
 
@@ -112,7 +114,27 @@ def test_not_implemented_key_with_a_non_default_value_is_refused(key):
 def test_libai_defaults_of_not_implemented_keys_are_accepted():
     train = resolve_train_config(recipe("train.amp.enabled=false", "train.rdma_enabled=false",
                                         "train.dist.pipeline_num_layers=4"))
-    assert train.amp.enabled is False and train.rdma_enabled is False  # no RDMA is ever used
+    assert train.amp.enabled is False and train.rdma_enabled is False
+
+
+def test_rdma_enabled_is_accepted_with_a_log_note(caplog):
+    """LiBai's default rdma_enabled=True only picks OneFlow's transport: accepted, noted."""
+    with caplog.at_level(logging.INFO, logger="libai.config.train_config"):
+        train = resolve_train_config(recipe("train.rdma_enabled=true"))
+    assert train.rdma_enabled is True and "train.rdma_enabled=True: no effect here" in caplog.text
+    with pytest.raises(ValueError, match="train.rdma_enabled must be true or false, got 'yes'"):
+        resolve_train_config(recipe("train.rdma_enabled=yes"))
+
+
+def test_libai_whole_floats_become_integers_and_epoch_periods_are_checked():
+    train = resolve_train_config(recipe("train.evaluation.eval_iter=1e5", "train.checkpointer.period=100.0"))
+    assert train.evaluation.eval_iter == 100000 and isinstance(train.evaluation.eval_iter, int)
+    assert train.checkpointer.period == 100 and isinstance(train.checkpointer.period, int)
+    assert train.evaluation.eval_after_n_epoch is None and train.checkpointer.save_model_after_n_epoch is None
+    with pytest.raises(ValueError, match="train.evaluation.eval_iter must be an integer >= 1 or None, got 2.5"):
+        resolve_train_config(recipe("train.evaluation.eval_iter=2.5"))
+    with pytest.raises(ValueError, match="train.evaluation.eval_after_n_epoch must be an integer >= 1 or None"):
+        resolve_train_config(recipe("train.evaluation.eval_after_n_epoch=0"))
 
 
 @pytest.mark.parametrize("override, message", [

@@ -52,3 +52,24 @@ CASES += [
     OpCase("packed_qkv_attention", lambda m, x, bb: _attention(m, x, bias=bb), [I((2, 4, 5, 12)), I((4, 2, 5, 5))],
            name="bias-windows"),
 ]
+
+
+# ------------------------------------------------------------------ scaled_dot_product_attention
+def _sdpa(**kw):
+    return lambda m, q, k, v, *mask: m.nn.functional.scaled_dot_product_attention(
+        q, k, v, *mask, **kw)
+
+
+_SDPA_QKV = [I((2, 3, 5, 4)), I((2, 3, 6, 4)), I((2, 3, 6, 3))]
+CASES += [
+    OpCase("scaled_dot_product_attention", _sdpa(), _SDPA_QKV, name="plain"),
+    OpCase("scaled_dot_product_attention", _sdpa(is_causal=True), _SDPA_QKV, name="causal"),
+    OpCase("scaled_dot_product_attention", _sdpa(scale=0.5),
+           _SDPA_QKV + [_mask(np.arange(6)[None, None, None, :] < np.array([6, 3])[:, None, None, None])],
+           name="bool-padding-scale"),
+    OpCase("scaled_dot_product_attention", _sdpa(), _SDPA_QKV + [I((3, 5, 6))], name="float-mask-grad"),
+    OpCase("scaled_dot_product_attention", _sdpa(enable_gqa=True),
+           [I((1, 4, 3, 4)), I((1, 2, 5, 4)), I((1, 1, 5, 2), noncontig=True)], name="gqa-noncontig"),
+    OpCase("scaled_dot_product_attention", _sdpa(is_causal=True),
+           [I((7, 3), "float64"), I((4, 3), "float64"), I((4, 2), "float64")], name="float64-L>S"),
+]

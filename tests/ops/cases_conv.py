@@ -132,3 +132,37 @@ CASES += [
     OpCase("pad", lambda m, a: _nf(m).pad(a, (2, -1, -2, 1), mode="circular"), [I((1, 2, 4, 5))], name="circular-crop"),
     OpCase("pad", lambda m, a: _nf(m).pad(a, (-1, 2, 0, 1), mode="replicate"), [I((1, 2, 4, 5))], name="replicate-crop"),
 ]
+
+# ------------------------------------------------------------------ transposed convolution, 1-D pools
+CASES += [
+    OpCase("conv_transpose2d", lambda m, a, w, b: _nf(m).conv_transpose2d(a, w, b), [I((2, 4, 5, 6)), I((4, 3, 3, 2)),
+                                                                                     I((3,))]),
+    OpCase("conv_transpose2d", lambda m, a, w, b: _nf(m).conv_transpose2d(a, w, b, stride=(2, 3), padding=(1, 2),
+                                                                          output_padding=(1, 2)),
+           [I((1, 4, 4, 3)), I((4, 3, 3, 4)), I((3,))], name="stride-pad-outpad"),
+    OpCase("conv_transpose2d", lambda m, a, w: _nf(m).conv_transpose2d(a, w, stride=2, padding=1, groups=2,
+                                                                       dilation=(2, 1)),
+           [I((2, 4, 3, 4)), I((4, 3, 3, 3))], name="groups-dilation"),
+    # output_padding >= stride is allowed below the dilation: the output's last rows get no input
+    OpCase("conv_transpose2d", lambda m, a, w: _nf(m).conv_transpose2d(a, w, dilation=3, output_padding=2),
+           [I((1, 2, 3, 3)), I((2, 3, 2, 2))], name="outpad-dilation"),
+    OpCase("conv_transpose2d", lambda m, a, w: _nf(m).conv_transpose2d(a, w, stride=2), [I((3, 4, 4)), I((3, 2, 3, 3))],
+           name="unbatched"),
+    OpCase("conv_transpose2d", lambda m, a, w: _nf(m).conv_transpose2d(a, w, stride=2),
+           [I((0, 3, 4, 4)), I((3, 2, 3, 3))], name="empty-batch", gradcheck=False),
+    OpCase("conv_transpose1d", lambda m, a, w, b: _nf(m).conv_transpose1d(a, w, b, stride=3, padding=2,
+                                                                          output_padding=1, dilation=2),
+           [I((2, 4, 7)), I((4, 5, 4)), I((5,))]),
+    OpCase("conv_transpose1d", lambda m, a, w: _nf(m).conv_transpose1d(a, w, groups=2), [I((4, 6)), I((4, 1, 3))],
+           name="unbatched-groups"),
+    OpCase("max_pool1d", lambda m, a: _nf(m).max_pool1d(a, 3, 2, 1, ceil_mode=True), [I((2, 3, 10), kind="distinct")]),
+    OpCase("max_pool1d", lambda m, a: _nf(m).max_pool1d(a, 3, 1, 1, dilation=2, return_indices=True),
+           [I((3, 11), kind="distinct")], name="dilation-indices"),
+    OpCase("max_pool1d", lambda m, a: _nf(m).max_pool1d(a, 2, return_indices=True),
+           [I((2, 3, 7), "int64", "int", -9, 9)], name="int-indices"),
+    OpCase("avg_pool1d", lambda m, a: _nf(m).avg_pool1d(a, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+           [I((2, 3, 10))]),
+    OpCase("avg_pool1d", lambda m, a: _nf(m).avg_pool1d(a, 4), [I((3, 9), noncontig=True)], name="unbatched"),
+    OpCase("adaptive_avg_pool1d", lambda m, a: _nf(m).adaptive_avg_pool1d(a, 4), [I((2, 3, 10))]),
+    OpCase("adaptive_avg_pool1d", lambda m, a: _nf(m).adaptive_avg_pool1d(a, (7,)), [I((3, 5))], name="upsample"),
+]

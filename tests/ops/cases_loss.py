@@ -67,7 +67,8 @@ def _nll(**kw):
 for red in ("mean", "sum", "none"):
     CASES += [
         OpCase("nll_loss", _nll(reduction=red), [I((5, 4)), _target((5,), 4)], name=red),
-        OpCase("nll_loss", _nll(reduction=red), [I((6, 4)), _ids(_T_IGN), _noweight((4,))], name=f"{red}-weight-ignore"),
+        OpCase("nll_loss", _nll(reduction=red), [I((6, 4)), _ids(_T_IGN), _noweight((4,))],
+               name=f"{red}-weight-ignore"),
         OpCase("nll_loss", _nll(reduction=red), [I((2, 3, 2, 2)), _target((2, 2, 2), 3)], name=f"{red}-4d"),
     ]
 CASES += [
@@ -115,4 +116,31 @@ CASES += [
            [I((2, 5)), I((2, 5), kind="uniform"), _noweight((5,)), _noweight((5,))], name="large-weight-pos"),
     OpCase("kl_div", _loss("kl_div", reduction="batchmean"), [I((3, 4)), I((3, 4), kind="positive")], name="batchmean"),
     OpCase("kl_div", _loss("kl_div", reduction="sum", log_target=True), [I((3, 4)), I((3, 4))], name="log-target"),
+]
+
+# ------------------------------------------------------------------ huber, margin ranking, cosine embedding
+for red in ("mean", "sum", "none"):
+    CASES += [
+        OpCase("huber_loss", _loss("huber_loss", reduction=red), [I((3, 4)), I((3, 4))], name=red),
+        OpCase("margin_ranking_loss",
+               lambda m, a, b, t, red=red: m.nn.functional.margin_ranking_loss(a, b, t.sign(), 0.3, reduction=red),
+               [I((6,)), I((6,)), I((6,), requires_grad=False)], name=red),
+        OpCase("cosine_embedding_loss",
+               lambda m, a, b, t, red=red: m.nn.functional.cosine_embedding_loss(a, b, t, 0.1, reduction=red),
+               [I((4, 5)), I((4, 5)), I(value=np.array([1.0, -1.0, 1.0, -1.0]), requires_grad=False)], name=red),
+    ]
+CASES += [
+    OpCase("huber_loss", _loss("huber_loss", delta=0.4), [I((2, 3, 4)), I((3, 4))], name="delta-bcast"),
+    OpCase("huber_loss", _loss("huber_loss", delta=2.5), [I((3, 4), noncontig=True), I((3, 4))],
+           name="delta-noncontig"),
+    OpCase("huber_loss", _loss("huber_loss", reduction="sum"), [I((0, 4)), I((0, 4))], name="empty",
+           gradcheck=False),
+    OpCase("cosine_embedding_loss",  # (a 0-d target made inside: the harness stores inputs at least 1-d)
+           lambda m, a, b: m.nn.functional.cosine_embedding_loss(a, b, m.tensor(-1.0, dtype=a.dtype), -0.2),
+           [I((5,)), I((5,))], name="0d-target"),
+    OpCase("kl_div", _loss("kl_div", reduction="batchmean", log_target=True), [I((2, 3, 4)), I((2, 3, 4))],
+           name="batchmean-log-target-3d"),
+    OpCase("binary_cross_entropy", _loss("binary_cross_entropy", reduction="sum"),
+           [I((2, 5), "float64", kind="uniform", low=0.05, high=0.95), I((2, 5), "float64", kind="uniform"),
+            _noweight((2, 5))], name="float64-weight"),
 ]

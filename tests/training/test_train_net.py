@@ -161,7 +161,7 @@ def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_p
             (["+train.eval_perod=5"], "'train.eval_perod' does not exist; did you mean"),
             (["train.nccl_fusion_max_ops=8"], "NotImplementedError: train.nccl_fusion_max_ops=8"),
             (["train.amp.dtype=float32"], "train.amp.dtype must be 'float16', 'bfloat16' or None, got 'float32'"),
-            (["train.rdma_enabled=true"], "NotImplementedError: train.rdma_enabled=True"),
+            (["train.start_iter=5"], "NotImplementedError: train.start_iter=5"),
             (["train.train_iter=abc"], "train.train_iter must be an integer >= 0, got 'abc'"),
             (["train.test_micro_batch_size=0"], "train.test_micro_batch_size must be an integer >= 1, got 0"),
             ([f"train.output_dir={afile}"], f"train.output_dir='{afile}' is a file, not a directory"),

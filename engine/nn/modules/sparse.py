@@ -1,4 +1,7 @@
 """`Embedding`: a lookup table of `num_embeddings` vectors, initialised N(0, 1) like torch."""
+import numpy as np
+
+from ...backend import xp_of
 from ...ops.creation import empty
 from ...tensor import Parameter
 from .. import functional as F
@@ -9,19 +12,28 @@ __all__ = ["Embedding"]
 
 
 class Embedding(Module):
-    """Rows of `weight` picked by integer indices. The `padding_idx` row starts at zero and gets
-    no gradient (F.embedding handles the gradient)."""
+    """Rows of `weight` picked by integer indices. The `padding_idx` row (negative counts from the
+    end) starts at zero and never gets a gradient (F.embedding zeroes that row of the weight
+    gradient), so an optimizer leaves it as it is. With max_norm, every looked-up row whose
+    norm_type-norm exceeds max_norm is scaled down to it in place before the lookup (torch's
+    embedding_renorm_, outside autograd). scale_grad_by_freq and sparse gradients are not
+    implemented: they raise NotImplementedError here rather than at the first forward."""
 
     def __init__(self, num_embeddings, embedding_dim, padding_idx=None, max_norm=None, norm_type=2.0,
                  scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False, device=None, dtype=None):
         super().__init__()
+        for name, value in (("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
+            if value:
+                raise NotImplementedError(f"Embedding: {name}={value!r} is not supported")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        if padding_idx is not None:
+        if padding_idx is not None:  # torch raises AssertionError here (explicitly, not with assert)
             if padding_idx > 0:
-                assert padding_idx < num_embeddings, "Padding_idx must be within num_embeddings"
+                if padding_idx >= num_embeddings:
+                    raise AssertionError("Padding_idx must be within num_embeddings")
             elif padding_idx < 0:
-                assert padding_idx >= -num_embeddings, "Padding_idx must be within num_embeddings"
+                if padding_idx < -num_embeddings:
+                    raise AssertionError("Padding_idx must be within num_embeddings")
                 padding_idx = num_embeddings + padding_idx
         self.padding_idx = padding_idx
         self.max_norm = max_norm
@@ -34,7 +46,7 @@ class Embedding(Module):
             self.reset_parameters()
         else:
             if list(_weight.shape) != [num_embeddings, embedding_dim]:
-                raise ValueError("Shape of weight does not match num_embeddings and embedding_dim")
+                raise AssertionError("Shape of weight does not match num_embeddings and embedding_dim")
             self.weight = Parameter(_weight.detach(), requires_grad=not _freeze)
 
     def reset_parameters(self):
@@ -47,8 +59,10 @@ class Embedding(Module):
             self.weight._bump_version()
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
-                           self.scale_grad_by_freq, self.sparse)
+        if self.max_norm is not None:
+            _renorm_rows_(self.weight, input, self.max_norm, self.norm_type)
+        return F.embedding(input, self.weight, self.padding_idx, None, self.norm_type, self.scale_grad_by_freq,
+                           self.sparse)
 
     def extra_repr(self):
         s = "{num_embeddings}, {embedding_dim}"
@@ -72,3 +86,29 @@ class Embedding(Module):
         rows, cols = embeddings.shape
         return cls(rows, cols, _weight=embeddings, _freeze=freeze, padding_idx=padding_idx, max_norm=max_norm,
                    norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
+
+
+def _renorm_rows_(weight, input, max_norm, norm_type):
+    """torch's embedding_renorm_: rows of `weight` looked up by `input` whose norm exceeds
+    max_norm are scaled by max_norm / (norm + 1e-7), in place and without recording a gradient.
+    Indices that are not integers or out of range are left for F.embedding to reject."""
+    ids = input._data
+    num = weight.shape[0]
+    if ids.dtype.kind not in "iu" or ids.size == 0 or int(ids.min()) < 0 or int(ids.max()) >= num:
+        return
+    xp = xp_of(weight._data)
+    rows = xp.unique(ids.reshape(-1))
+    w = weight._data
+    sel = w[rows].astype(np.float64)
+    p = float(norm_type)
+    if p == float("inf"):
+        norms = xp.abs(sel).max(axis=1)
+    elif p == 0:
+        norms = (sel != 0).sum(axis=1).astype(np.float64)
+    else:
+        norms = (xp.abs(sel) ** p).sum(axis=1) ** (1.0 / p)
+    over = norms > max_norm
+    if bool(over.any()):
+        scale = max_norm / (norms[over] + 1e-7)
+        w[rows[over]] = (sel[over] * scale[:, None]).astype(w.dtype)
+        weight._bump_version()

@@ -1,0 +1,512 @@
+"""Recurrent layers: `RNN` (tanh/relu), `LSTM` (with optional projection), `GRU` and their one-step
+`RNNCell`, `LSTMCell`, `GRUCell`, with torch.nn's arguments, parameter names/order, init and checks.
+
+Everything is composed of engine ops (linear, sigmoid, tanh, split, stack, ...), so autograd gives
+the backward. The input-to-hidden product does not depend on the recurrence: it is one GEMM over all
+time steps per layer and direction (with both biases folded in where the gate math allows), and
+only the hidden-to-hidden product runs step by step. A sequence layer and its cell share the same
+per-step functions (`_STEPS`), so the two cannot drift apart.
+
+Gate layouts are torch's (cuDNN's): LSTM rows are [i, f, g, o], GRU rows [r, z, n].
+"""
+import math
+import numbers
+import warnings
+from collections import namedtuple
+
+from ...amp import is_autocast_enabled
+from ...ops.creation import empty, zeros
+from ...ops.dropout import dropout as _dropout
+from ...ops.linalg import linear
+from ...ops.shape import cat, chunk, split, stack, transpose, unbind
+from ...ops.unary import relu, sigmoid, tanh
+from ...tensor import Parameter, Tensor
+from .. import init
+from ..module import Module
+
+__all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
+
+# The weights of one layer and direction; absent ones (no bias, no projection) are None.
+_Weights = namedtuple("_Weights", ["w_ih", "w_hh", "b_ih", "b_hh", "w_hr"])
+
+
+# ------------------------------------------------------------------ one time step
+# Each step takes the input projection `xg` of this step (x W_ih^T + b_ih, and + b_hh where the
+# step says so), the state (h, c) and the weights; it returns the new (h, c), c None if stateless.
+def _tanh_step(xg, h, c, w):
+    return tanh(xg + linear(h, w.w_hh)), None
+
+
+def _relu_step(xg, h, c, w):
+    return relu(xg + linear(h, w.w_hh)), None
+
+
+def _lstm_step(xg, h, c, w):
+    i, f, g, o = chunk(xg + linear(h, w.w_hh), 4, 1)
+    c = sigmoid(f) * c + sigmoid(i) * tanh(g)
+    h = sigmoid(o) * tanh(c)
+    if w.w_hr is not None:
+        h = linear(h, w.w_hr)
+    return h, c
+
+
+def _gru_step(xg, h, c, w):
+    # b_hn sits inside r * (W_hn h + b_hn), so b_hh is not folded into xg for the GRU.
+    hidden = w.w_hh.shape[1]
+    hg = linear(h, w.w_hh, w.b_hh)
+    x_rz, x_n = split(xg, [2 * hidden, hidden], 1)
+    h_rz, h_n = split(hg, [2 * hidden, hidden], 1)
+    r, z = chunk(sigmoid(x_rz + h_rz), 2, 1)
+    n = tanh(x_n + r * h_n)
+    return n + z * (h - n), None  # = (1 - z) * n + z * h
+
+
+# mode -> (step, gate rows per hidden unit, whether b_hh is folded into the input projection)
+_STEPS = {
+    "RNN_TANH": (_tanh_step, 1, True),
+    "RNN_RELU": (_relu_step, 1, True),
+    "LSTM": (_lstm_step, 4, True),
+    "GRU": (_gru_step, 3, False),
+}
+
+
+def _input_projection(x, w, fold_b_hh):
+    """x W_ih^T + b_ih (+ b_hh) for every leading index of x in one GEMM."""
+    bias = w.b_ih
+    if fold_b_hh and bias is not None:
+        bias = bias + w.b_hh
+    return linear(x, w.w_ih, bias)
+
+
+def _is_packed_sequence(x):
+    return not isinstance(x, Tensor) and hasattr(x, "batch_sizes") and hasattr(x, "data")
+
+
+def _check_tensor_input(input, cls_name):
+    if _is_packed_sequence(input):
+        raise NotImplementedError(f"{cls_name}: PackedSequence input is not supported by engine.nn; pass a "
+                                  "padded Tensor (seq_len, batch, features) instead")
+    if not isinstance(input, Tensor):
+        raise TypeError(f"{cls_name}: input must be a Tensor, got {type(input).__name__}")
+
+
+def _uniform_init(module):
+    """torch's RNN init: every parameter ~ U(-1/sqrt(hidden_size), 1/sqrt(hidden_size))."""
+    stdv = 1.0 / math.sqrt(module.hidden_size) if module.hidden_size > 0 else 0
+    for weight in module.parameters():
+        init.uniform_(weight, -stdv, stdv)
+
+
+# ------------------------------------------------------------------ sequence layers
+class RNNBase(Module):
+    """The multi-layer, optionally bidirectional recurrence shared by RNN, LSTM and GRU.
+
+    Parameters are registered per layer and direction in torch's order (weight_ih_l{k},
+    weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, weight_hr_l{k}, then the `_reverse` ones), so
+    state dicts are interchangeable with torch's."""
+
+    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None):
+        super().__init__()
+        if not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
+            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
+                             "element being zeroed")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                          f"expects num_layers greater than 1, but got dropout={dropout} and "
+                          f"num_layers={num_layers}", stacklevel=3)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias should be of type bool, got: {type(bias).__name__}")
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first should be of type bool, got: {type(batch_first).__name__}")
+        if not isinstance(input_size, int):
+            raise TypeError(f"input_size should be of type int, got: {type(input_size).__name__}")
+        if input_size <= 0:
+            raise ValueError("input_size must be greater than zero")
+        if not isinstance(hidden_size, int):
+            raise TypeError(f"hidden_size should be of type int, got: {type(hidden_size).__name__}")
+        if hidden_size <= 0:
+            raise ValueError("hidden_size must be greater than zero")
+        if num_layers <= 0:
+            raise ValueError("num_layers must be greater than zero")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        if mode not in _STEPS:
+            raise ValueError("Unrecognized RNN mode: " + mode)
+
+        self.mode = mode
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bias
+        self.batch_first = batch_first
+        self.dropout = float(dropout)
+        self.bidirectional = bidirectional
+        self.proj_size = proj_size
+
+        gate_size = _STEPS[mode][1] * hidden_size
+        real_hidden_size = proj_size if proj_size > 0 else hidden_size
+        num_directions = 2 if bidirectional else 1
+        factory = {"device": device, "dtype": dtype}
+        self._flat_weights_names = []
+        self._all_weights = []
+        for layer in range(num_layers):
+            for direction in range(num_directions):
+                layer_input_size = input_size if layer == 0 else real_hidden_size * num_directions
+                shapes = [("weight_ih", (gate_size, layer_input_size)), ("weight_hh", (gate_size, real_hidden_size))]
+                if bias:
+                    shapes += [("bias_ih", (gate_size,)), ("bias_hh", (gate_size,))]
+                if proj_size > 0:
+                    shapes += [("weight_hr", (proj_size, hidden_size))]
+                suffix = "_reverse" if direction == 1 else ""
+                names = []
+                for base, shape in shapes:
+                    name = f"{base}_l{layer}{suffix}"
+                    setattr(self, name, Parameter(empty(*shape, **factory)))
+                    names.append(name)
+                self._flat_weights_names.extend(names)
+                self._all_weights.append(names)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _uniform_init(self)
+
+    def flatten_parameters(self):
+        """torch compacts the weights into one cuDNN buffer here; without cuDNN (as on torch's CPU)
+        there is nothing to do. Kept so code written for torch runs unchanged."""
+
+    @property
+    def _flat_weights(self):
+        return [getattr(self, name, None) for name in self._flat_weights_names]
+
+    @property
+    def all_weights(self):
+        return [[getattr(self, name) for name in names] for names in self._all_weights]
+
+    def _weights(self, layer, direction):
+        suffix = f"_l{layer}" + ("_reverse" if direction == 1 else "")
+        p = self._parameters
+        return _Weights(p["weight_ih" + suffix], p["weight_hh" + suffix], p.get("bias_ih" + suffix),
+                        p.get("bias_hh" + suffix), p.get("weight_hr" + suffix))
+
+    # -------------------------------------------------------------- argument checks (torch's)
+    def _check_input(self, input):
+        weight = self._flat_weights[0]
+        if input.dtype != weight.dtype and not is_autocast_enabled():
+            raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
+                             f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
+        if input.dim() != 3:
+            raise RuntimeError(f"input must have 3 dimensions, got {input.dim()}")
+        if self.input_size != input.shape[-1]:
+            raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                               f"got {input.shape[-1]}")
+        if input.shape[1 if self.batch_first else 0] == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+
+    def _expected_hidden_size(self, input, size):
+        mini_batch = input.shape[0 if self.batch_first else 1]
+        return (self.num_layers * (2 if self.bidirectional else 1), mini_batch, size)
+
+    @staticmethod
+    def _check_hidden_size(hx, expected, msg="Expected hidden size {}, got {}"):
+        if tuple(hx.shape) != expected:
+            raise RuntimeError(msg.format(expected, list(hx.shape)))
+
+    def _check_state_dims(self, states, is_batched):
+        """hx (and cx) must have the input's batchedness: 3-D for 3-D input, 2-D for 2-D input."""
+        want = 3 if is_batched else 2
+        if any(s.dim() != want for s in states):
+            kind = "batched 3-D" if is_batched else "unbatched 2-D"
+            dims = ", ".join(f"{s.dim()}-D" for s in states)
+            if len(states) == 1:
+                raise RuntimeError(f"For {kind} input, hx should also be {want}-D but got {dims} tensor")
+            raise RuntimeError(f"For {kind} input, hx and cx should also be {want}-D but got ({dims}) tensors")
+
+    # -------------------------------------------------------------- the recurrence
+    def _run(self, x, hx, cx):
+        """x: (seq, batch, features) time-major; hx/cx: (layers*directions, batch, size) or None
+        for zeros. Returns output (seq, batch, directions*real_hidden), h_n and c_n (None for
+        stateless modes)."""
+        step, _, fold_b_hh = _STEPS[self.mode]
+        num_directions = 2 if self.bidirectional else 1
+        batch = x.shape[1]
+        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        h0 = unbind(hx, 0) if hx is not None else None
+        c0 = unbind(cx, 0) if cx is not None else None
+        lstm = self.mode == "LSTM"
+        h_n, c_n = [], []
+        layer_input = x
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(num_directions):
+                k = layer * num_directions + direction
+                h = h0[k] if h0 is not None else zeros(batch, real_hidden_size, dtype=x.dtype, device=x.device)
+                c = None
+                if lstm:
+                    c = c0[k] if c0 is not None else zeros(batch, self.hidden_size, dtype=x.dtype, device=x.device)
+                w = self._weights(layer, direction)
+                steps = unbind(_input_projection(layer_input, w, fold_b_hh), 0)
+                if direction == 1:
+                    steps = steps[::-1]
+                hs = []
+                for xg in steps:
+                    h, c = step(xg, h, c, w)
+                    hs.append(h)
+                if direction == 1:
+                    hs.reverse()
+                outputs.append(stack(hs, 0))
+                h_n.append(h)
+                c_n.append(c)
+            layer_input = outputs[0] if num_directions == 1 else cat(outputs, 2)
+            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
+                layer_input = _dropout(layer_input, self.dropout, True)
+        return layer_input, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
+
+    def _forward(self, input, hx, cx, is_batched):
+        """Run on a checked 3-D input, converting batch_first and unbatched layouts on both ends."""
+        x = transpose(input, 0, 1) if self.batch_first else input
+        output, h_n, c_n = self._run(x, hx, cx)
+        if self.batch_first:
+            output = transpose(output, 0, 1)
+        if not is_batched:
+            output = output.squeeze(0 if self.batch_first else 1)
+            h_n = h_n.squeeze(1)
+            c_n = c_n.squeeze(1) if c_n is not None else None
+        return output, h_n, c_n
+
+    def _prepare(self, input, name):
+        """Checks common to all modes; returns (3-D input, is_batched)."""
+        _check_tensor_input(input, name)
+        if input.dim() not in (2, 3):
+            tail = " tensor instead" if name == "RNN" else " instead"
+            raise ValueError(f"{name}: Expected input to be 2D or 3D, got {input.dim()}D{tail}")
+        is_batched = input.dim() == 3
+        if not is_batched:
+            input = input.unsqueeze(0 if self.batch_first else 1)
+        return input, is_batched
+
+    def _forward_single_state(self, input, hx, name):
+        """RNN and GRU: one state tensor, returns (output, h_n)."""
+        input, is_batched = self._prepare(input, name)
+        if hx is not None:
+            self._check_state_dims([hx], is_batched)
+            if not is_batched:
+                hx = hx.unsqueeze(1)
+        self._check_input(input)
+        if hx is not None:
+            self._check_hidden_size(hx, self._expected_hidden_size(input, self.hidden_size))
+        output, h_n, _ = self._forward(input, hx, None, is_batched)
+        return output, h_n
+
+    def extra_repr(self):
+        s = "{input_size}, {hidden_size}"
+        if self.proj_size != 0:
+            s += ", proj_size={proj_size}"
+        if self.num_layers != 1:
+            s += ", num_layers={num_layers}"
+        if self.bias is not True:
+            s += ", bias={bias}"
+        if self.batch_first is not False:
+            s += ", batch_first={batch_first}"
+        if self.dropout != 0:
+            s += ", dropout={dropout}"
+        if self.bidirectional is not False:
+            s += ", bidirectional={bidirectional}"
+        return s.format(**self.__dict__)
+
+
+class RNN(RNNBase):
+    """Elman RNN: h_t = act(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh), act tanh or relu.
+
+    RNN(input_size, hidden_size, num_layers=1, nonlinearity='tanh', bias=True, batch_first=False,
+    dropout=0.0, bidirectional=False, device=None, dtype=None); forward(input, hx=None) returns
+    (output, h_n)."""
+
+    def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if len(args) > 3:
+            self.nonlinearity = args[3]
+            args = args[:3] + args[4:]
+        else:
+            self.nonlinearity = kwargs.pop("nonlinearity", "tanh")
+        if self.nonlinearity == "tanh":
+            mode = "RNN_TANH"
+        elif self.nonlinearity == "relu":
+            mode = "RNN_RELU"
+        else:
+            raise ValueError(f"Unknown nonlinearity '{self.nonlinearity}'. Select from 'tanh' or 'relu'.")
+        super().__init__(mode, *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        return self._forward_single_state(input, hx, "RNN")
+
+
+class LSTM(RNNBase):
+    """Long short-term memory; with proj_size > 0 the hidden state is projected by weight_hr
+    (h_t = W_hr (o_t * tanh(c_t))), as torch's LSTM with projections.
+
+    forward(input, (h_0, c_0)=None) returns (output, (h_n, c_n))."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("LSTM", *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        input, is_batched = self._prepare(input, "LSTM")
+        cx = None
+        if hx is not None:
+            if isinstance(hx, Tensor) or not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise TypeError(f"LSTM: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
+                                + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
+            hx, cx = hx
+            self._check_state_dims([hx, cx], is_batched)
+            if not is_batched:
+                hx, cx = hx.unsqueeze(1), cx.unsqueeze(1)
+        self._check_input(input)
+        if hx is not None:
+            real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+            self._check_hidden_size(hx, self._expected_hidden_size(input, real_hidden_size),
+                                    "Expected hidden[0] size {}, got {}")
+            self._check_hidden_size(cx, self._expected_hidden_size(input, self.hidden_size),
+                                    "Expected hidden[1] size {}, got {}")
+        output, h_n, c_n = self._forward(input, hx, cx, is_batched)
+        return output, (h_n, c_n)
+
+
+class GRU(RNNBase):
+    """Gated recurrent unit: r, z = sigmoid(...), n = tanh(W_in x + b_in + r * (W_hn h + b_hn)),
+    h' = (1 - z) * n + z * h. forward(input, hx=None) returns (output, h_n)."""
+
+    def __init__(self, *args, **kwargs):
+        if "proj_size" in kwargs:
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        super().__init__("GRU", *args, **kwargs)
+
+    def forward(self, input, hx=None):
+        return self._forward_single_state(input, hx, "GRU")
+
+
+# ------------------------------------------------------------------ cells
+class RNNCellBase(Module):
+    """One time step: parameters weight_ih (chunks*hidden, input), weight_hh (chunks*hidden,
+    hidden), bias_ih, bias_hh, initialised like the sequence layers."""
+
+    def __init__(self, input_size, hidden_size, bias, num_chunks, device=None, dtype=None):
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.bias = bias
+        factory = {"device": device, "dtype": dtype}
+        self.weight_ih = Parameter(empty(num_chunks * hidden_size, input_size, **factory))
+        self.weight_hh = Parameter(empty(num_chunks * hidden_size, hidden_size, **factory))
+        if bias:
+            self.bias_ih = Parameter(empty(num_chunks * hidden_size, **factory))
+            self.bias_hh = Parameter(empty(num_chunks * hidden_size, **factory))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _uniform_init(self)
+
+    def extra_repr(self):
+        s = "{input_size}, {hidden_size}"
+        if "bias" in self.__dict__ and self.bias is not True:
+            s += ", bias={bias}"
+        if "nonlinearity" in self.__dict__ and self.nonlinearity != "tanh":
+            s += ", nonlinearity={nonlinearity}"
+        return s.format(**self.__dict__)
+
+    def _check_dims(self, input, states, labels):
+        name = type(self).__name__
+        _check_tensor_input(input, name)
+        if input.dim() not in (1, 2):
+            raise ValueError(f"{name}: Expected input to be 1D or 2D, got {input.dim()}D instead")
+        for state, label in zip(states, labels):
+            if state is not None and state.dim() not in (1, 2):
+                raise ValueError(f"{name}: Expected {label} to be 1D or 2D, got {state.dim()}D instead")
+
+    def _step(self, mode, input, states):
+        """Check the (2-D) input and states as torch's cell kernels do, then run one step of
+        `mode` (a key of _STEPS); missing states are zeros."""
+        if input.shape[1] != self.input_size:
+            raise RuntimeError(f"input has inconsistent input_size: got {input.shape[1]} expected {self.input_size}")
+        for k, state in enumerate(states):
+            if state is None:
+                continue
+            if input.shape[0] != state.shape[0]:
+                raise RuntimeError(f"Input batch size {input.shape[0]} doesn't match hidden{k} batch size "
+                                   f"{state.shape[0]}")
+            if state.shape[1] != self.hidden_size:
+                raise RuntimeError(f"hidden{k} has inconsistent hidden_size: got {state.shape[1]}, expected "
+                                   f"{self.hidden_size}")
+        step, _, fold_b_hh = _STEPS[mode]
+        w = _Weights(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, None)
+        zero = None
+        if any(s is None for s in states):
+            zero = zeros(input.shape[0], self.hidden_size, dtype=input.dtype, device=input.device)
+        h = states[0] if states[0] is not None else zero
+        c = None
+        if len(states) == 2:
+            c = states[1] if states[1] is not None else zero
+        return step(_input_projection(input, w, fold_b_hh), h, c, w)
+
+
+class RNNCell(RNNCellBase):
+    """h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh or relu; forward(input, hx=None) -> h'."""
+
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, num_chunks=1, device=device, dtype=dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input, hx=None):
+        self._check_dims(input, [hx], ["hidden"])
+        if self.nonlinearity not in ("tanh", "relu"):
+            raise RuntimeError(f"Unknown nonlinearity: {self.nonlinearity}")
+        is_batched = input.dim() == 2
+        if not is_batched:
+            input = input.unsqueeze(0)
+            hx = hx.unsqueeze(0) if hx is not None else None
+        h, _ = self._step("RNN_TANH" if self.nonlinearity == "tanh" else "RNN_RELU", input, [hx])
+        return h if is_batched else h.squeeze(0)
+
+
+class LSTMCell(RNNCellBase):
+    """One LSTM step; forward(input, (h, c)=None) -> (h', c')."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, num_chunks=4, device=device, dtype=dtype)
+
+    def forward(self, input, hx=None):
+        if hx is not None:
+            if isinstance(hx, Tensor) or not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise TypeError(f"LSTMCell: hx must be a tuple (h, c) of two Tensors, got {type(hx).__name__}")
+            states = list(hx)
+        else:
+            states = [None, None]
+        self._check_dims(input, states, ["hx[0]", "hx[1]"])
+        is_batched = input.dim() == 2
+        if not is_batched:
+            input = input.unsqueeze(0)
+            states = [s.unsqueeze(0) if s is not None else None for s in states]
+        h, c = self._step("LSTM", input, states)
+        return (h, c) if is_batched else (h.squeeze(0), c.squeeze(0))
+
+
+class GRUCell(RNNCellBase):
+    """One GRU step; forward(input, hx=None) -> h'."""
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__(input_size, hidden_size, bias, num_chunks=3, device=device, dtype=dtype)
+
+    def forward(self, input, hx=None):
+        self._check_dims(input, [hx], ["hidden"])
+        is_batched = input.dim() == 2
+        if not is_batched:
+            input = input.unsqueeze(0)
+            hx = hx.unsqueeze(0) if hx is not None else None
+        h, _ = self._step("GRU", input, [hx])
+        return h if is_batched else h.squeeze(0)

@@ -1,0 +1,12 @@
+# ruff: noqa -- LiBai's code, kept as it is.
+# Copied unchanged from LiBai (https://github.com/Oneflow-Inc/libai, commit 9dcbe3b2):
+# configs/common/models/swinv2/swinv2_tiny_patch4_window16_256.py,
+# Copyright 2021 The OneFlow Authors, Apache License 2.0. Used by tests/libai_compat to prove that
+# LiBai's own configs load here.
+from libai.config import LazyCall
+from libai.models import SwinTransformerV2
+from .swinv2_tiny_patch4_window8_256 import cfg
+
+cfg.window_size = 16
+
+model = LazyCall(SwinTransformerV2)(cfg=cfg)

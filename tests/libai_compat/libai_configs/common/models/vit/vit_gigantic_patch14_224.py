@@ -1,0 +1,18 @@
+# ruff: noqa -- LiBai's code, kept as it is.
+# Copied unchanged from LiBai (https://github.com/Oneflow-Inc/libai, commit 9dcbe3b2):
+# configs/common/models/vit/vit_gigantic_patch14_224.py,
+# Copyright 2021 The OneFlow Authors, Apache License 2.0. Used by tests/libai_compat to prove that
+# LiBai's own configs load here.
+from libai.config import LazyCall
+from libai.models import VisionTransformer
+
+from .vit_tiny_patch16_224 import cfg
+
+
+cfg.patch_size = 14
+cfg.embed_dim = 1664
+cfg.mlp_ratio = 64 / 13
+cfg.depth = 48
+cfg.num_heads = 16
+
+model = LazyCall(VisionTransformer)(cfg=cfg)

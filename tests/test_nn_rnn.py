@@ -1,0 +1,388 @@
+"""engine.nn RNN / LSTM / GRU and their cells against torch.nn.
+
+Each module is built in both libraries with the same arguments, the torch module's parameters are
+loaded into the engine one (after checking the state_dict keys, order and shapes are torch's), and
+the outputs, final states and the gradients of the input, the initial states and every parameter
+are compared for the same inputs and upstream gradients (one random upstream gradient per output,
+so every output contributes to the backward)."""
+import math
+import warnings
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+
+import engine as flow
+
+TOL = {"float64": dict(rtol=1e-10, atol=1e-12), "float32": dict(rtol=1e-5, atol=1e-6)}
+T_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+SEQ, BATCH, IN, HID = 4, 3, 3, 5  # odd sizes on purpose
+
+
+def _to_engine(tm, em):
+    """Check state_dict keys/order/shapes are torch's, then copy torch's values into `em`."""
+    tsd, esd = tm.state_dict(), em.state_dict()
+    assert list(esd) == list(tsd)
+    assert [tuple(v.shape) for v in esd.values()] == [tuple(v.shape) for v in tsd.values()]
+    assert [n for n, _ in em.named_parameters()] == [n for n, _ in tm.named_parameters()]
+    em.load_state_dict(OrderedDict((k, flow.tensor(v.detach().numpy())) for k, v in tsd.items()))
+
+
+def _pair(a):
+    return torch.tensor(a, requires_grad=True), flow.tensor(a, requires_grad=True)
+
+
+def _flatten_out(out):
+    """(output, h) / (output, (h, c)) / h / (h, c) -> flat list of tensors."""
+    flat = []
+    for o in (out if isinstance(out, tuple) else (out,)):
+        flat += _flatten_out(o) if isinstance(o, tuple) else [o]
+    return flat
+
+
+def _check(make, x, states=(), *, dtype="float64", train=False, seed=0):
+    """make(nn, dtype) -> module; x: numpy input; states: numpy arrays (hx, or (h0, c0)) or None."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    tm, em = make(torch.nn, T_DTYPES[dtype]), make(flow.nn, getattr(flow, dtype))
+    _to_engine(tm, em)
+    tm.train(train), em.train(train)
+    tx, ex = _pair(x)
+    tstates, estates = zip(*[_pair(s) for s in states]) if states else ((), ())
+    if len(states) == 1:
+        targs, eargs = (tx, tstates[0]), (ex, estates[0])
+    elif len(states) == 2:
+        targs, eargs = (tx, tuple(tstates)), (ex, tuple(estates))
+    else:
+        targs, eargs = (tx,), (ex,)
+    touts, eouts = _flatten_out(tm(*targs)), _flatten_out(em(*eargs))
+    assert len(touts) == len(eouts)
+    tol = TOL[dtype]
+    tloss, eloss = 0, 0
+    for t, e in zip(touts, eouts):
+        assert tuple(e.shape) == tuple(t.shape)
+        assert e.dtype.name == dtype
+        np.testing.assert_allclose(e.detach().numpy(), t.detach().numpy(), **tol)
+        g = rng.standard_normal(tuple(t.shape)).astype(dtype)
+        tloss = tloss + (t * torch.from_numpy(g)).sum()
+        eloss = eloss + (e * flow.tensor(g)).sum()
+    tloss.backward()
+    eloss.backward()
+    for t, e in zip((tx,) + tuple(tstates), (ex,) + tuple(estates)):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **tol)
+    tparams = dict(tm.named_parameters())
+    for name, p in em.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **tol)
+    return tm, em
+
+
+def _randn(*shape, dtype="float64", seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ---------------------------------------------------------------- sequence layers
+# (class, kwargs, unbatched, with initial state, train mode (dropout 0))
+CONFIGS = [
+    ("RNN", dict(), False, False, False),
+    ("RNN", dict(nonlinearity="relu", num_layers=2), False, True, True),
+    ("RNN", dict(num_layers=2, bidirectional=True, batch_first=True, bias=False), False, True, False),
+    ("RNN", dict(nonlinearity="relu", bidirectional=True), True, True, False),
+    ("LSTM", dict(), False, True, False),
+    ("LSTM", dict(num_layers=2, bidirectional=True, batch_first=True), False, True, True),
+    ("LSTM", dict(num_layers=2, bias=False), True, False, False),
+    ("LSTM", dict(proj_size=2, num_layers=2, bidirectional=True), False, True, False),
+    ("LSTM", dict(proj_size=3, batch_first=True), True, True, True),
+    ("GRU", dict(), False, False, True),
+    ("GRU", dict(num_layers=2, bidirectional=True), False, True, False),
+    ("GRU", dict(batch_first=True, bias=False, num_layers=2), False, True, False),
+    ("GRU", dict(bidirectional=True, batch_first=True), True, True, False),
+]
+
+
+def _states(cls, kw, unbatched, dtype):
+    d = 2 if kw.get("bidirectional") else 1
+    lead = (kw.get("num_layers", 1) * d,)
+    batch = () if unbatched else (BATCH,)
+    h_size = kw.get("proj_size", 0) or HID
+    h = _randn(*lead, *batch, h_size, dtype=dtype, seed=2)
+    if cls == "LSTM":
+        return (h, _randn(*lead, *batch, HID, dtype=dtype, seed=3))
+    return (h,)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("cls,kw,unbatched,with_state,train", CONFIGS)
+def test_sequence_layer_parity(cls, kw, unbatched, with_state, train, dtype):
+    if unbatched:
+        x = _randn(SEQ, IN, dtype=dtype)
+    elif kw.get("batch_first"):
+        x = _randn(BATCH, SEQ, IN, dtype=dtype)
+    else:
+        x = _randn(SEQ, BATCH, IN, dtype=dtype)
+    states = _states(cls, kw, unbatched, dtype) if with_state else ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "LSTM with projections is not supported with oneDNN"
+        _check(lambda nn, dt: getattr(nn, cls)(IN, HID, dtype=dt, **kw), x, states, dtype=dtype, train=train)
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+def test_single_step_and_empty_batch(cls):
+    _check(lambda nn, dt: getattr(nn, cls)(IN, HID, dtype=dt), _randn(1, BATCH, IN))
+    # a batch of 0 sequences is accepted by torch: empty outputs of the right shapes
+    torch.manual_seed(0)
+    tm, em = getattr(torch.nn, cls)(IN, HID, num_layers=2), getattr(flow.nn, cls)(IN, HID, num_layers=2)
+    _to_engine(tm, em)
+    x = _randn(SEQ, 0, IN, dtype="float32")
+    tout, eout = _flatten_out(tm(torch.tensor(x))), _flatten_out(em(flow.tensor(x)))
+    assert [tuple(e.shape) for e in eout] == [tuple(t.shape) for t in tout]
+
+
+def test_state_dict_keys_and_all_weights_match_torch():
+    for kw in (dict(num_layers=3, bidirectional=True, proj_size=2), dict(bias=False, num_layers=2)):
+        tm, em = torch.nn.LSTM(IN, HID, **kw), flow.nn.LSTM(IN, HID, **kw)
+        assert list(em.state_dict()) == list(tm.state_dict())
+        assert [[tuple(p.shape) for p in ws] for ws in em.all_weights] == \
+            [[tuple(p.shape) for p in ws] for ws in tm.all_weights]
+        assert repr(em) == repr(tm)
+    for cls in ("RNNCell", "LSTMCell", "GRUCell"):
+        for bias in (True, False):
+            tm, em = getattr(torch.nn, cls)(IN, HID, bias=bias), getattr(flow.nn, cls)(IN, HID, bias=bias)
+            assert list(em.state_dict()) == list(tm.state_dict())
+            assert repr(em) == repr(tm)
+    assert repr(flow.nn.RNNCell(2, 3, nonlinearity="relu")) == repr(torch.nn.RNNCell(2, 3, nonlinearity="relu"))
+
+
+@pytest.mark.parametrize("cls", ["GRU", "LSTMCell"])
+def test_init_is_uniform_within_one_over_sqrt_hidden(cls):
+    hidden = 64
+    m = getattr(flow.nn, cls)(32, hidden)
+    bound = 1 / math.sqrt(hidden)
+    values = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+    assert np.abs(values).max() <= bound
+    assert np.abs(values).max() > 0.99 * bound
+    # U(-b, b) has mean 0 and std b/sqrt(3); with ~20k samples both are within a few percent
+    assert abs(values.mean()) < 0.02 * bound
+    assert abs(values.std() / (bound / math.sqrt(3)) - 1) < 0.02
+    first = [p.detach().numpy().ravel()[:8] for p in m.parameters()]
+    assert not any(np.array_equal(first[0], f) for f in first[1:])  # each parameter drawn separately
+
+
+# ---------------------------------------------------------------- dropout between layers
+def test_dropout_one_zeroes_exactly_the_inputs_of_upper_layers():
+    """With p=1 torch's dropout is deterministic (all zeros), so the train-mode output, both
+    final states and all gradients can be compared: layer 0's h_n is untouched, layer 1 sees zeros."""
+    x = _randn(SEQ, BATCH, IN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cls in ("RNN", "LSTM", "GRU"):
+            _check(lambda nn, dt: getattr(nn, cls)(IN, HID, num_layers=2, dropout=1.0, dtype=dt), x, train=True)
+            _check(lambda nn, dt: getattr(nn, cls)(IN, HID, num_layers=3, dropout=1.0, bidirectional=True,
+                                                  dtype=dt), x, train=True)
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+def test_dropout_applies_in_train_mode_only(cls):
+    x = _randn(SEQ, BATCH, IN)
+    # eval mode: dropout is off and the module matches torch exactly
+    _check(lambda nn, dt: getattr(nn, cls)(IN, HID, num_layers=2, dropout=0.5, dtype=dt), x, train=False)
+    m = getattr(flow.nn, cls)(IN, HID, num_layers=2, dropout=0.5, dtype=flow.float64)
+    m.eval()
+    ref = _flatten_out(m(flow.tensor(x)))
+    m.train()
+    flow.manual_seed(3)
+    out1 = _flatten_out(m(flow.tensor(x)))
+    flow.manual_seed(3)
+    out2 = _flatten_out(m(flow.tensor(x)))
+    flow.manual_seed(4)
+    out3 = _flatten_out(m(flow.tensor(x)))
+    for a, b in zip(out1, out2):  # the same seed gives the same masks
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
+    assert not np.allclose(out1[0].detach().numpy(), ref[0].detach().numpy())  # layer 1 saw dropped inputs
+    assert not np.allclose(out1[0].detach().numpy(), out3[0].detach().numpy())  # new seed, new masks
+    # layer 0's final state never goes through dropout
+    np.testing.assert_allclose(out1[1].detach().numpy()[0], ref[1].detach().numpy()[0], rtol=1e-12, atol=1e-14)
+
+
+def test_dropout_with_one_layer_warns_like_torch():
+    with pytest.warns(UserWarning, match="num_layers greater than 1"):
+        torch.nn.GRU(IN, HID, dropout=0.2)
+    with pytest.warns(UserWarning, match="num_layers greater than 1"):
+        flow.nn.GRU(IN, HID, dropout=0.2)
+
+
+# ---------------------------------------------------------------- cells
+CELL_CONFIGS = [
+    ("RNNCell", dict()),
+    ("RNNCell", dict(nonlinearity="relu", bias=False)),
+    ("LSTMCell", dict()),
+    ("LSTMCell", dict(bias=False)),
+    ("GRUCell", dict()),
+    ("GRUCell", dict(bias=False)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("cls,kw", CELL_CONFIGS)
+@pytest.mark.parametrize("unbatched", [False, True])
+def test_cell_parity(cls, kw, unbatched, dtype):
+    batch = () if unbatched else (BATCH,)
+    x = _randn(*batch, IN, dtype=dtype)
+    make = lambda nn, dt: getattr(nn, cls)(IN, HID, dtype=dt, **kw)  # noqa: E731
+    _check(make, x, dtype=dtype)
+    n_states = 2 if cls == "LSTMCell" else 1
+    states = tuple(_randn(*batch, HID, dtype=dtype, seed=2 + k) for k in range(n_states))
+    _check(make, x, states, dtype=dtype)
+
+
+@pytest.mark.parametrize("cls", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_cell_unrolled_over_time_and_empty_batch(cls):
+    """A cell applied step by step keeps gradients flowing through time (and through the state)."""
+    torch.manual_seed(0)
+    tm, em = getattr(torch.nn, cls)(IN, HID, dtype=torch.float64), getattr(flow.nn, cls)(IN, HID, dtype=flow.float64)
+    _to_engine(tm, em)
+    x = _randn(SEQ, BATCH, IN)
+    tx, ex = _pair(x)
+    ts, es = None, None
+    touts, eouts = [], []
+    for t in range(SEQ):
+        ts, es = tm(tx[t], ts), em(ex[t], es)
+        touts.append(ts[0] if isinstance(ts, tuple) else ts)
+        eouts.append(es[0] if isinstance(es, tuple) else es)
+    torch.stack(touts).square().sum().backward()
+    flow.stack(eouts).square().sum().backward()
+    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), **TOL["float64"])
+    tparams = dict(tm.named_parameters())
+    for name, p in em.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **TOL["float64"])
+    out = em(flow.zeros(0, IN, dtype=flow.float64))
+    assert [tuple(o.shape) for o in _flatten_out(out)] == [(0, HID)] * len(_flatten_out(out))
+
+
+# ---------------------------------------------------------------- bad arguments: torch's exception types
+def _same_error(run):
+    """run(nn, lib) raises in torch; the engine raises the same exception type."""
+    with pytest.raises(Exception) as texc:
+        run(torch.nn, torch)
+    with pytest.raises(type(texc.value)) as eexc:
+        run(flow.nn, flow)
+    assert type(eexc.value) is type(texc.value), (texc.value, eexc.value)
+    assert str(eexc.value)
+
+
+def _zeros(lib, *shape, dtype="float32"):
+    return lib.zeros(*shape, dtype=getattr(lib, dtype))
+
+
+SEQ_ERRORS = {
+    "input_1d": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, IN)),
+    "input_4d": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, 1, SEQ, BATCH, IN)),
+    "input_size": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, BATCH, IN + 1)),
+    "dtype": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, BATCH, IN, dtype="float64")),
+    "empty_sequence": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, 0, BATCH, IN)),
+    "empty_sequence_batch_first": lambda nn, lib, cls: getattr(nn, cls)(IN, HID, batch_first=True)(
+        _zeros(lib, BATCH, 0, IN)),
+}
+
+
+def _hx(lib, cls, h_shape, c_shape=None):
+    h = _zeros(lib, *h_shape)
+    return (h, _zeros(lib, *(c_shape or h_shape))) if cls == "LSTM" else h
+
+
+SEQ_STATE_ERRORS = {
+    "hx_batch": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, BATCH, IN),
+                                                               _hx(lib, cls, (1, BATCH + 1, HID))),
+    "hx_layers": lambda nn, lib, cls: getattr(nn, cls)(IN, HID, bidirectional=True)(
+        _zeros(lib, SEQ, BATCH, IN), _hx(lib, cls, (1, BATCH, HID))),
+    "hx_size": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, BATCH, IN),
+                                                              _hx(lib, cls, (1, BATCH, HID + 1))),
+    "hx_2d_for_batched": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, BATCH, IN),
+                                                                        _hx(lib, cls, (BATCH, HID))),
+    "hx_3d_for_unbatched": lambda nn, lib, cls: getattr(nn, cls)(IN, HID)(_zeros(lib, SEQ, IN),
+                                                                          _hx(lib, cls, (1, 1, HID))),
+    "hx_batch_first": lambda nn, lib, cls: getattr(nn, cls)(IN, HID, batch_first=True)(
+        _zeros(lib, BATCH, SEQ, IN), _hx(lib, cls, (1, SEQ, HID))),
+}
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+@pytest.mark.parametrize("case", sorted(SEQ_ERRORS) + sorted(SEQ_STATE_ERRORS))
+def test_sequence_layer_bad_input_raises_like_torch(cls, case):
+    run = SEQ_ERRORS.get(case) or SEQ_STATE_ERRORS[case]
+    _same_error(lambda nn, lib: run(nn, lib, cls))
+
+
+@pytest.mark.parametrize("case", [
+    lambda nn, lib: nn.LSTM(IN, HID)(_zeros(lib, SEQ, BATCH, IN), (_zeros(lib, 1, BATCH, HID),
+                                                                   _zeros(lib, 1, BATCH, HID + 1))),
+    lambda nn, lib: nn.LSTM(IN, HID, proj_size=2)(_zeros(lib, SEQ, BATCH, IN), (_zeros(lib, 1, BATCH, HID),
+                                                                                _zeros(lib, 1, BATCH, HID))),
+    lambda nn, lib: nn.LSTM(IN, HID)(_zeros(lib, SEQ, IN), (_zeros(lib, 1, HID), _zeros(lib, 1, 1, HID))),
+])
+def test_lstm_bad_cell_state_raises_like_torch(case):
+    _same_error(case)
+
+
+@pytest.mark.parametrize("case", [
+    lambda nn, lib: nn.RNN(IN, HID, nonlinearity="sigmoid"),
+    lambda nn, lib: nn.RNN(IN, 5.0),
+    lambda nn, lib: nn.RNN(2.0, HID),
+    lambda nn, lib: nn.RNN(0, HID),
+    lambda nn, lib: nn.GRU(IN, 0),
+    lambda nn, lib: nn.LSTM(IN, HID, num_layers=0),
+    lambda nn, lib: nn.LSTM(IN, HID, num_layers=1.5),
+    lambda nn, lib: nn.GRU(IN, HID, dropout=1.5),
+    lambda nn, lib: nn.GRU(IN, HID, dropout=True),
+    lambda nn, lib: nn.LSTM(IN, HID, bias="yes"),
+    lambda nn, lib: nn.LSTM(IN, HID, batch_first=1),
+    lambda nn, lib: nn.LSTM(IN, HID, proj_size=HID),
+    lambda nn, lib: nn.LSTM(IN, HID, proj_size=-1),
+    lambda nn, lib: nn.GRU(IN, HID, proj_size=2),
+    lambda nn, lib: nn.RNN(IN, HID, proj_size=2),
+])
+def test_bad_constructor_arguments_raise_like_torch(case):
+    _same_error(case)
+
+
+@pytest.mark.parametrize("cls", ["RNNCell", "LSTMCell", "GRUCell"])
+@pytest.mark.parametrize("case", ["input_3d", "input_size", "state_3d", "state_batch", "state_size",
+                                  "unbatched_input_batched_state"])
+def test_cell_bad_input_raises_like_torch(cls, case):
+    def state(lib, *shape):
+        s = _zeros(lib, *shape)
+        return (s, s) if cls == "LSTMCell" else s
+
+    runs = {
+        "input_3d": lambda m, lib: m(_zeros(lib, 1, BATCH, IN)),
+        "input_size": lambda m, lib: m(_zeros(lib, BATCH, IN + 1)),
+        "state_3d": lambda m, lib: m(_zeros(lib, BATCH, IN), state(lib, 1, BATCH, HID)),
+        "state_batch": lambda m, lib: m(_zeros(lib, BATCH, IN), state(lib, BATCH + 1, HID)),
+        "state_size": lambda m, lib: m(_zeros(lib, BATCH, IN), state(lib, BATCH, HID + 1)),
+        "unbatched_input_batched_state": lambda m, lib: m(_zeros(lib, IN), state(lib, BATCH, HID)),
+    }
+    _same_error(lambda nn, lib: runs[case](getattr(nn, cls)(IN, HID), lib))
+
+
+def test_lstm_cell_second_state_is_checked_like_torch():
+    _same_error(lambda nn, lib: nn.LSTMCell(IN, HID)(_zeros(lib, BATCH, IN),
+                                                     (_zeros(lib, BATCH, HID), _zeros(lib, BATCH, HID + 1))))
+    _same_error(lambda nn, lib: nn.LSTMCell(IN, HID)(_zeros(lib, BATCH, IN),
+                                                     (_zeros(lib, BATCH, HID), _zeros(lib, BATCH + 1, HID))))
+
+
+def test_rnn_cell_unknown_nonlinearity_raises_at_forward_like_torch():
+    _same_error(lambda nn, lib: nn.RNNCell(IN, HID, nonlinearity="gelu")(_zeros(lib, BATCH, IN)))
+
+
+def test_packed_sequence_is_not_implemented():
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.zeros(SEQ, 2, IN), [SEQ, 2])
+    for cls in ("RNN", "LSTM", "GRU"):
+        with pytest.raises(NotImplementedError, match="PackedSequence"):
+            getattr(flow.nn, cls)(IN, HID)(packed)
+
+
+def test_lstm_hx_must_be_a_pair():
+    m = flow.nn.LSTM(IN, HID)
+    with pytest.raises(TypeError, match=r"tuple \(h_0, c_0\)"):
+        m(flow.zeros(SEQ, BATCH, IN), flow.zeros(1, BATCH, HID))
