@@ -460,8 +460,8 @@ class Cat(Op):
 
 def _promote_all(tensors, op):
     tensors = list(tensors)
-    if not tensors:
-        raise ValueError(f"{op}(): expected a non-empty list of Tensors")
+    if not tensors:  # torch's types: ValueError from cat, RuntimeError from stack
+        raise (ValueError if op == "cat" else RuntimeError)(f"{op}(): expected a non-empty list of Tensors")
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
             raise TypeError(f"{op}(): expected a sequence of Tensors, but element {i} is {type(x).__name__}")
