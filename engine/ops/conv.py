@@ -867,9 +867,7 @@ def _scale(n_in, n_out, align_corners, scale, dtype):
 def _nearest_matrix(n_in, n_out, scale, exact):
     w = np.zeros((n_out, n_in))
     dst = np.arange(n_out)
-    if n_out == n_in:
-        src = dst
-    elif n_out == 2 * n_in and not exact:
+    if n_out == 2 * n_in and not exact:  # (a same-size axis never gets here: interpolate copies it)
         src = dst >> 1
     else:
         s = _scale(n_in, n_out, False, scale, np.float32)
@@ -1013,10 +1011,6 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     out = Resample2d.apply(input, mh=mats[1], mw=mats[2])  # (N, C, D, H, W): H and W, then D as "rows"
     out = Resample2d.apply(out.transpose(2, 3), mh=mats[0], mw=np.eye(sizes[2]))  # (N, C, H', D, W')
     return out.transpose(2, 3)
-
-
-def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
-    return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 # ------------------------------------------------------------------ pad

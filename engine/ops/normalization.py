@@ -417,6 +417,27 @@ def _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, shape
     return cast(y, x.dtype)
 
 
+def _running_stats_norm(input, running_mean, running_var, weight, bias, use_input_stats, axes, count, momentum, eps,
+                        op):
+    """The shared body of batch_norm and instance_norm on (N, C, *): normalise with the running
+    statistics, or with the input's statistics over `axes` of the (N, C, L) view (then update the
+    running ones in place, `count` elements per statistic)."""
+    _check_norm_input(input, op)
+    c = input.shape[1]
+    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_param(p, name, c, input, op)
+    x = _channels_view(input)
+    if not use_input_stats:
+        y = _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, (1, c, 1))
+        return reshape(y, tuple(input.shape))
+    y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
+                                     axes=axes, eps=float(eps), center=True, op=op)
+    if running_mean is not None and input.numel() > 0:
+        _update_running(running_mean, running_var, mean, var, count, momentum)
+    return reshape(y, tuple(input.shape))
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Batch normalisation over (N, C, *): statistics per channel over the batch and the spatial
     dims. Training normalises with the batch mean and biased variance and, when running stats
@@ -439,20 +460,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise ValueError(f"{op}: eps must be non-negative, but got {eps}")
     if not training and running_mean is None:
         raise RuntimeError(f"{op}: running_mean must be defined in evaluation mode")
-    _check_norm_input(input, op)
-    c = input.shape[1]
-    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias)):
-        _check_param(p, name, c, input, op)
-    x = _channels_view(input)
-    if not training:
-        y = _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, (1, c, 1))
-        return reshape(y, tuple(input.shape))
-    y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
-                                     axes=(0, 2), eps=float(eps), center=True, op=op)
-    if running_mean is not None and count > 0:
-        _update_running(running_mean, running_var, mean, var, count, momentum)
-    return reshape(y, tuple(input.shape))
+    return _running_stats_norm(input, running_mean, running_var, weight, bias, training, (0, 2), count, momentum,
+                               eps, op)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
@@ -473,20 +482,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if not use_input_stats and running_mean is None:
         raise RuntimeError(f"{op}: expected running_mean and running_var to be defined when use_input_stats is "
                            f"false")
-    _check_norm_input(input, op)
-    c = input.shape[1]
-    for name, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
-                    ("bias", bias)):
-        _check_param(p, name, c, input, op)
-    x = _channels_view(input)
-    if not use_input_stats:
-        y = _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, (1, c, 1))
-        return reshape(y, tuple(input.shape))
-    y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
-                                     axes=(2,), eps=float(eps), center=True, op=op)
-    if running_mean is not None and input.numel() > 0:
-        _update_running(running_mean, running_var, mean, var, spatial, momentum)
-    return reshape(y, tuple(input.shape))
+    return _running_stats_norm(input, running_mean, running_var, weight, bias, use_input_stats, (2,), spatial,
+                               momentum, eps, op)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):

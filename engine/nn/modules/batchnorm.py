@@ -10,11 +10,10 @@ import warnings
 
 from ...autograd.grad_mode import no_grad
 from ...backend import dtypes
-from ...ops.creation import empty, ones, tensor, zeros
-from ...tensor import Parameter
+from ...ops.creation import ones, tensor, zeros
 from .. import functional as F
-from .. import init
 from ..module import Module
+from .normalization import register_affine, reset_affine
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "InstanceNorm1d", "InstanceNorm2d"]
 
@@ -28,15 +27,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        register_affine(self, affine, num_features, bias, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", ones(num_features, device=device, dtype=dtype))
@@ -56,10 +47,7 @@ class _NormBase(Module):
 
     def reset_parameters(self):
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        reset_affine(self)
 
     def _check_input_dim(self, input):
         raise NotImplementedError
