@@ -14,3 +14,55 @@ import engine as flow  # noqa: E402
 def _seed():
     flow.manual_seed(0)
     yield
+
+
+# ------------------------------------------------------------------ the CuPy double
+# ENGINE_CUPY_DOUBLE=1 makes `import cupy` the strict CuPy double for the whole run (and for the
+# processes tests launch): with ENGINE_TEST_DEVICE=cuda the device-aware tests then run the CUDA
+# path on CPU. Without it, the fixture below swaps the double in for single tests.
+_DOUBLE_SHIM = os.path.join(os.path.dirname(__file__), "cupy_double", "shim")
+if os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
+    import sys  # noqa: E402
+
+    sys.path.insert(0, _DOUBLE_SHIM)
+    _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([_DOUBLE_SHIM, os.path.dirname(__file__)] + _inherited)
+
+
+@pytest.fixture
+def cuda_double():
+    """The engine's CUDA backend is the strict CuPy double for this test; yields the double
+    (`cuda_double._double.stats` counts launches and host syncs)."""
+    import cupy_double
+    from engine import backend
+
+    saved_modules = cupy_double.install()
+    saved = backend._cupy
+    backend._cupy = cupy_double
+    cupy_double._double.stats.reset()
+    try:
+        yield cupy_double
+    finally:
+        backend._cupy = saved
+        cupy_double.uninstall(saved_modules)
+
+
+@pytest.fixture
+def cuda_layers(cuda_double):
+    """cuda_double, with libai's layer placements on "cuda" for the test."""
+    from libai.utils import distributed as dist
+    dist.set_device_type("cuda")
+    try:
+        yield cuda_double
+    finally:
+        dist.set_device_type("cpu")
+
+
+def pytest_sessionfinish(session):
+    """With ENGINE_CUPY_DOUBLE=1 and CUPY_DOUBLE_REPORT=<file>: the double's launch count of the
+    run, written to the file (so a caller can tell the CUDA path really ran)."""
+    report = os.environ.get("CUPY_DOUBLE_REPORT")
+    if report and os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
+        import cupy_double
+        with open(report, "w") as f:
+            f.write(str(cupy_double._double.stats.launches))

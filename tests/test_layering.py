@@ -19,6 +19,7 @@ PACKAGES = ("engine", "libai")
 # module prefix -> layer rank; the longest matching prefix decides
 LAYERS = {
     "engine.backend": 0,
+    "engine.kernels": 0,  # fused kernels: numpy references and CuPy launchers, beside the backend
     "engine.autograd": 1,
     "engine.tensor": 2,
     "engine.ops": 3,

@@ -119,6 +119,9 @@ train = dict(
         # micro-batch schedule of the pipeline: "1F1B" (Megatron's: warm-up, one forward one
         # backward, cool-down) or "GPipe" (all forwards, then all backwards); same gradients
         pipeline_schedule="1F1B",
+        # device type of the layers' placements ("cpu" or "cuda"); None: train.input_placement_device.
+        # Each rank computes on GPU LOCAL_RANK (modulo the GPUs it sees) of its node.
+        device_type=None,
     ),
 
     # Device type of the model and its input tensors: "cpu" or "cuda" (LiBai's default is "cuda";

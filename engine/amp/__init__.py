@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..autograd.grad_mode import _state
-from ..backend import dtypes
+from ..backend import dtypes, xp_of
 from ..tensor import Tensor
 
 __all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype"]
@@ -42,6 +42,9 @@ class autocast:
         dtype = _DEFAULT_DTYPES[device_type] if dtype is None else dtypes.as_dtype(dtype)
         if dtype not in (dtypes.float16, dtypes.bfloat16):
             raise ValueError(f"autocast: dtype must be float16 or bfloat16, got {dtype}")
+        if enabled and device_type == "cuda" and dtype == dtypes.bfloat16:
+            raise TypeError("autocast('cuda', dtype=bfloat16): CuPy has no bfloat16, so the engine computes "
+                            "half precision on CUDA in float16; use dtype=float16 with engine.amp.GradScaler")
         self.device_type, self.fast_dtype, self.enabled = device_type, dtype, bool(enabled)
 
     def __enter__(self):
@@ -140,6 +143,7 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update()")
         inv = 1.0 / self._scale
         found = 0.0
+        device_sums = []  # GPU gradients: their sums stay on the device and are read once
         for group in optimizer.param_groups:
             for p in group["params"]:
                 g = p.grad
@@ -148,8 +152,14 @@ class GradScaler:
                 a = g._data
                 a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
                 g._bump_version()
-                if not found and not bool(np.isfinite(_host_sum(a))):
+                if not isinstance(a, np.ndarray):
+                    device_sums.append(a.sum(dtype=np.float64).reshape(1))
+                elif not found and not bool(np.isfinite(_host_sum(a))):
                     found = 1.0
+        if device_sums and not found:
+            xp = xp_of(device_sums[0])
+            with np.errstate(invalid="ignore", over="ignore"):
+                found = 0.0 if bool(xp.isfinite(xp.concatenate(device_sums).sum())) else 1.0  # one host read
         if _found_inf_reducer is not None:
             found = _found_inf_reducer(found)
         self._unscaled[id(optimizer)] = found
@@ -205,8 +215,8 @@ class GradScaler:
 
 
 def _host_sum(a):
-    """The sum of array `a` as a Python float (inf/nan when any element is)."""
+    """The sum of numpy array `a` as a Python float (inf/nan when any element is)."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is the nan we are looking for
         s = a.sum(dtype=np.float64) if a.dtype.kind == "f" else np.asarray(a, dtype=np.float64).sum()
-    return float(s) if not hasattr(s, "get") else float(s.get())
+    return float(s)
 

@@ -27,7 +27,7 @@ class device:
         if type not in ("cpu", "cuda"):
             raise ValueError(f"unknown device type {type!r}; expected 'cpu' or 'cuda[:N]'")
         if type == "cuda" and index is None:
-            index = cupy().cuda.runtime.getDevice() if _cupy is not None else 0
+            index = cupy().cuda.runtime.getDevice() if is_cuda_available() else 0  # the rank's GPU
         self.type = type
         self.index = index if type == "cuda" else None
 
@@ -76,8 +76,21 @@ def cupy():
             raise RuntimeError(f"CuPy is installed but no CUDA GPU is usable: {e}") from e
         if n == 0:
             raise RuntimeError("CuPy is installed but no CUDA GPU is visible")
+        cp.cuda.Device(local_cuda_index(n)).use()
         _cupy = cp
     return _cupy
+
+
+def local_cuda_index(count=None):
+    """The GPU this process computes on: ENGINE_CUDA_DEVICE if set, else the node-local rank
+    (LOCAL_RANK, as the launcher exports it; MPICH's MPI_LOCALRANKID under plain mpiexec) modulo
+    the GPUs visible, so the ranks of a node spread over its GPUs, one each."""
+    if "ENGINE_CUDA_DEVICE" in os.environ:
+        return int(os.environ["ENGINE_CUDA_DEVICE"])
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("MPI_LOCALRANKID", "0")))
+    if count is None:
+        count = cupy().cuda.runtime.getDeviceCount()
+    return local % count
 
 
 def is_cuda_available():
@@ -100,6 +113,21 @@ def xp_of(array):
     return _cupy.get_array_module(array)
 
 
+def check_dtype_on(np_dtype, dev):
+    """CuPy has no bfloat16: refuse it on CUDA with a message saying what to use instead (the
+    engine stores bfloat16 only on the CPU; on a GPU, float16 with loss scaling is the half type)."""
+    if dev.type == "cuda" and np_dtype == dtypes.bfloat16.np:
+        raise TypeError(f"bfloat16 is not supported on {dev}: CuPy has no bfloat16 dtype; use float16 "
+                        "(with engine.amp.GradScaler for training) or float32 on CUDA")
+
+
+def host_checks(array):
+    """Whether to validate `array`'s values on the host (index bounds, target ranges): always for
+    numpy arrays (free); for device arrays only with ENGINE_CUDA_SYNC_CHECKS=1, since reading a
+    value back stalls the GPU pipeline (a debug mode, as CUDA_LAUNCH_BLOCKING is for torch)."""
+    return isinstance(array, np.ndarray) or os.environ.get("ENGINE_CUDA_SYNC_CHECKS") == "1"
+
+
 def device_of(array):
     if isinstance(array, np.ndarray) or _cupy is None or not isinstance(array, _cupy.ndarray):
         return CPU
@@ -113,10 +141,9 @@ def to_device(array, dev):
         return array
     if dev.type == "cpu":
         return array.get()
+    check_dtype_on(array.dtype, dev)
     cp = cupy()
     with cp.cuda.Device(dev.index):
-        if array.dtype == dtypes.bfloat16.np:
-            raise TypeError("bfloat16 tensors cannot be moved to CUDA by CuPy; use float16 or float32")
         return cp.asarray(array)
 
 
@@ -162,12 +189,13 @@ def _flat(data):
 def array_from_data(data, dtype=None, device=None):
     """A new array holding a copy of `data` (nested lists, scalars, numpy/CuPy arrays, anything
     with `__array__`), and its device. An array keeps its dtype and device unless `dtype` /
-    `device` are given; Python data gets PyTorch's dtype (infer_dtype) on the default device."""
+    `device` are given; Python data and numpy arrays go to the default device (ENGINE_DEVICE),
+    as torch.tensor puts them on torch's default device, with PyTorch's dtype for Python data."""
     dtype = dtypes.as_dtype(dtype)
     data = _host_data(data)
     if _is_array(data):
         dtype = dtype or dtypes.from_numpy_dtype(data.dtype)  # a clear error for unsupported dtypes
-        dev = as_device(device) or device_of(data)
+        dev = as_device(device) or (default_device() if isinstance(data, np.ndarray) else device_of(data))
         return xp_for(dev).array(to_device(data, dev), dtype=dtype.np, copy=True), dev
     dev = as_device(device) or default_device()
     array = np.array(data, dtype=(dtype or infer_dtype(data)).np)

@@ -10,6 +10,9 @@ from . import cupy as _import_cupy
 
 
 class Generator:
+    """One seed, two kinds of streams: numpy's Philox on the CPU (its full state is saved), and on
+    each CUDA device a counter-based Philox stream whose state is its offset (engine/kernels/philox.py)."""
+
     def __init__(self, device="cpu"):
         self.device = device
         self._seed = 0
@@ -31,21 +34,81 @@ class Generator:
         return s
 
     def rng(self, xp):
-        """The generator drawing numbers for array module `xp`."""
+        """The generator drawing numbers for array module `xp` (numpy's API subset the engine uses)."""
         if xp is np:
             return self._np
-        cp = _import_cupy()
-        dev = cp.cuda.runtime.getDevice()
-        if dev not in self._cuda:
-            self._cuda[dev] = cp.random.Generator(cp.random.XORWOW(self._seed + 7919 * dev))
-        return self._cuda[dev]
+        dev = _import_cupy().cuda.runtime.getDevice()
+        stream = self._cuda.get(dev)
+        if stream is None:
+            stream = self._cuda[dev] = DevicePhilox(self._seed + 7919 * dev)
+        return stream
 
     def get_state(self):
-        return {"seed": self._seed, "cpu": self._np.bit_generator.state}
+        """JSON-friendly: the seed, numpy's CPU state and each used CUDA device's offset."""
+        state = {"seed": self._seed, "cpu": self._np.bit_generator.state}
+        if self._cuda:
+            state["cuda"] = {str(dev): s.offset for dev, s in self._cuda.items()}
+        return state
 
     def set_state(self, state):
         self.manual_seed(state["seed"])
         self._np.bit_generator.state = state["cpu"]
+        for dev, offset in state.get("cuda", {}).items():
+            self._cuda[int(dev)] = DevicePhilox(self._seed + 7919 * int(dev), int(offset))
+
+
+class DevicePhilox:
+    """A CUDA device's stream: Philox4x32-10 at (seed, offset), one kernel launch per draw, with
+    the methods of numpy's Generator that the engine calls."""
+
+    def __init__(self, seed, offset=0):
+        self.seed = seed & ((1 << 64) - 1)
+        self.offset = offset
+
+    def _draw(self, kind, n):
+        from ..kernels import philox
+        out = philox.draw(self.xp, kind, n, self.seed, self.offset)
+        self.offset += philox.groups(kind, n)
+        return out
+
+    @property
+    def xp(self):
+        return _import_cupy()
+
+    @staticmethod
+    def _count(size):
+        shape = () if size is None else ((size,) if isinstance(size, (int, np.integer)) else tuple(size))
+        return shape, int(np.prod(shape, dtype=np.int64))
+
+    def random(self, size=None, dtype=np.float64):
+        shape, n = self._count(size)
+        kind = "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
+        return self._draw(kind, n).reshape(shape)
+
+    def standard_normal(self, size=None, dtype=np.float64):
+        shape, n = self._count(size)
+        kind = "normal_double" if np.dtype(dtype) == np.float64 else "normal_float"
+        return self._draw(kind, n).reshape(shape)
+
+    def standard_exponential(self, size=None, dtype=np.float64):
+        u = self.random(size, dtype)
+        return self.xp.negative(self.xp.log1p(-u, out=u), out=u)
+
+    def _bits64(self, n):
+        words = self._draw("bits", 2 * n).astype(np.uint64)
+        return (words[0::2] << np.uint64(32)) | words[1::2]
+
+    def integers(self, low, high=None, size=None, dtype=np.int64):
+        if high is None:
+            low, high = 0, low
+        shape, n = self._count(size)
+        span = np.uint64(int(high) - int(low))
+        values = (self._bits64(n) % span).astype(np.int64) + np.int64(low)
+        return values.astype(dtype, copy=False).reshape(shape)
+
+    def permutation(self, n):
+        """A random permutation of range(n): the order of n random 64-bit keys."""
+        return self.xp.argsort(self._bits64(int(n))).astype(np.int64, copy=False)
 
 
 default_generator = Generator()

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..autograd.grad_mode import _state, no_grad
 from ..autograd.graph import Node
-from ..backend import as_device
+from ..backend import as_device, local_cuda_index
 from ..tensor import Tensor, tensor_method
 from . import comm
 from .boxing import box_across, box_local, local_shape
@@ -99,7 +99,7 @@ class GlobalMeta:
 def device_of_placement(p):
     if p.type == "cpu":
         return as_device("cpu")
-    return as_device(f"cuda:{comm.get_local_rank()}")
+    return as_device(f"cuda:{local_cuda_index()}")
 
 
 def make_global(array, meta, device=None):
@@ -348,7 +348,8 @@ def _check_global_call(x, placement_, sbp, grad_sbp):
 def to_global(self, placement=None, sbp=None, grad_sbp=None, check_meta=True):
     """This tensor as a global tensor on `placement` with `sbp` (one per mesh axis).
 
-    A local tensor is read as this rank's shard; a global one is boxed (converted with
+    A local tensor is read as this rank's shard (copied to the placement's device type first,
+    e.g. from the CPU onto a cuda placement); a global one is boxed (converted with
     collectives) to the new layout. `grad_sbp` sets the SBP the gradient is converted to in
     backward before it reaches this tensor's own layout. Collective: every rank of the
     placement(s) must call it. With `check_meta` (default) the ranks first compare their
@@ -363,8 +364,8 @@ def to_global(self, placement=None, sbp=None, grad_sbp=None, check_meta=True):
     if self._global is None:
         if grad_sbp is not None:
             raise ValueError("to_global: grad_sbp applies to global -> global conversions")
-        if placement_.type != ("cpu" if self._device.type == "cpu" else "cuda"):
-            raise ValueError(f"to_global: a {self._device} tensor cannot be placed on a {placement_.type} placement")
+        if placement_.type != self._device.type:  # e.g. host data onto a cuda placement: copied over first
+            return local_to_global(self.to(device_of_placement(placement_)), placement_, sbp, check_meta)
         return local_to_global(self, placement_, sbp, check_meta)
     if grad_sbp is not None:
         grad_sbp = as_sbp_tuple(grad_sbp, placement_.ndim)

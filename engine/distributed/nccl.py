@@ -84,11 +84,19 @@ class NcclBackend:
         return arr if axis == 0 else cp.ascontiguousarray(cp.moveaxis(arr, 0, axis))
 
     # collectives
+    @staticmethod
+    def _work_dtype(dtype):
+        """The dtype a reduction runs in: float32 for half precision (NCCL would sum float16 in
+        float16; the MPI path upcasts too, so both transports give the same sums), uint8 for bool."""
+        if dtype == np.float16:
+            return np.dtype(np.float32)
+        return np.dtype(np.uint8) if dtype == np.bool_ else dtype
+
     def all_reduce(self, arr, op):
         cp = self.cp
         with cp.cuda.Device(self.device_id):
-            buf = arr if arr.flags.c_contiguous and arr.dtype != np.bool_ else cp.ascontiguousarray(
-                arr, dtype=np.uint8 if arr.dtype == np.bool_ else arr.dtype)
+            work = self._work_dtype(arr.dtype)
+            buf = arr if arr.flags.c_contiguous and work == arr.dtype else cp.ascontiguousarray(arr, dtype=work)
             nop = self._ops["max" if arr.dtype == np.bool_ and op == "sum" else op]
             self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._dtype(buf), nop, self._stream())
             if buf is not arr:
@@ -124,10 +132,13 @@ class NcclBackend:
                 for i, (o, s) in enumerate(zip(offsets(sizes), sizes)):
                     padded[i * m: i * m + s] = src[o: o + s]
                 src = padded
-            out = cp.empty((m,) + rest, dtype=arr.dtype)
+            work = self._work_dtype(arr.dtype)
+            if work != src.dtype:
+                src = src.astype(work)
+            out = cp.empty((m,) + rest, dtype=work)
             self.comm.reduceScatter(src.data.ptr, out.data.ptr, out.size, self._dtype(out), self._ops[op],
                                     self._stream())
-            out = out[: sizes[self.group.rank]]
+            out = out[: sizes[self.group.rank]].astype(arr.dtype, copy=False)
             stats.record("reduce_scatter", (n - 1) * arr.nbytes // n)
             return self._back(out, axis)
 

@@ -4,7 +4,7 @@ import numbers
 
 import numpy as np
 
-from ..backend import dtypes, parallel, xp_of
+from ..backend import check_dtype_on, device_of, dtypes, parallel, xp_of
 from ..tensor import Tensor, tensor_method
 from .op import Op, set_autocast_cast
 
@@ -20,6 +20,8 @@ class Cast(Op):
     @staticmethod
     def forward(ctx, x, dtype):
         ctx.src = x.dtype
+        if not isinstance(x, np.ndarray):
+            check_dtype_on(dtype.np, device_of(x))
         return x.astype(dtype.np, copy=False) if x.dtype != dtype.np else x
 
     @staticmethod

@@ -37,6 +37,7 @@ from ._kernels import (as_float32, empty, fill_where, ignore_fp_errors, low_prec
                        select_bits)
 from .dropout import scaled_keep_mask
 from .op import Op, autocast_unifies
+from ..kernels import softmax as fused_softmax
 from .softmax import _softmax_grad_rows, _softmax_rows
 
 __all__ = ["packed_qkv_attention", "scaled_dot_product_attention"]
@@ -167,7 +168,9 @@ class PackedQKVAttention(Op):
         if mask is not None:
             # a fully masked row with a finite fill is uniform; its masked entries get no
             # gradient (they are constants of the masked fill), as in scale_mask_softmax
-            zero_mask = bool(np.isfinite(fill) and lay.mask.all(axis=-1).any())
+            # (on a GPU assumed without reading the mask back: where no row is fully masked the
+            # masked probabilities are exactly 0, so zeroing their gradient changes nothing)
+            zero_mask = bool(np.isfinite(fill)) and (xp is not np or bool(lay.mask.all(axis=-1).any()))
             if xp is np:
                 bits = select_bits(lay.mask, fill, dt)
         ctx.layout, ctx.scale, ctx.zero_mask = lay, scale, zero_mask
@@ -177,8 +180,14 @@ class PackedQKVAttention(Op):
             blk = lay.block(qkv4, i0, i1)
             p = lay.block(probs, i0, i1)
             _bmm_into(_heads(blk, d, 0), _heads(blk, d, 1).transpose(0, 1, 3, 2), p)
-            p *= dt.type(scale)
             p5 = lay.scores(p, i0, i1)
+            if xp is not np and lay.bias is None:  # CUDA: scale, mask and softmax in one kernel
+                m = None if mask is None else xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), p5.shape)
+                p5[...] = fused_softmax.softmax_forward(p5, m, scale, fill)
+                pd = p * lay.block(drop, i0, i1) if drop is not None else p
+                _bmm_into(pd, _heads(blk, d, 2), lay.block(out, i0, i1).transpose(0, 2, 1, 3))
+                return
+            p *= dt.type(scale)
             if lay.bias is not None:
                 p5 += _rows_at(lay.bias, i0, i1, lay.n)
             if bits is not None:
@@ -246,7 +255,10 @@ class PackedQKVAttentionGrad(NoDoubleBackward, Op):
             # here unless the bias needs ds itself first
             dp5, p5 = lay.scores(dp, i0, i1), lay.scores(p, i0, i1)
             zm = xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), dp5.shape) if zero_mask else None
-            _softmax_grad_rows(dp5, p5, dp5, -1, 1.0 if bias5 is not None else scale, zm)
+            if xp is not np and bias5 is None:  # CUDA: the fused softmax backward, one kernel
+                dp5[...] = fused_softmax.softmax_backward(dp5, p5, zm, scale)
+            else:
+                _softmax_grad_rows(dp5, p5, dp5, -1, 1.0 if bias5 is not None else scale, zm)
             part = None
             if bias5 is not None:
                 if per_row:

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from ..backend import array_from_data, as_device, default_device, dtypes, to_device, xp_for
+from ..backend import array_from_data, as_device, check_dtype_on, default_device, dtypes, to_device, xp_for
 from ..backend.random import default_generator
 from ..tensor import Tensor, Size
 
@@ -73,10 +73,16 @@ def from_numpy(ndarray):
     return Tensor._make(ndarray, as_device("cpu"))
 
 
+def _xp(dev, dtype):
+    """The array module of `dev`, refusing a dtype it cannot hold (bfloat16 on CUDA)."""
+    check_dtype_on(dtype.np, dev)
+    return xp_for(dev)
+
+
 def _filled(size, value, dtype, device, requires_grad):
     dev = _dev(device)
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    xp = xp_for(dev)
+    xp = _xp(dev, dtype)
     return _finish(xp.full(_size(size), value, dtype=dtype.np), dev, requires_grad)
 
 
@@ -91,7 +97,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **_):
 def empty(*size, dtype=None, device=None, requires_grad=False, **_):
     dev = _dev(device)
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    return _finish(xp_for(dev).empty(_size(size), dtype=dtype.np), dev, requires_grad)
+    return _finish(_xp(dev, dtype).empty(_size(size), dtype=dtype.np), dev, requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False, **_):
@@ -158,7 +164,7 @@ def eye(n, m=None, dtype=None, device=None, requires_grad=False):
             raise RuntimeError(f"eye: {name} must be greater or equal to 0, got {v}")
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
     dev = _dev(device)
-    return _finish(xp_for(dev).eye(n, m if m is not None else n, dtype=dtype.np), dev, requires_grad)
+    return _finish(_xp(dev, dtype).eye(n, m if m is not None else n, dtype=dtype.np), dev, requires_grad)
 
 
 # ------------------------------------------------------------------ random

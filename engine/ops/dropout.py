@@ -1,11 +1,14 @@
 """Dropout: y = x * m with the scaled mask m = (u >= p) / (1 - p) a hidden output of the forward,
-drawn from an engine Generator (the default one unless given)."""
+drawn from an engine Generator (the default one unless given); and the fused
+bias + dropout + residual add (LiBai's bias_dropout_fusion), whose CUDA kernel draws the same u
+inside itself and keeps no mask."""
 import numpy as np
 
 from ..backend import xp_of
-from ..backend.random import default_generator
+from ..backend.random import DevicePhilox, default_generator
+from ..kernels import dropout_add as dropout_add_kernels
 from . import inplace as _inplace
-from ._core import check_float
+from ._core import check_float, sum_to
 from .op import Op
 
 __all__ = ["dropout"]
@@ -77,7 +80,78 @@ class ShardDropout(Dropout):
         seed = int(generator.rng(np).integers(0, 2 ** 63))
         if xp is np:
             rng = np.random.default_rng([seed, *shard])
-        else:
-            mixed = np.random.SeedSequence([seed, *shard]).generate_state(1, np.uint64)[0]
-            rng = xp.random.Generator(xp.random.XORWOW(int(mixed) % 2 ** 63))
+        else:  # a Philox stream at the mixed seed: two integers, no generator state to create
+            rng = DevicePhilox(int(np.random.SeedSequence([seed, *shard]).generate_state(1, np.uint64)[0]))
         return _masked(xp, x, p, rng)
+
+
+# ------------------------------------------------------------------ bias + dropout + residual add
+class BiasDropoutAdd(Op):
+    """y = residual + dropout(x + bias), bias [d] over the last dim and residual like x (each
+    optional). The u come from the generator as Dropout's do (the same elements are dropped as by
+    `dropout(x + bias) + residual` from the same generator state). On CUDA one kernel draws them
+    from the device stream at its (seed, offset) and the backward draws them again (no mask kept,
+    x + bias never written out); on the CPU the scaled mask is kept for the backward."""
+
+    name = "BiasDropoutAdd"
+
+    @staticmethod
+    def forward(ctx, x, bias, residual, p, generator):
+        ctx.p = p
+        ctx.bias_shape = None if bias is None else bias.shape
+        xp = xp_of(x)
+        if xp is not np:
+            stream = generator.rng(xp)
+            ctx.replay = seed, offset = stream.seed, stream.offset
+            stream.offset += dropout_add_kernels.groups(x.dtype, x.size)
+            return dropout_add_kernels.bias_dropout_add(x, bias, residual, p, seed, offset)
+        ctx.replay = mask = scaled_keep_mask(np, x.shape, x.dtype, p, generator.rng(np))
+        y = np.multiply(x if bias is None else x + bias, mask)
+        if residual is not None:
+            y += residual
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        need_x, need_b, need_r = ctx.needs_input_grad
+        dx = DropoutReplay.apply(g, p=ctx.p, replay=ctx.replay) if need_x or need_b else None
+        return (dx if need_x else None,
+                sum_to(dx, ctx.bias_shape) if need_b else None,
+                g if need_r else None)
+
+
+class DropoutReplay(Op):
+    """g times the scaled keep-mask of a BiasDropoutAdd forward: `replay` is that mask (CPU) or
+    the (seed, offset) its CUDA kernel drew from. Linear in g, so its backward is itself."""
+
+    name = "BiasDropoutAddGrad"
+
+    @staticmethod
+    def forward(ctx, g, p, replay):
+        ctx.p, ctx.replay = p, replay
+        if xp_of(g) is np:
+            return np.multiply(g, replay)
+        return dropout_add_kernels.dropout_grad(g, p, *replay)
+
+    @staticmethod
+    def backward(ctx, gg):
+        return DropoutReplay.apply(gg, p=ctx.p, replay=ctx.replay)
+
+
+def bias_dropout_add(input, bias, residual, p=0.5, training=True, generator=None):
+    """residual + dropout(input + bias): `bias` [d] over the last dim and `residual` of input's
+    shape, each optional, both of input's dtype; fused on CUDA (see BiasDropoutAdd). Not in
+    __all__: libai's layers call it for bias_dropout_fusion."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    check_float(input, "bias_dropout_add")
+    if bias is not None and (tuple(bias.shape) != tuple(input.shape[-1:]) or bias.dtype != input.dtype):
+        raise ValueError(f"bias_dropout_add: bias must be [{input.shape[-1] if input.ndim else ''}] "
+                         f"{input.dtype.name} as the input's last dim, got {list(bias.shape)} {bias.dtype.name}")
+    if residual is not None and (tuple(residual.shape) != tuple(input.shape) or residual.dtype != input.dtype):
+        raise ValueError(f"bias_dropout_add: residual must be {list(input.shape)} {input.dtype.name} as the "
+                         f"input, got {list(residual.shape)} {residual.dtype.name}")
+    if not training or p == 0.0:
+        out = input if bias is None else input + bias
+        return out if residual is None else out + residual
+    return BiasDropoutAdd.apply(input, bias, residual, p=float(p), generator=generator or default_generator)

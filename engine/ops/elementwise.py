@@ -37,7 +37,7 @@ class _AddSub(Op):
     def forward(cls, ctx, a, b, alpha=1):
         ctx.shapes = (a.shape, b.shape)
         ctx.alpha = alpha
-        return _ufunc(cls.ufunc, a, b) if alpha == 1 else cls.ufunc(a, b * np.asarray(alpha, dtype=b.dtype))
+        return _ufunc(cls.ufunc, a, b) if alpha == 1 else cls.ufunc(a, b * b.dtype.type(alpha))
 
     @classmethod
     def backward(cls, ctx, g):

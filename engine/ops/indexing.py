@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from .op import Op
-from ..backend import dtypes, to_device, xp_of
+from ..backend import dtypes, host_checks, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
@@ -767,11 +767,11 @@ def add_rows(out, idx, rows):
     n = idx.shape[0]
     if n == 0:
         return
+    if xp is not np:  # on a GPU, no host read of the ids: wrap negatives unconditionally
+        xp.add.at(out, idx + (idx < 0) * out.shape[0], rows)
+        return
     if int(idx.min()) < 0:  # -1 and N-1 are the same row: one group, not two
         idx = idx + (idx < 0) * out.shape[0]
-    if xp is not np:
-        xp.add.at(out, idx, rows)
-        return
     order = np.argsort(idx, kind="stable")
     s = idx[order]
     new = np.empty(n, dtype=bool)
@@ -879,7 +879,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported")
     num = weight.shape[0]
     ids = input._data
-    if ids.size:
+    if ids.size and host_checks(ids):
         hi, lo = int(ids.max()), int(ids.min())
         if hi >= num or lo < 0:
             raise IndexError(f"embedding: index {hi if hi >= num else lo} is out of range for a table of "

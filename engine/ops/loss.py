@@ -4,14 +4,20 @@ and without logits, kl_div).
 
 Each is one fused kernel with one fused gradient op (no double backward). The cross-entropy
 keeps softmax(x) as a hidden output for its gradient, and on a large CPU array runs row blocks
-on the engine's threads.
+on the engine's threads. On CUDA, index targets without class weights take the fused kernel of
+engine/kernels/cross_entropy.py (one launch forward, one backward): its hidden output is the
+gradient per unit of loss, and it checks the targets' range on the device (a row with a target
+out of range gets a NaN loss and gradient) instead of reading them back; ENGINE_CUDA_SYNC_CHECKS=1
+restores the host check and its IndexError. `VocabStats` and `VocabCrossEntropy` are the phases of
+the vocab-parallel cross-entropy on a shard of the classes, for its SBP rule.
 """
 import warnings
 
 import numpy as np
 
-from ..backend import dtypes, xp_of
+from ..backend import dtypes, host_checks, xp_of
 from ..backend.parallel import parallel_for, parallel_ufunc
+from ..kernels import cross_entropy as ce_kernels
 from ..tensor import Tensor
 from ._core import NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, shape_str, sum_to_array
 from ._kernels import BLOCK_ELEMENTS, ignore_fp_errors, row_sum, work_array
@@ -74,8 +80,9 @@ def _class_back(dx2, shape):
     return xp.moveaxis(dx2.reshape(lead + (shape[1],)), -1, 1)
 
 
-def _check_targets(op, input, target, c, ignore_index):
-    """Index targets: integer dtype, shape = input without the class dim, ids in [0, C)."""
+def _check_targets(op, input, target, c, ignore_index, values=True):
+    """Index targets: integer dtype, shape = input without the class dim, ids in [0, C) (that
+    last check, a read of the targets on the host, only with `values`)."""
     want = (tuple(input.shape[:1]) + tuple(input.shape[2:])) if input.ndim > 1 else ()
     if target.is_floating_point() or target.dtype is dtypes.bool_:
         raise RuntimeError(
@@ -87,7 +94,7 @@ def _check_targets(op, input, target, c, ignore_index):
             f"{op}: expected target of shape {list(want)} for input of shape {shape_str(input.shape)} "
             f"(class dim 1), got target of shape {shape_str(target.shape)}")
     t = target._data
-    if t.size:
+    if values and t.size:
         bad = (t != ignore_index) & ((t < 0) | (t >= c))
         if bool(bad.any()):
             value = int(t[bad].reshape(-1)[0])
@@ -114,6 +121,36 @@ def _index_setup(x2, t, w, ignore_index):
     if w is not None:
         sw *= work_array(w).astype(x2.dtype, copy=False)[safe_t]
     return xp.arange(m), safe_t, sw, valid
+
+
+def _fused_ce(x, prob, w):
+    """Whether CrossEntropy takes the fused CUDA kernel: CuPy logits, index targets, no weights."""
+    return not prob and w is None and xp_of(x) is not np
+
+
+def targets_checked_on_device(input, weight, prob):
+    """Whether cross_entropy leaves the targets' range to the fused kernels (a CUDA input, local
+    or 2-D global (vocab-parallel), index targets, no class weights; not in the
+    ENGINE_CUDA_SYNC_CHECKS=1 debug mode): an out-of-range target then gives a NaN loss instead
+    of a host read and an IndexError."""
+    return (input._global is None or input.ndim == 2) and input._device.type == "cuda" and not prob \
+        and weight is None and not host_checks(input._data)
+
+
+def _cross_entropy_fused(ctx, x2, lead, target, ignore_index, reduction, smoothing, dtype):
+    """CrossEntropy.forward on CUDA: the per-row loss and the gradient per unit of loss (kept as
+    the hidden output) from one kernel, the reduction on the device."""
+    xp = xp_of(x2)
+    t = target.reshape(-1).astype(np.int64, copy=False)
+    per, dunit = ce_kernels.cross_entropy_fwd(x2, t, ignore_index, smoothing)
+    ctx.fused = True
+    if reduction == "mean":
+        ctx.denom = (t != ignore_index).sum(dtype=per.dtype)
+        loss = per.sum(dtype=per.dtype) / ctx.denom
+    else:
+        ctx.denom = 1
+        loss = _reduce(per.reshape(lead), reduction)
+    return xp.asarray(loss).astype(dtype, copy=False), dunit
 
 
 def _blocked_ce_ok(x2):
@@ -166,7 +203,9 @@ class CrossEntropy(Op):
     def forward(ctx, x, target, w, ignore_index, reduction, smoothing, prob):
         xp = xp_of(x)
         dtype = x.dtype
-        ctx.shape, ctx.attrs = x.shape, (ignore_index, reduction, smoothing, prob)
+        ctx.shape, ctx.attrs, ctx.dtype, ctx.fused = x.shape, (ignore_index, reduction, smoothing, prob), dtype, False
+        if x.size and _fused_ce(x, prob, w):
+            return _cross_entropy_fused(ctx, *_class_last(x), target, ignore_index, reduction, smoothing, dtype)
         x2, lead = _class_last(work_array(x))
         m, c = x2.shape
         if x2.size == 0:
@@ -217,9 +256,31 @@ class CrossEntropy(Op):
     @staticmethod
     def backward(ctx, g, *_):
         target, w, p = ctx.saved_tensors
+        if ctx.fused:
+            return UnitGradScale.apply(g, p, shape=ctx.shape, reduction=ctx.attrs[1], denom=ctx.denom,
+                                       dtype=ctx.dtype), None, None
         dx, dt = CrossEntropyGrad.apply(g, p, target, w, shape=ctx.shape, attrs=ctx.attrs, denom=ctx.denom,
                                         need_target=ctx.needs_input_grad[1])
         return dx, (dt if ctx.needs_input_grad[1] else None), None
+
+
+def _row_scale(g, reduction, denom, acc):
+    """The upstream gradient of each row: g per row ('none') or the one g (/ denom for 'mean')."""
+    gs = g.reshape(-1).astype(acc, copy=False)
+    return gs / denom if reduction == "mean" else gs
+
+
+class UnitGradScale(NoDoubleBackward, Op):
+    """dx = dunit * g_row: the fused cross-entropy's backward from its gradient per unit of loss
+    dunit [M, C], laid out back like the logits (`shape`) in their dtype."""
+
+    name = "CrossEntropyLossBackward"
+
+    @staticmethod
+    def forward(ctx, g, dunit, shape, reduction, denom, dtype):
+        ctx.op_name = "cross_entropy"
+        dx = ce_kernels.cross_entropy_bwd(dunit, _row_scale(g, reduction, denom, dunit.dtype), dtype)
+        return _class_back(dx, shape)
 
 
 class CrossEntropyGrad(NoDoubleBackward, Op):
@@ -296,7 +357,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if target.dtype != input.dtype:
             target = cast(target, input.dtype)
     else:
-        _check_targets("cross_entropy", input, target, c, ignore_index)
+        _check_targets("cross_entropy", input, target, c, ignore_index,
+                       values=not targets_checked_on_device(input, weight, prob))
     return CrossEntropy.apply(input, target, weight, ignore_index=int(ignore_index), reduction=reduction,
                               smoothing=float(label_smoothing), prob=prob)[0]
 
@@ -742,3 +804,40 @@ class TargetScatter(Op):
         target = ctx.saved_tensors[0]
         return TargetGather.apply(gg, target, axis=ctx.axis, start=ctx.start), None
 
+
+# ------------------------------------------------------------------ the fused phases of a vocab-parallel cross-entropy
+# On a shard x [M, Cl] of the classes (columns start..start+Cl of `classes`): m = ClassMax, all-reduced
+# (max); stats = VocabStats, all-reduced (sum); then VocabCrossEntropy gives the loss of every row and
+# keeps the shard's gradient per unit of loss (engine/kernels/cross_entropy.py has the formulas).
+class VocabStats(Op):
+    """[M, 3] per row of the shard x [M, Cl]: sum of exp(x - m), x[t] - m where the target t is in
+    the shard (else 0), sum of x - m; m [M] or [M, 1] is the row max over all shards. No
+    gradient: the loss's gradient is VocabCrossEntropy's."""
+
+    name = "VocabStats"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, x, m, target, start=0):
+        return ce_kernels.vocab_stats(x, m, target, start)
+
+
+class VocabCrossEntropy(Op):
+    """Outputs (loss [M], dunit [M, Cl]) of the shard x [M, Cl] given the all-reduced max `m` and
+    `stats` (constants: their dependence on x is in dunit, the exact gradient of the loss with
+    respect to the shard); the loss in x's dtype, dunit hidden, in the accumulation dtype."""
+
+    name = "VocabCrossEntropy"
+    save_outputs = (1,)
+
+    @staticmethod
+    def forward(ctx, x, m, stats, target, classes, ignore_index=-100, smoothing=0.0, start=0):
+        loss, dunit = ce_kernels.vocab_loss(x, m, stats, target, start, classes, ignore_index, smoothing)
+        ctx.shape, ctx.dtype = x.shape, x.dtype
+        return loss.astype(x.dtype, copy=False), dunit
+
+    @staticmethod
+    def backward(ctx, g, _):
+        dunit, = ctx.saved_tensors
+        return UnitGradScale.apply(g, dunit, shape=ctx.shape, reduction="none", denom=1, dtype=ctx.dtype), None, \
+            None, None

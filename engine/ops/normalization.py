@@ -19,6 +19,7 @@ from ._core import (NoDoubleBackward, broadcast_shapes, cast, check_float, promo
                     shape_str, sum_to_array)
 from ._kernels import blocked, empty as _empty, row_dot, work_array
 from .op import Op
+from ..kernels import layer_norm as layer_norm_kernels
 
 __all__ = ["layer_norm", "batch_norm", "instance_norm", "group_norm", "rms_norm", "normalize",
            "cosine_similarity"]
@@ -134,8 +135,10 @@ class LayerNorm(Op):
         dtype = x.dtype
         lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
         d = int(np.prod(norm)) if norm else 1
-        x2 = work_array(x).reshape(-1, d)
         ctx.k, ctx.shape, ctx.has_w, ctx.has_b = k, x.shape, w is not None, b is not None
+        if xp is not np and x.size:
+            return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps)
+        x2 = work_array(x).reshape(-1, d)
         if x2.size == 0:
             stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
             return xp.empty(x.shape, dtype=dtype), stat, stat
@@ -177,6 +180,8 @@ class LayerNormGrad(NoDoubleBackward, Op):
         ctx.op_name = "layer_norm"
         xp = xp_of(g)
         d = int(np.prod(x.shape[x.ndim - k:])) if k else 1
+        if xp is not np and g.size:
+            return _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b)
         x2 = work_array(x).reshape(-1, d)
         m = x2.shape[0]
         dtype = g.dtype
@@ -204,6 +209,36 @@ class LayerNormGrad(NoDoubleBackward, Op):
         if has_b:
             db = _sum_in_order([p[1] for p in parts]).reshape(wshape).astype(dtype, copy=False)
         return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
+
+
+def _kernel_dtype(x, *params):
+    """The element type the fused CUDA kernels run in: x's, or float32 when a weight's dtype
+    differs (a float16 input with float32 weights)."""
+    return x.dtype if all(p is None or p.dtype == x.dtype for p in params) else np.dtype(np.float32)
+
+
+def _layer_norm_cuda(x, w, b, stat_shape, d, eps):
+    """LayerNorm.forward on CuPy arrays: the fused kernel (engine/kernels/layer_norm.py, one launch)."""
+    dt = _kernel_dtype(x, w, b)
+    w2, b2 = (None if p is None else p.reshape(d).astype(dt, copy=False) for p in (w, b))
+    y, mean, rstd = layer_norm_kernels.layer_norm_forward(x.reshape(-1, d).astype(dt, copy=False), w2, b2, eps)
+    return y.reshape(x.shape).astype(x.dtype, copy=False), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+
+
+def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
+    """LayerNormGrad.forward on CuPy arrays: the fused kernels (two launches); dx and db in g's
+    dtype, dw in w's (as the CPU path)."""
+    wshape = x.shape[x.ndim - k:]
+    d = int(np.prod(wshape))
+    m = x.size // d
+    dt = _kernel_dtype(x, w)
+    dx, dw, db = layer_norm_kernels.layer_norm_backward(
+        g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False), mean.reshape(m),
+        rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)
+    empty = xp_of(g).zeros(0, dtype=g.dtype)
+    return (dx.reshape(g.shape).astype(g.dtype, copy=False),
+            empty if dw is None else dw.reshape(wshape).astype(w.dtype, copy=False),
+            empty if db is None else db.reshape(wshape).astype(g.dtype, copy=False))
 
 
 def _sum_in_order(arrays):

@@ -72,11 +72,18 @@ class Op:
         """Run the op on Tensors (None allowed for optional inputs); returns a Tensor or a tuple."""
         if cls.autocast is not None and _state.autocast is not None:
             inputs = _autocast_inputs(cls.autocast, _state.autocast, inputs)
+        device = None
         for t in inputs:
-            if t is not None and t._global is not None:
-                if _global_dispatch is None:
-                    raise RuntimeError("global tensors need engine.distributed (import engine)")
-                return _global_dispatch(cls, inputs, attrs)
+            if t is not None:
+                if t._global is not None:
+                    if _global_dispatch is None:
+                        raise RuntimeError("global tensors need engine.distributed (import engine)")
+                    return _global_dispatch(cls, inputs, attrs)
+                if device is None:
+                    device = t._device
+                elif t._device is not device and t._device != device:
+                    inputs = same_device(cls, inputs)
+                    break
         ctx = Context()
         arrays = [None if t is None else t._data for t in inputs]
         needs_grad = False
@@ -89,6 +96,18 @@ class Op:
             ctx.needs_input_grad = tuple(t is not None and t._requires_grad for t in inputs)
         out = cls.forward(ctx, *arrays, **attrs)
         return wrap_outputs(cls, ctx, inputs, out, needs_grad)
+
+
+def same_device(cls, inputs):
+    """The inputs on one device, as PyTorch allows: a 0-dim CPU tensor beside CUDA tensors is
+    copied to their device (it acts as a scalar); any other mix is an error naming both devices."""
+    devices = [t._device for t in inputs if t is not None and not (t._device.type == "cpu" and t._data.ndim == 0)]
+    target = devices[0] if devices else None
+    for d in devices:
+        if d != target:
+            raise RuntimeError(f"{cls.name or cls.__name__}: expected all tensors to be on the same device, "
+                               f"but found at least two devices, {target} and {d}")
+    return tuple(t if t is None or t._device == target else t.to(target) for t in inputs)
 
 
 def _autocast_inputs(policy, mode, inputs):

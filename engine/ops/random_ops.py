@@ -16,7 +16,7 @@ nothing recorded the values are written into the tensor's own storage (views see
 import numpy as np
 
 from .op import Op
-from ..backend import dtypes, xp_of
+from ..backend import dtypes, host_checks, xp_of
 from ..backend.random import default_generator
 from ..tensor import Tensor, tensor_method
 from . import inplace
@@ -82,6 +82,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     w = input._data
     xp = xp_of(w)
     w64 = w.astype(np.float64)
+    if not host_checks(w):  # on a GPU only in the debug mode: the checks read values back
+        return Multinomial.apply(input, num_samples=num_samples, replacement=bool(replacement), generator=generator)
     if not bool(xp.isfinite(w64).all()) or bool((w64 < 0).any()):
         raise RuntimeError(f"{op}: probability tensor contains either `inf`, `nan` or element < 0")
     if bool((w64.reshape(-1, k).sum(axis=1) <= 0).any()):

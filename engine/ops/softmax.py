@@ -16,6 +16,7 @@ from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
 from ._kernels import blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
 from .op import Op
+from ..kernels import softmax as softmax_kernels
 
 __all__ = ["softmax", "log_softmax", "scale_mask_softmax"]
 
@@ -25,6 +26,8 @@ def _softmax_array(x, axis, log):
     """Numerically stable (log-)softmax: one output array, every step in place on it. On the CPU
     with a last-axis softmax, row blocks run on all threads."""
     xp = xp_of(x)
+    if xp is not np and not log and axis == x.ndim - 1 and x.size:
+        return softmax_kernels.softmax_forward(x)  # one fused launch
     out_dtype = x.dtype
     x = work_array(x)
     if x.size == 0:
@@ -105,15 +108,20 @@ def _softmax_grad_rows(g, y, dx, axis, scale, zero_mask):
 
 
 class SoftmaxGrad(Op):
-    """dx = y * (g - sum(g * y)); also the input gradient of scale_mask_softmax (times scale)."""
+    """dx = y * (g - sum(g * y)); also the input gradient of scale_mask_softmax (times scale), zero
+    where the bool `zero_mask` or (last-axis scores [..., q, k]) the `causal` flag masks."""
 
     name = "SoftmaxGrad"
     save_inputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, g, y, axis, scale=1.0, zero_mask=None):
+    def forward(ctx, g, y, axis, scale=1.0, zero_mask=None, causal=False):
         ctx.axis, ctx.scale = axis, scale
         xp = xp_of(g)
+        if xp is not np and axis == g.ndim - 1 and g.size:
+            return softmax_kernels.softmax_backward(g, y, zero_mask, scale, causal)  # one fused launch
+        if causal:
+            zero_mask = _causal_or(xp, zero_mask, g.shape)
         dtype = y.dtype
         g, y = work_array(g), work_array(y)
         dx = empty(xp, g.shape, g.dtype)
@@ -236,20 +244,41 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 
 # ------------------------------------------------------------------ fused attention softmax
+def _causal_or(xp, mask, shape):
+    """The bool mask `mask` (or None) combined with the causal mask of scores `shape` [..., q, k]."""
+    causal = softmax_kernels.causal_mask(*shape[-2:])
+    if xp is not np:
+        causal = xp.asarray(causal)
+    return causal if mask is None else xp.logical_or(mask, causal)
+
+
 class ScaleMaskSoftmax(Op):
-    """softmax(where(mask, fill, x * scale), dim=-1) in one pass chain (attention scores)."""
+    """softmax(where(mask, fill, x * scale), dim=-1) in one pass chain (attention scores); with
+    `causal`, scores [..., q, k] are also masked where key j > i + (k - q) for query i.
+
+    CUDA: one kernel (engine/kernels/softmax.py) that reads a broadcast mask in place and derives
+    the causal mask from the row index; its gradient is zero at every masked score."""
 
     name = "ScaleMaskSoftmax"
     autocast = "fp32_cuda"
     save_outputs = (0,)
 
     @staticmethod
-    def forward(ctx, x, mask, scale, fill):
+    def forward(ctx, x, mask, scale, fill, causal=False):
         xp = xp_of(x)
+        ctx.scale, ctx.causal = scale, causal
+        ctx.zero_mask = None
+        if xp is not np and x.size:
+            if mask is not None and mask.dtype == np.bool_:
+                ctx.zero_mask = mask
+            return softmax_kernels.softmax_forward(x, mask, scale, fill, causal)
+        causal_fill = None
+        if causal and (mask is None or mask.dtype == np.bool_):
+            mask = _causal_or(xp, mask, x.shape)
+        elif causal:  # an additive mask, then the causal fill
+            causal_fill = rows_of(softmax_kernels.causal_mask(*x.shape[-2:]), x.shape)
         dtype = x.dtype
         x = work_array(x)
-        ctx.scale = scale
-        ctx.zero_mask = None
         if x.size == 0:
             return xp.empty(x.shape, dtype=dtype)
         bits = None
@@ -274,6 +303,8 @@ class ScaleMaskSoftmax(Op):
                 xp.copyto(zs, x.dtype.type(fill), where=rows_of(mask, x.shape)[sel])
             elif mask is not None:  # an additive float mask
                 zs += rows_of(mask, x.shape)[sel].astype(z.dtype, copy=False)
+            if causal_fill is not None:
+                xp.copyto(zs, x.dtype.type(fill), where=causal_fill[sel])
             _softmax_rows(zs, zs, -1, log=False)
 
         if xp is np:
@@ -285,19 +316,23 @@ class ScaleMaskSoftmax(Op):
     @staticmethod
     def backward(ctx, g, *_):
         y, = ctx.saved_tensors
-        dx = SoftmaxGrad.apply(g, y, axis=y.ndim - 1, scale=ctx.scale, zero_mask=ctx.zero_mask)
+        dx = SoftmaxGrad.apply(g, y, axis=y.ndim - 1, scale=ctx.scale, zero_mask=ctx.zero_mask, causal=ctx.causal)
         return dx, None
 
 
-def scale_mask_softmax(input, mask=None, scale=1.0, fill=-10000.0):
+def scale_mask_softmax(input, mask=None, scale=1.0, fill=-10000.0, causal=False):
     """Fused attention softmax over the last dim: `softmax(x * scale masked_fill(mask, fill))`.
 
     `mask` is a bool tensor broadcastable to `input` whose True entries are masked out (as in
     `Tensor.masked_fill`), or a float tensor added to the scaled scores (an additive mask).
-    Equivalent to `(input * scale).masked_fill(mask, fill).softmax(-1)`, one kernel forward and
-    one backward.
+    `causal=True` masks scores [..., q, k] where key j > i + (k - q) for query i (the last q of
+    k positions; with a KV cache the first k - q keys are the past), like a bool mask, without a
+    mask tensor. Equivalent to `(input * scale).masked_fill(mask, fill).softmax(-1)`, one kernel
+    forward and one backward.
     """
     check_float(input, "scale_mask_softmax")
+    if causal and input.ndim < 2:
+        raise ValueError(f"scale_mask_softmax: causal=True needs scores [..., q, k], got a {input.ndim}-d input")
     if mask is not None:
         try:
             ok = broadcast_shapes(tuple(mask.shape), tuple(input.shape)) == tuple(input.shape)
@@ -310,4 +345,4 @@ def scale_mask_softmax(input, mask=None, scale=1.0, fill=-10000.0):
             raise RuntimeError(f"scale_mask_softmax: mask must be bool or floating, got {mask.dtype.name}")
     if input.ndim == 0:
         raise RuntimeError("scale_mask_softmax: expected an input with at least 1 dimension, got a 0-d tensor")
-    return ScaleMaskSoftmax.apply(input, mask, scale=float(scale), fill=float(fill))
+    return ScaleMaskSoftmax.apply(input, mask, scale=float(scale), fill=float(fill), causal=bool(causal))

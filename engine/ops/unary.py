@@ -34,6 +34,7 @@ from ._core import broadcast_shapes, cast, scalar_tensor, sum_to
 from .comparison import ge, gt, le, lt, where
 from .creation import zeros_like
 from .logical import logical_and, logical_or
+from ..kernels import gelu as gelu_kernels
 
 __all__ = [
     # math
@@ -704,6 +705,8 @@ class GeluGrad(Op):
     @staticmethod
     def forward(ctx, g, x, approximate):
         ctx.approximate = approximate
+        if xp_of(x) is not np:
+            return gelu_kernels.gelu_grad(g, x, None, approximate)  # one fused launch
         if approximate == "tanh":
             return _run(_COMPILED["gelu_tanh_grad_loop"], _k_gelu_tanh_grad, g, x)
         return _run(_COMPILED["gelu_grad_loop"], _k_gelu_grad, g, x)
@@ -711,19 +714,24 @@ class GeluGrad(Op):
     @staticmethod
     def backward(ctx, gg):
         g, x = ctx.saved_tensors
-        dg = GeluGrad.apply(gg, x, approximate=ctx.approximate) if ctx.needs_input_grad[0] else None
-        dx = None
-        if ctx.needs_input_grad[1]:
-            if ctx.approximate == "tanh":
-                # with u = k0 x + k1 x^3, T = tanh u: gelu'' = (1 - T^2) (u' - x T u'^2 + 3 k1 x^2)
-                x2 = x * x
-                t = tanh(x * (x2 * _TANH_K1 + _TANH_K0))
-                du = x2 * (3 * _TANH_K1) + _TANH_K0
-                second = (1 - t * t) * (du - x * t * du * du + x2 * (3 * _TANH_K1))
-            else:
-                second = exp(x * x * -0.5) * _INV_SQRT_2PI * (2 - x * x)  # phi(x) (2 - x^2)
-            dx = gg * g * second
-        return dg, dx
+        return _gelu_grad_backward(ctx.approximate, gg, g, x, *ctx.needs_input_grad)
+
+
+def _gelu_grad_backward(approximate, gg, g, x, need_g, need_x):
+    """The gradients of GeluGrad(g, x) = g gelu'(x): to g, GeluGrad(gg, x); to x, gg g gelu''(x)."""
+    dg = GeluGrad.apply(gg, x, approximate=approximate) if need_g else None
+    dx = None
+    if need_x:
+        if approximate == "tanh":
+            # with u = k0 x + k1 x^3, T = tanh u: gelu'' = (1 - T^2) (u' - x T u'^2 + 3 k1 x^2)
+            x2 = x * x
+            t = tanh(x * (x2 * _TANH_K1 + _TANH_K0))
+            du = x2 * (3 * _TANH_K1) + _TANH_K0
+            second = (1 - t * t) * (du - x * t * du * du + x2 * (3 * _TANH_K1))
+        else:
+            second = exp(x * x * -0.5) * _INV_SQRT_2PI * (2 - x * x)  # phi(x) (2 - x^2)
+        dx = gg * g * second
+    return dg, dx
 
 
 def _run(loop, kernel, *arrays):
@@ -740,6 +748,8 @@ class Gelu(_SavesInput):
     @staticmethod
     def forward(ctx, x, approximate):
         ctx.approximate = approximate
+        if xp_of(x) is not np:
+            return gelu_kernels.gelu(x, None, approximate)  # one fused launch
         if approximate == "tanh":
             return _run(_COMPILED["gelu_tanh_loop"], _k_gelu_tanh, x)
         return _run(_COMPILED["gelu_loop"], _k_gelu, x)
@@ -755,6 +765,62 @@ def gelu(input, approximate="none"):
         raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     x = _require_float(input, "gelu")
     return Gelu.apply(x, approximate=approximate)
+
+
+class BiasGelu(Op):
+    """gelu(x + bias), bias over the last dim. It saves x and bias, not x + bias: on CUDA one
+    kernel forward and one backward, x + bias never written out (LiBai's bias_gelu_fusion); on
+    the CPU x + bias, then Gelu's kernel."""
+
+    name = "BiasGelu"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, x, bias, approximate):
+        if xp_of(x) is not np:
+            ctx.approximate = approximate
+            return gelu_kernels.gelu(x, bias, approximate)
+        return Gelu.forward(ctx, x + bias, approximate)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, bias = ctx.saved_tensors
+        dv = BiasGeluGrad.apply(g, x, bias, approximate=ctx.approximate)
+        return (dv if ctx.needs_input_grad[0] else None,
+                sum_to(dv, bias.shape) if ctx.needs_input_grad[1] else None)
+
+
+class BiasGeluGrad(Op):
+    """g * gelu'(x + bias): one kernel on CUDA, x + bias then GeluGrad's kernel on the CPU."""
+
+    name = "BiasGeluGrad"
+    save_inputs = (0, 1, 2)
+
+    @staticmethod
+    def forward(ctx, g, x, bias, approximate):
+        if xp_of(x) is not np:
+            ctx.approximate = approximate
+            return gelu_kernels.gelu_grad(g, x, bias, approximate)
+        return GeluGrad.forward(ctx, g, x + bias, approximate)
+
+    @staticmethod
+    def backward(ctx, gg):
+        g, x, bias = ctx.saved_tensors
+        need_g, need_x, need_b = ctx.needs_input_grad
+        dg, dv = _gelu_grad_backward(ctx.approximate, gg, g, x + bias, need_g, need_x or need_b)
+        return dg, (dv if need_x else None), (sum_to(dv, bias.shape) if need_b else None)
+
+
+def bias_gelu(input, bias, approximate="none"):
+    """gelu(input + bias) with `bias` [d] over the last dim, fused on CUDA (see BiasGelu). Not in
+    __all__: libai's MLP calls it for bias_gelu_fusion."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    x = _require_float(input, "bias_gelu")
+    if tuple(bias.shape) != tuple(x.shape[-1:]) or bias.dtype != x.dtype:
+        raise ValueError(f"bias_gelu: bias must be [{x.shape[-1] if x.ndim else ''}] {x.dtype.name} as the "
+                         f"input's last dim, got {list(bias.shape)} {bias.dtype.name}")
+    return BiasGelu.apply(x, bias, approximate=approximate)
 
 
 def _silu_second(gg, g, x):

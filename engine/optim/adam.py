@@ -12,11 +12,17 @@ Same formulas as torch.optim.Adam / AdamW (single-tensor path), with t the step 
 OneFlow's `do_bias_correction=False` (LiBai's AdamW configs name it) drops both corrections:
 denom = sqrt(v) + eps and p -= lr * m / denom. A parameter group without the key (e.g. a loaded
 torch state) corrects, as torch always does.
+
+On CUDA the parameters of a group are updated by the multi-tensor kernel of engine/kernels/adamw.py:
+one launch per (dtype, step count) bucket instead of a dozen per parameter. Parameters it cannot
+take (a gradient of another dtype, non-contiguous parameter or state) and every CPU parameter go
+through `_update` one by one.
 """
 import numpy as np
 
 from ..backend import jit, xp_of
 from ..backend.parallel import parallel_for
+from ..kernels.adamw import AdamHyper, adam_update
 from .optimizer import Optimizer, check_number, zeros_state
 
 __all__ = ["Adam", "AdamW"]
@@ -33,6 +39,38 @@ class Adam(Optimizer):
 
     def _check_group(self, group):
         check_adam_group(group)
+
+    def _step_group(self, group):
+        for p, g in self._step_fused(group):
+            self._update(group, p, g, self.state[p])
+            p._bump_version()
+
+    def _step_fused(self, group):
+        """Update the group's CUDA parameters with the multi-tensor kernel, one launch per bucket
+        of (device, dtype, step); return the (parameter, gradient) pairs left to `_update`."""
+        rest, buckets = [], {}
+        for p, g in self._with_grads(group):
+            w = p._data
+            state = self.state[p]
+            if xp_of(w) is np or not _fusable(w, g, state):
+                rest.append((p, g))
+                continue
+            step = advance_moments(state, p)
+            if group["amsgrad"] and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = zeros_state(p)
+            buckets.setdefault((w.device.id, w.dtype, step), []).append((p, g, state))
+        beta1, beta2 = group["betas"]
+        for (device, _, step), items in buckets.items():
+            hyper = AdamHyper(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step, self._decoupled,
+                              group.get("do_bias_correction", True), group["maximize"])
+            vmax = [s["max_exp_avg_sq"]._data for _, _, s in items] if group["amsgrad"] else None
+            with xp_of(items[0][0]._data).cuda.Device(device):
+                adam_update([p._data for p, _, _ in items], [xp_of(g).ascontiguousarray(g) for _, g, _ in items],
+                            [s["exp_avg"]._data for _, _, s in items], [s["exp_avg_sq"]._data for _, _, s in items],
+                            vmax, hyper)
+            for p, _, _ in items:
+                p._bump_version()
+        return rest
 
     def _update(self, group, p, grad, state):
         xp = xp_of(grad)
@@ -130,6 +168,16 @@ def _lerp_into(xp, m, g, diff, weight):
     else:
         xp.multiply(diff, 1.0 - weight, out=diff)
         xp.subtract(g, diff, out=m)
+
+
+def _fusable(w, g, state):
+    """Whether the multi-tensor kernel takes this parameter: a float16/32/64 C-contiguous
+    parameter with a gradient of its dtype (which may be strided: the kernel gets a copy) and
+    C-contiguous state of its dtype (always, unless a loaded state dict made it otherwise)."""
+    if w.dtype.kind != "f" or g.dtype != w.dtype or not w.flags.c_contiguous:
+        return False
+    arrays = [state[k]._data for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if k in state]
+    return all(a.dtype == w.dtype and a.flags.c_contiguous for a in arrays)
 
 
 # elements per block of the blocked CPU update: 64 Ki float32 (256 KiB per array), so the block's

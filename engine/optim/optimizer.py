@@ -139,6 +139,12 @@ class Optimizer:
         return loss
 
     def _step_group(self, group):
+        for p, g in self._with_grads(group):
+            self._update(group, p, g, self.state[p])
+            p._bump_version()
+
+    def _with_grads(self, group):
+        """(parameter, gradient array) of the group's parameters that have a gradient."""
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -148,8 +154,7 @@ class Optimizer:
                     f"{type(self).__name__}.step: gradient of shape {tuple(g.shape)} does not match "
                     f"parameter of shape {tuple(p._data.shape)}"
                 )
-            self._update(group, p, g, self.state[p])
-            p._bump_version()
+            yield p, g
 
     def _update(self, group, p, grad, state):
         raise NotImplementedError

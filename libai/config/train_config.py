@@ -110,6 +110,7 @@ VALUE_CHECKS = {
     "zero_optimization.enabled": _BOOL,
     "zero_optimization.stage": ((lambda v: v in (1, 2, 3) and not isinstance(v, bool)), "1, 2 or 3"),
     "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),
+    "dist.device_type": _optional(((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}")),
     "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
     "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),
 }

@@ -110,6 +110,10 @@ def default_setup(cfg, args):
 
     infer_pipeline_num_layers(cfg)
     dist.setup_dist_util(cfg.train.dist)
+    layer_device = cfg.train.dist.get("device_type") or cfg.train.input_placement_device
+    if layer_device == "cuda" and not flow.cuda.is_available():
+        raise RuntimeError("train.dist.device_type='cuda' but CUDA is not available here; use cpu")
+    dist.set_device_type(layer_device)
     sizes = resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
     logger.info(f"Batch sizes: {dict(sizes._asdict())} (data_parallel_size={dist.get_data_parallel_size()})")
     # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size

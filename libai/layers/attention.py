@@ -95,7 +95,7 @@ class MultiheadAttention(nn.Module):
         heads = qkv.shape[2] // (3 * self.head_size)
         if past_key_value is None:
             # the engine's fused core: same arithmetic as the separate ops below, one op
-            masked = self._mask(s, s, 0, attention_mask, batch_global, b)
+            masked = self._mask(s, s, 0, attention_mask, batch_global, b, qkv.device)
             ctx = F.packed_qkv_attention(qkv, heads, masked, scale=self.norm_factor, fill=-10000.0,
                                          dropout_p=self.attention_dropout_prob, training=self.training)
             present = None
@@ -114,7 +114,7 @@ class MultiheadAttention(nn.Module):
             v = flow.cat([pv, v], dim=2)
         kv_len = k.shape[2]
         scores = flow.matmul(q, k.transpose(-1, -2))
-        masked = self._mask(s, kv_len, kv_len - s, attention_mask, batch_global, b)
+        masked = self._mask(s, kv_len, kv_len - s, attention_mask, batch_global, b, scores.device)
         probs = F.scale_mask_softmax(scores, masked, scale=self.norm_factor, fill=-10000.0)
         if self.training and self.attention_dropout_prob > 0:
             probs = F.dropout(probs, self.attention_dropout_prob, training=True)
@@ -122,16 +122,17 @@ class MultiheadAttention(nn.Module):
         ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, heads * self.head_size)
         return ctx, (k, v)
 
-    def _mask(self, s, kv_len, past, attention_mask, batch_global, b):
+    def _mask(self, s, kv_len, past, attention_mask, batch_global, b, device):
         """The bool mask (True = masked out) of s queries over kv_len keys, the first `past` of
-        them cached: causal and/or padding, broadcastable to [b, heads, s, kv_len]; or None."""
+        them cached: causal and/or padding, broadcastable to [b, heads, s, kv_len]; or None.
+        Built on the scores' `device`."""
         masked = None
         if self.attn_mask_type == "causal":
-            qpos = flow.arange(past, kv_len).view(s, 1)
-            kpos = flow.arange(kv_len).view(1, kv_len)
+            qpos = flow.arange(past, kv_len, device=device).view(s, 1)
+            kpos = flow.arange(kv_len, device=device).view(1, kv_len)
             masked = (kpos > qpos).view(1, 1, s, kv_len)
         if attention_mask is not None:
-            keep = attention_mask
+            keep = attention_mask.to(device)  # a host mask given with device inputs is copied over
             if keep.ndim == 2:  # [batch, k_len]
                 keep = keep.view(keep.shape[0], 1, 1, keep.shape[1])
             keep = _local_rows(keep, batch_global, b)

@@ -55,6 +55,13 @@ class TransformerLayer(Recomputable, nn.Module):
         """A residual branch's output, through stochastic depth when drop_path_prob > 0."""
         return self.drop_path(y) if self.drop_path is not None else y
 
+    def _mlp_residual(self, x, residual):
+        """residual + branch(mlp(x)); with bias_dropout_fusion on CUDA (and no stochastic depth)
+        the residual is added in the MLP's fused bias + dropout + residual kernel."""
+        if self.mlp.bias_dropout_fusion and self.drop_path is None:
+            return self.mlp(x, residual=residual)
+        return residual + self._branch(self.mlp(x))
+
     def forward(self, hidden_states, attention_mask=None, past_key_value=None, use_cache=False):
         x = to_placement(hidden_states, dist.get_layer_placement(self.layer_idx))
         present = None
@@ -65,13 +72,13 @@ class TransformerLayer(Recomputable, nn.Module):
                 attn, present = attn
             h = (ln if self.apply_residual_post_layernorm else x) + self._branch(attn)
             ln = self.post_attention_layernorm(h)
-            out = (ln if self.apply_residual_post_layernorm else h) + self._branch(self.mlp(ln))
+            out = self._mlp_residual(ln, ln if self.apply_residual_post_layernorm else h)
         else:
             attn = self.self_attention(x, attention_mask, past_key_value=past_key_value, use_cache=use_cache)
             if use_cache:
                 attn, present = attn
             h = self.input_layernorm(x + self._branch(attn))
-            out = self.post_attention_layernorm(h + self._branch(self.mlp(h)))
+            out = self.post_attention_layernorm(self._mlp_residual(h, h))
         if use_cache:
             return out, present
         return out

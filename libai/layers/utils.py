@@ -27,10 +27,13 @@ S = flow.sbp.split
 # LiBai's flags that only choose how a value is computed, never which value: accepted, with one
 # log line per flag and process saying what runs instead (docs/config.md)
 KERNEL_FLAGS = {
-    "bias_gelu_fusion": "bias add and GeLU run as two ops (no fused kernel here); same values",
-    "bias_dropout_fusion": "bias add, dropout and residual add run as separate ops (no fused kernel here); "
-                           "same values",
-    "scale_mask_softmax_fusion": "scale, mask and softmax run as separate ops (no fused kernel here); same values",
+    "bias_gelu_fusion": "on CUDA placements the MLP's first Linear leaves its bias to one fused bias + GeLU "
+                        "kernel; on the CPU the bias stays in the matmul; same values",
+    "bias_dropout_fusion": "on CUDA placements the MLP's bias, dropout and residual add run as one fused kernel "
+                           "(dropping the same elements as the separate ops); attention's output and the CPU "
+                           "run them as separate ops",
+    "scale_mask_softmax_fusion": "the attention core always fuses scale, mask and softmax (one kernel on CUDA); "
+                                 "the flag changes nothing",
     "apply_query_key_layer_scaling": "a float16 overflow guard; in float32 the scores are the same, so it "
                                      "changes nothing",
 }
@@ -69,10 +72,11 @@ def make_parameter(shape, init_method, placement, sbp, dtype=None):
     """A Parameter of logical `shape` on (placement, sbp) whose value is `init_method` applied
     to the whole logical tensor (drawn identically on every rank, then sliced to the shard).
     `init_method` is any in-place initialiser (engine.nn.init.*, init_method_normal(...)) or
-    a number (a constant fill)."""
+    a number (a constant fill). The draw is on the CPU generator whatever the placement's device,
+    so a model starts from the same weights on CPU and GPU and in every layout."""
     dtype = dtype or flow.float32
     with no_grad():
-        logical = flow.empty(*shape, dtype=dtype)
+        logical = flow.empty(*shape, dtype=dtype, device="cpu")
         if init_method is None:
             nn.init.zeros_(logical)
         elif isinstance(init_method, (int, float)):

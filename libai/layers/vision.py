@@ -85,7 +85,7 @@ class DropPath(nn.Module):
             sbp = [s if s == flow.sbp.split(0) else B for s in x.sbp]
             ones = flow.ones(*shape, dtype=x.dtype, placement=x.placement, sbp=sbp)
         else:
-            ones = flow.ones(*shape, dtype=x.dtype)
+            ones = flow.ones(*shape, dtype=x.dtype, device=x.device)
         return x * F.dropout(ones, self.drop_prob, training=True)
 
     def extra_repr(self):

@@ -136,7 +136,8 @@ class WindowAttention(nn.Module):
         if shift:
             key = (hp, wp, shift)
             if key not in self._masks:
-                self._masks[key] = flow.tensor(shift_mask(hp, wp, window, shift))  # [nW, w^2, w^2]
+                mask = shift_mask(hp, wp, window, shift)
+                self._masks[key] = flow.tensor(mask, device=bias.device)  # [nW, w^2, w^2]
             bias = bias + self._masks[key].view(nw, 1, window * window, window * window)  # [nW, h_l, w^2, w^2]
         # the attention core as one op: scores + bias, softmax, dropout, @ v, per image and window
         ctx = F.packed_qkv_attention(win.view(n_l, nw, window * window, win.shape[-1]), heads, scale=self.scale,

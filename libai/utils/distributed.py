@@ -155,11 +155,10 @@ class DistributedTopology:
 
     @property
     def device_type(self):
-        """The device type of layer placements: the one set by `set_device_type`, else "cuda"
-        when CUDA is available and "cpu" otherwise."""
-        if self._device_type is not None:
-            return self._device_type
-        return "cuda" if flow.is_cuda_available() else "cpu"
+        """The device type of layer placements: the one set by `set_device_type` (the trainer sets
+        train.dist.device_type, or else train.input_placement_device), "cpu" until then; never
+        "cuda" just because a GPU is visible."""
+        return self._device_type or "cpu"
 
     def set_device_type(self, device_type):
         if device_type not in DEVICE_TYPES:
@@ -346,8 +345,7 @@ def check_tensor_parallel_divisible(value, what):
 
 def get_world_placement(device_type=None):
     """All ranks of the job, flat (e.g. for a tensor every rank must hold)."""
-    device_type = device_type or ("cuda" if flow.is_cuda_available() else "cpu")
-    return flow.placement(device_type, list(range(get_world_size())))
+    return flow.placement(device_type or get_dist_util().device_type, list(range(get_world_size())))
 
 
 def all_reduce_sum_numpy(array):

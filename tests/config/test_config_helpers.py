@@ -45,6 +45,7 @@ def test_get_config_train():
         "pipeline_num_layers": None,
         "custom_pipeline_stage_id": None,
         "pipeline_schedule": "1F1B",
+        "device_type": None,
     }
 
 

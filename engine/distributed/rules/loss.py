@@ -1,17 +1,23 @@
 """SBP rules of engine/ops/loss.py: Megatron's vocab-parallel cross-entropy.
 
 `CrossEntropy` with logits split on the class axis (index targets, no class weights) is
-decomposed into global ops that never gather the logits:
+decomposed into global ops that never gather the logits. Logits [M, C] take three fused phases
+(engine/kernels/cross_entropy.py), each one kernel on the shard:
+    m     = ClassMax(x)                      local max -> P(max) -> all_reduce(max)
+    stats = VocabStats(x, m, target)         local sum of exp(x - m), masked target logit, sum of
+                                             x - m ([M, 3]) -> P -> one all_reduce
+    loss, dunit = VocabCrossEntropy(x, m, stats, target)   every rank the loss of every row; its
+                                             shard of the gradient kept for the backward
+so the communication is two all-reduces of O(rows), and the backward is dunit * g on each shard.
+Other logits ([N, C, d...]) are written with unfused global ops:
     m   = max over classes        local max -> P(max) -> all_reduce(max); no gradient (a shift)
     z   = x - m                   stays split
     lse = log(sum(exp(z)))        local sum -> P -> all_reduce
     z_t = z[target]               masked local gather (class offset) -> P -> all_reduce
     nll = lse - z_t               (label smoothing adds eps/C * (C * lse - sum(z)))
-so the communication is O(rows), not O(rows * classes), and autograd through these global ops
-yields softmax - onehot on each shard. Logits split only on rows take the same path. Soft
-targets and class weights use the default (all-broadcast) path. The helper ops `ClassMax`
-(split axis -> partial max) and `TargetGather` (split class axis -> partial sum) have their own
-rules below.
+and autograd through these yields softmax - onehot on each shard. Logits split only on rows take
+the same paths. Soft targets and class weights use the default (all-broadcast) path. The helper
+ops have their own rules below.
 """
 from ...ops import loss
 from ..global_tensor import global_to_global
@@ -32,6 +38,12 @@ def _settle(t):
 def vocab_parallel_cross_entropy(x, target, ignore_index=-100, reduction="mean", smoothing=0.0):
     """Cross-entropy of global logits `x` (class axis 1, or 0 for 1-D) against global index
     targets, written with global ops so that a class-split `x` is never gathered."""
+    if x.ndim == 2:
+        m = _settle(loss.ClassMax.apply(x, axis=1))
+        stats = _settle(loss.VocabStats.apply(x, m, target))
+        per, _ = loss.VocabCrossEntropy.apply(x, m, stats, target, classes=x.shape[1], ignore_index=ignore_index,
+                                              smoothing=smoothing)
+        return _reduce_rows(per, target, ignore_index, reduction)
     cd = 1 if x.ndim > 1 else 0
     c = x.shape[cd]
     m = _settle(loss.ClassMax.apply(x, axis=cd))          # two-stage max: local, then all_reduce(max)
@@ -44,11 +56,16 @@ def vocab_parallel_cross_entropy(x, target, ignore_index=-100, reduction="mean",
         zs = _settle(z.sum(dim=cd))
         smooth = (lse * float(c) - zs) * valid
         per = per * (1.0 - smoothing) + smooth * (smoothing / c)
+    return _reduce_rows(per, target, ignore_index, reduction)
+
+
+def _reduce_rows(per, target, ignore_index, reduction):
+    """The loss from per-row losses (ignored rows hold 0): 'mean' is over the rows not ignored."""
     if reduction == "none":
         return per
     if reduction == "sum":
         return per.sum()
-    return per.sum() / valid.sum()
+    return per.sum() / (target != ignore_index).to(per.dtype).sum()
 
 
 @sbp_rule(loss.CrossEntropy)
@@ -115,3 +132,57 @@ class TargetGatherRule(Rule):
 
     def out_shapes(self, shapes, attrs):
         return [tuple(shapes[1])]
+
+
+def _with_start(attrs, shapes, in_nd, placement, coords):
+    """The attributes with `start`, the first class of this rank's shard of x [M, C]."""
+    if not splits(in_nd[0], 1):
+        return attrs
+    start, _ = split_range(shapes[0], in_nd[0], placement, coords, 1)
+    return dict(attrs, start=attrs.get("start", 0) + start)
+
+
+@sbp_rule(loss.VocabStats)
+class VocabStatsRule(Rule):
+    """x [M, C] split on classes with m and targets broadcast -> partial sums of the shards'
+    statistics (each at its class offset); everything split on rows -> split on rows."""
+
+    def signatures(self, shapes, attrs):
+        x = shapes[0]
+        sigs = Rule.signatures(self, shapes, attrs)
+        if x[1] > 1:
+            sigs.append(Signature([S(1), B, B], [P]))
+        if x[0] > 1:
+            sigs.append(Signature([S(0), S(0), S(0)], [S(0)]))
+        return sigs
+
+    def local_attrs(self, attrs, shapes, in_nd, placement, coords):
+        return _with_start(attrs, shapes, in_nd, placement, coords)
+
+    def out_shapes(self, shapes, attrs):
+        return [(shapes[0][0], 3)]
+
+
+@sbp_rule(loss.VocabCrossEntropy)
+class VocabCrossEntropyRule(Rule):
+    """x [M, C] split on classes with m, stats and targets broadcast -> the loss broadcast (each
+    shard computes every row's loss from the all-reduced statistics) and dunit split like x;
+    everything split on rows -> split on rows."""
+
+    def n_outputs(self, attrs):
+        return 2
+
+    def signatures(self, shapes, attrs):
+        x = shapes[0]
+        sigs = Rule.signatures(self, shapes, attrs)
+        if x[1] > 1:
+            sigs.append(Signature([S(1), B, B, B], [B, S(1)]))
+        if x[0] > 1:
+            sigs.append(Signature([S(0)] * 4, [S(0), S(0)]))
+        return sigs
+
+    def local_attrs(self, attrs, shapes, in_nd, placement, coords):
+        return _with_start(attrs, shapes, in_nd, placement, coords)
+
+    def out_shapes(self, shapes, attrs):
+        return [(shapes[0][0],), tuple(shapes[0])]

@@ -5,12 +5,19 @@ is the `norm_type`-norm of the per-gradient norms, accumulated in float32 (float
 gradient is float64) and kept on the device of the first gradient, so nothing waits for the GPU
 unless `error_if_nonfinite=True` asks for a check. Gradients are then scaled by
 min(1, max_norm / (total_norm + 1e-6)), as torch does.
+
+Gradients on one CUDA device go through the multi-tensor kernels of engine/kernels/grad_norm.py:
+the norm of all of them in two launches (one more per extra gradient dtype; sharded global
+gradients are reduced over their ranks once per layout, not once per gradient), the clip in one,
+the coefficient computed on the device. Norm types 0, -inf and below 0, and CPU gradients, take
+the per-gradient path.
 """
 import math
 
 import numpy as np
 
 from ...backend import dtypes, to_device, xp_of
+from ...kernels import grad_norm as mt_norm
 from ...ops.creation import tensor
 from ...tensor import Tensor
 
@@ -72,8 +79,11 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     acc = dtypes.float64.np if all(g._data.dtype == dtypes.float64.np for g in tensors) else dtypes.float32.np
     dev = tensors[0]._device
     xp = xp_of(tensors[0]._data)
-    norms = [to_device(_grad_norm(g, norm_type, acc), dev) for g in tensors]
-    total = _array_norm(xp, xp.stack(norms), norm_type, acc)
+    if _one_cuda_device(tensors) and mt_norm.supported_norm(norm_type):
+        total = _fused_total_norm(xp, tensors, norm_type, acc)
+    else:
+        norms = [to_device(_grad_norm(g, norm_type, acc), dev) for g in tensors]
+        total = _array_norm(xp, xp.stack(norms), norm_type, acc)
     if error_if_nonfinite and not bool(xp.isfinite(total)):
         raise RuntimeError(
             f"The total norm of order {norm_type} for gradients from `parameters` is non-finite, so it "
@@ -83,11 +93,40 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     return Tensor._make(xp.asarray(total, dtype=acc), dev)
 
 
+def _one_cuda_device(tensors):
+    dev = tensors[0]._device
+    return dev.type == "cuda" and all(t._device == dev for t in tensors)
+
+
+def _fused_total_norm(xp, tensors, norm_type, acc):
+    """get_total_norm's total with the multi-tensor kernels: one norm per layout of sharded
+    global tensors (reduced over the ranks that split them), all other tensors together."""
+    layouts = {}
+    for t in tensors:
+        meta = t._global
+        key = (meta.placement, meta.sbp) if meta is not None and any(s.is_split or s.is_partial for s in meta.sbp) \
+            else None
+        layouts.setdefault(key, (meta, []))[1].append(t._data)
+    if list(layouts) == [None]:
+        return mt_norm.grad_norm(layouts[None][1], norm_type, acc)
+    mode = mt_norm.norm_mode(norm_type)
+    raws = []
+    for key, (meta, arrays) in layouts.items():
+        raw = mt_norm.grad_norm(arrays, norm_type, acc, root=False).reshape(1)
+        raws.append(raw if key is None else meta.reduce_over_splits(raw, "max" if mode == mt_norm.MAX_ABS else "sum"))
+    raws = xp.concatenate(raws)
+    raw = raws.max() if mode == mt_norm.MAX_ABS else raws.sum(dtype=acc)
+    return mt_norm.finish_norm(xp, raw, mode, norm_type)
+
+
 def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
     """Scale the gradients of `parameters` by min(1, max_norm / (total_norm + 1e-6)) in place
     (torch.nn.utils.clip_grads_with_norm_); `total_norm` is a 0-d tensor or a number."""
     grads = _grads(parameters)
     if not grads:
+        return
+    if _one_cuda_device(grads):
+        _fused_clip(grads, max_norm, total_norm)
         return
     total = total_norm._data if isinstance(total_norm, Tensor) else total_norm
     xp = xp_of(grads[0]._data)
@@ -98,6 +137,22 @@ def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
             a = g._data
             xp_of(a).multiply(a, to_device(coef, g._device), out=a, casting="unsafe")
             g._bump_version()
+
+
+def _fused_clip(grads, max_norm, total_norm):
+    """The clip of gradients on one CUDA device: one multi-tensor launch per gradient dtype,
+    reading the norm on the device (a number is copied there as float32)."""
+    dev = grads[0]._device
+    xp = xp_of(grads[0]._data)
+    if isinstance(total_norm, Tensor):
+        total = to_device(total_norm._data, dev)
+        if total.dtype not in (np.float32, np.float64):
+            total = total.astype(np.float32)
+    else:
+        total = xp.asarray(total_norm, dtype=np.float32)
+    mt_norm.scale_grads([g._data for g in grads], total.reshape(()), float(max_norm))
+    for g in grads:
+        g._bump_version()
 
 
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):

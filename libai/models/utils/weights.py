@@ -18,7 +18,7 @@ def as_numpy(v):
     """A tensor's (logical, for a global tensor: gathered, the same on every rank) value or an
     array-like as numpy."""
     if isinstance(v, flow.Tensor):
-        v = v.detach().numpy()
+        v = v.detach().cpu().numpy()
     return np.asarray(v)
 
 

@@ -1,0 +1,109 @@
+"""cupy.cuda in the double: devices, the current stream, the memory pool and the runtime queries."""
+import types
+
+from . import _double
+from ._double import Device, stats
+
+MemoryPointer = _double.MemoryPointer
+
+
+class Stream:
+    """A CUDA stream; the double runs everything in order, so streams only count synchronisations."""
+
+    null = None
+
+    def __init__(self, null=False, non_blocking=False, ptds=False, priority=None):
+        self.ptr = 0 if null else id(self)
+
+    def synchronize(self):
+        stats.sync("Stream.synchronize")
+
+    def use(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+Stream.null = Stream(null=True)
+
+
+def get_current_stream(device_id=None):
+    return Stream.null
+
+
+class MemoryPool:
+    """cupy.cuda.MemoryPool: the double allocates with numpy, so the pool reports what is alive."""
+
+    def used_bytes(self):
+        return 0
+
+    def total_bytes(self):
+        return 0
+
+    def free_bytes(self):
+        return 0
+
+    def free_all_blocks(self, stream=None):
+        pass
+
+    def set_limit(self, size=None, fraction=None):
+        pass
+
+    def get_limit(self):
+        return 0
+
+    def malloc(self, size):
+        raise NotImplementedError("the CuPy double allocates with numpy, not through a pool")
+
+    def n_free_blocks(self):
+        return 0
+
+
+class PinnedMemoryPool(MemoryPool):
+    pass
+
+
+default_pool = MemoryPool()
+pinned_pool = PinnedMemoryPool()
+_allocator = [default_pool.malloc]
+
+
+def set_allocator(allocator=None):
+    _allocator[0] = allocator or default_pool.malloc
+
+
+def get_allocator():
+    return _allocator[0]
+
+
+def is_available():
+    return _double.DEVICE_COUNT > 0
+
+
+def get_device_id():
+    return _double.current_device()
+
+
+runtime = types.ModuleType("cupy.cuda.runtime")
+runtime.getDeviceCount = lambda: _double.DEVICE_COUNT
+runtime.getDevice = _double.current_device
+runtime.setDevice = _double.set_current_device
+runtime.deviceSynchronize = lambda: stats.sync("deviceSynchronize")
+runtime.getDeviceProperties = lambda i: {
+    "name": b"CuPy double (numpy)", "major": 9, "minor": 0, "totalGlobalMem": 80 * 2**30,
+    "multiProcessorCount": 132, "warpSize": 32, "maxThreadsPerBlock": 1024, "sharedMemPerBlock": 49152}
+runtime.runtimeGetVersion = lambda: 12080
+runtime.driverGetVersion = lambda: 12080
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+runtime.CUDARuntimeError = CUDARuntimeError
+__all__ = ["Device", "Stream", "MemoryPool", "PinnedMemoryPool", "MemoryPointer", "get_current_stream",
+           "set_allocator", "get_allocator", "is_available", "get_device_id", "runtime"]

@@ -1,0 +1,198 @@
+"""Emulators of the loss and optimizer kernels: engine/kernels/cross_entropy.py, adamw.py and
+grad_norm.py. Each checks the launch as the kernel assumes it (1-D grid and block, the block a
+whole number of warps, one block per row where a kernel takes a row per block, scalar argument
+types, the multi-tensor table consistent with its sizes and pointing into live allocations) and
+then computes with the kernel's numpy reference on the memory the kernel would see."""
+import numpy as np
+
+from cupy_double import _double
+from cupy_double.kernel_emulators import emulates
+from engine.kernels import _multi_tensor as mt
+from engine.kernels._cuda import acc_dtype
+from engine.kernels import adamw as _adamw
+from engine.kernels import cross_entropy as _ce
+from engine.kernels import grad_norm as _gn
+
+
+_SUFFIX_DTYPES = {"float": np.float32, "double": np.float64, "half": np.float16}
+
+
+def _dtypes(name):
+    """The dtypes named by a kernel's suffixes: engine_x__float -> [float32]; __half_float -> [f16, f32]."""
+    return [np.dtype(_SUFFIX_DTYPES[s]) for s in name.split("__", 1)[1].split("_")]
+
+
+def _linear(name, grid, block, shared_mem=0):
+    """A 1-D launch of whole warps (the kernels index with blockIdx.x / threadIdx.x only and reduce
+    over warps)."""
+    if grid[1:] != (1, 1) or block[1:] != (1, 1):
+        raise ValueError(f"{name}: 1-D grid and block expected, got grid {grid} block {block}")
+    if block[0] % 32:
+        raise ValueError(f"{name}: block of {block[0]} threads is not a whole number of warps")
+    if shared_mem:
+        raise ValueError(f"{name}: takes no dynamic shared memory, got {shared_mem} bytes")
+
+
+def _scalar(name, value, dtype, what):
+    if not isinstance(value, np.generic) or value.dtype != np.dtype(dtype):
+        raise TypeError(f"{name}: {what} must be a {np.dtype(dtype)} scalar, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _array(name, value, dtype, size, what):
+    if not isinstance(value, np.ndarray) or value.dtype != np.dtype(dtype) or value.size < size:
+        got = f"{value.dtype} x {value.size}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise ValueError(f"{name}: {what} must hold {size} x {np.dtype(dtype)}, got {got}")
+    return value
+
+
+def _table_views(name, table, n, n_chunks, chunk, columns, dtypes):
+    """Views of the tensors a multi-tensor table points at: one list per column (None where the
+    pointer is 0), after checking the table against its sizes and the chunk arguments."""
+    _scalar(name, n, np.int32, "the number of tensors")
+    _scalar(name, n_chunks, np.int64, "the number of chunks")
+    _scalar(name, chunk, np.int32, "the chunk size")
+    if chunk != mt.CHUNK:
+        raise ValueError(f"{name}: chunk {chunk}, the tables are built with chunks of {mt.CHUNK}")
+    ptrs, sizes, starts = mt.read_table(table, int(n), columns)
+    if int(n_chunks) != int(starts[-1]):
+        raise ValueError(f"{name}: {n_chunks} chunks passed, the table has {starts[-1]}")
+    return [[None if ptr == 0 else _double.view(int(ptr), dtypes[c], int(size)) for ptr, size in zip(ptrs[c], sizes)]
+            for c in range(columns)]
+
+
+@emulates("engine_adamw")
+def adamw(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    dtype, = _dtypes(name)
+    table, n, n_chunks, chunk, *scalars, flags = args
+    acc = _adamw.compute_dtype(dtype)
+    for i, s in enumerate(scalars):
+        _scalar(name, s, acc, f"scalar argument {i + 4}")
+    _scalar(name, flags, np.int32, "flags")
+    w, g, m, v, vmax = _table_views(name, table, n, n_chunks, chunk, _adamw.COLUMNS, [dtype] * _adamw.COLUMNS)
+    amsgrad = bool(flags & _adamw.AMSGRAD)
+    if amsgrad and any(x is None for x in vmax):
+        raise ValueError(f"{name}: amsgrad without a max_exp_avg_sq pointer")
+    with np.errstate(all="ignore"):
+        for i in range(int(n)):
+            _adamw.adam_arrays(w[i], g[i], m[i], v[i], vmax[i] if amsgrad else None, tuple(scalars), flags)
+
+
+@emulates("engine_grad_norm_partial")
+def grad_norm_partial(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    dtype, acc = _dtypes(name)
+    table, n, n_chunks, chunk, partials, mode, p = args
+    _scalar(name, mode, np.int32, "mode")
+    _scalar(name, p, acc, "p")
+    _array(name, partials, acc, grid[0], "partials (one per block)")
+    flats, = _table_views(name, table, n, n_chunks, chunk, 1, [dtype])
+    partials[: grid[0]] = _gn.chunk_partials(flats, grid[0], int(mode), p, acc)
+
+
+@emulates("engine_grad_norm_finish")
+def grad_norm_finish(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    if grid[0] != 1:
+        raise ValueError(f"{name}: one block combines the partials, got a grid of {grid[0]}")
+    acc, = _dtypes(name)
+    partials, count, out, mode, p, root = args
+    for value, what in ((count, "count"), (mode, "mode"), (root, "root")):
+        _scalar(name, value, np.int32, what)
+    _scalar(name, p, acc, "p")
+    _array(name, partials, acc, int(count), "partials")
+    _array(name, out, acc, 1, "out")
+    with np.errstate(all="ignore"):
+        raw = np.asarray(_gn.combine(partials[: int(count)], int(mode), acc), dtype=acc)
+        out[0] = _gn.finish_norm(np, raw, int(mode), p) if root else raw
+
+
+@emulates("engine_grad_scale")
+def grad_scale(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    dtype, norm = _dtypes(name)
+    table, n, n_chunks, chunk, total, max_norm = args
+    _array(name, total, norm, 1, "total")
+    _scalar(name, max_norm, norm, "max_norm")
+    flats, = _table_views(name, table, n, n_chunks, chunk, 1, [dtype])
+    _gn.scale_grads_numpy(flats, total[:1].reshape(()), max_norm)
+
+
+def _rows(name, grid, block, shared_mem, rows):
+    """A one-block-per-row launch: at least `rows` blocks (blocks past the last row return)."""
+    _linear(name, grid, block, shared_mem)
+    if grid[0] < rows:
+        raise ValueError(f"{name}: one block per row, {rows} rows, got a grid of {grid[0]}")
+
+
+def _shape_args(name, rows, cols):
+    _scalar(name, rows, np.int32, "rows")
+    _scalar(name, cols, np.int32, "cols")
+    return int(rows), int(cols)
+
+
+@emulates("engine_ce_fwd")
+def ce_fwd(name, grid, block, args, shared_mem):
+    dtype, = _dtypes(name)
+    acc = acc_dtype(dtype)
+    x, target, loss, dunit, rows, cols, ignore_index, smoothing = args
+    m, c = _shape_args(name, rows, cols)
+    _rows(name, grid, block, shared_mem, m)
+    _scalar(name, ignore_index, np.int64, "ignore_index")
+    _scalar(name, smoothing, np.float64, "smoothing")
+    x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
+    target = _array(name, target, np.int64, m, "target")[:m]
+    loss_, dunit_ = _ce.cross_entropy_fwd_numpy(x, target, int(ignore_index), float(smoothing))
+    _array(name, loss, acc, m, "loss")[:m] = loss_
+    _array(name, dunit, acc, m * c, "dunit")[: m * c] = dunit_.reshape(-1)
+
+
+@emulates("engine_ce_vocab_stats")
+def ce_vocab_stats(name, grid, block, args, shared_mem):
+    dtype, = _dtypes(name)
+    acc = acc_dtype(dtype)
+    x, row_max, target, stats, rows, cols, start = args
+    m, c = _shape_args(name, rows, cols)
+    _rows(name, grid, block, shared_mem, m)
+    _scalar(name, start, np.int64, "start")
+    x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
+    out = _ce.vocab_stats_numpy(x, _array(name, row_max, acc, m, "row_max")[:m],
+                                _array(name, target, np.int64, m, "target")[:m], int(start))
+    _array(name, stats, acc, 3 * m, "stats")[: 3 * m] = out.reshape(-1)
+
+
+@emulates("engine_ce_vocab_loss")
+def ce_vocab_loss(name, grid, block, args, shared_mem):
+    dtype, = _dtypes(name)
+    acc = acc_dtype(dtype)
+    x, row_max, stats, target, loss, dunit, rows, cols, start, classes, ignore_index, smoothing = args
+    m, c = _shape_args(name, rows, cols)
+    _rows(name, grid, block, shared_mem, m)
+    for value, what in ((start, "start"), (classes, "classes"), (ignore_index, "ignore_index")):
+        _scalar(name, value, np.int64, what)
+    _scalar(name, smoothing, np.float64, "smoothing")
+    x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
+    loss_, dunit_ = _ce.vocab_loss_numpy(x, _array(name, row_max, acc, m, "row_max")[:m],
+                                         _array(name, stats, acc, 3 * m, "stats")[: 3 * m].reshape(m, 3),
+                                         _array(name, target, np.int64, m, "target")[:m], int(start), int(classes),
+                                         int(ignore_index), float(smoothing))
+    _array(name, loss, acc, m, "loss")[:m] = loss_
+    _array(name, dunit, acc, m * c, "dunit")[: m * c] = dunit_.reshape(-1)
+
+
+@emulates("engine_ce_bwd")
+def ce_bwd(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)  # grid-stride: any grid covers the elements
+    dtype, = _dtypes(name)
+    acc = acc_dtype(dtype)
+    dunit, scale, dx, n, cols, stride = args
+    _scalar(name, n, np.int64, "n")
+    _scalar(name, cols, np.int32, "cols")
+    _scalar(name, stride, np.int32, "scale_stride")
+    n, c = int(n), int(cols)
+    rows = -(-n // c)
+    scale = _array(name, scale, acc, (rows - 1) * int(stride) + 1 if rows else 0, "scale")
+    scale = scale[: rows * int(stride): int(stride)] if stride else scale[:1]
+    dunit = _array(name, dunit, acc, n, "dunit")[:n].reshape(rows, c) if n else np.zeros((0, c), acc)
+    _array(name, dx, dtype, n, "dx")[:n] = _ce.cross_entropy_bwd_numpy(dunit, scale, dtype).reshape(-1)

@@ -1,0 +1,90 @@
+"""The strict CuPy double enforces what a GPU would: each rule below must hold, or the CPU-side
+CI of the CUDA path would let through code that fails on a real GPU."""
+import numpy as np
+import pytest
+
+
+def test_no_implicit_conversion_to_host(cuda_double):
+    a = cuda_double.arange(4, dtype=np.float32)
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array is not allowed"):
+        np.asarray(a)
+    assert a.get().tolist() == [0, 1, 2, 3]
+
+
+def test_host_arrays_are_refused_as_operands(cuda_double):
+    a = cuda_double.ones(3, dtype=np.float32)
+    for host in (np.ones(3, np.float32), np.asarray(2.0, np.float32)):
+        with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+            a * host
+        with pytest.raises(TypeError, match="Unsupported type"):
+            cuda_double.maximum(host, a)
+    assert (a * np.float32(2)).get().tolist() == [2, 2, 2]  # numpy scalars are fine
+    assert (2 * a).dtype == np.float32
+
+
+def test_numpy_functions_dispatch_to_the_device(cuda_double):
+    a = cuda_double.arange(3, dtype=np.float32)
+    assert isinstance(np.exp(a), cuda_double.ndarray)
+    assert isinstance(np.concatenate([a, a]), cuda_double.ndarray)
+
+
+def test_missing_dtypes_and_names_are_refused(cuda_double):
+    import ml_dtypes
+    with pytest.raises(TypeError, match="Unsupported dtype bfloat16"):
+        cuda_double.zeros(2, dtype=ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match="Unsupported dtype"):
+        cuda_double.ones(2).astype(ml_dtypes.bfloat16)
+    with pytest.raises(AttributeError):
+        cuda_double.random.Generator(cuda_double.random.XORWOW(0)).permutation(3)
+
+
+def test_launches_and_syncs_are_counted(cuda_double):
+    stats = cuda_double._double.stats
+    a = cuda_double.ones((4, 4), dtype=np.float32)
+    stats.reset()
+    b, t = a.reshape(16)[:8], a.T    # views: no launch
+    assert stats.launches == 0
+    t.reshape(16)                     # a transposed copy: one launch
+    assert stats.launches == 1
+    c = (a + 1).sum()                 # two kernels
+    assert stats.launches == 3
+    assert stats.syncs == 0
+    float(c), bool(c > 0), c.item()   # three reads back (plus the comparison's launch)
+    assert stats.syncs == 3
+    b.get()
+    assert stats.syncs == 4
+
+
+def test_operands_on_another_device_are_refused(cuda_double, monkeypatch):
+    monkeypatch.setattr(cuda_double._double, "DEVICE_COUNT", 2)
+    a = cuda_double.ones(2)
+    with cuda_double.cuda.Device(1):
+        b = cuda_double.ones(2)
+        with pytest.raises(ValueError, match="different from the current device"):
+            a + b
+    assert b.device.id == 1 and a.device.id == 0
+
+
+def test_raw_kernel_arguments_are_checked(cuda_double):
+    k = cuda_double.RawKernel('extern "C" __global__ void engine_philox_bits(unsigned* o) {}', "engine_philox_bits")
+    out = cuda_double.empty(8, dtype=np.uint32)
+    with pytest.raises(TypeError, match="Python int"):
+        k((1,), (32,), (out, 8, np.uint64(0), np.uint64(0)))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        k((1,), (32,), (cuda_double.empty((4, 4), dtype=np.uint32).T, np.uint64(8), np.uint64(0), np.uint64(0)))
+    with pytest.raises(TypeError, match="numpy array"):
+        k((1,), (32,), (np.empty(8, np.uint32), np.uint64(8), np.uint64(0), np.uint64(0)))
+    with pytest.raises(ValueError, match="1024 threads"):
+        k((1,), (2048,), (out, np.uint64(8), np.uint64(0), np.uint64(0)))
+    k((1,), (32,), (out, np.uint64(8), np.uint64(0), np.uint64(0)))
+    assert out.get().any()
+
+
+def test_device_addresses_resolve_to_the_memory(cuda_double):
+    a = cuda_double.arange(10, dtype=np.float32)
+    v = cuda_double._double.view(a[3:].data.ptr, np.float32, 4)
+    assert v.tolist() == [3, 4, 5, 6]
+    v[0] = 30
+    assert float(a[3]) == 30
+    with pytest.raises(ValueError, match="runs past"):
+        cuda_double._double.view(a.data.ptr, np.float32, 11)
