@@ -2,7 +2,8 @@
 
 NVRTC and the CUDA runtime headers come from pip (nvidia-cuda-nvrtc-cu12,
 nvidia-cuda-runtime-cu12, in the test extra); CuPy's own compile call needs a device to pick the
-architecture, so this drives `cupy.cuda.nvrtc` directly with the engine's options for sm_80.
+architecture, so this drives `cupy.cuda.nvrtc` directly with the engine's options and CuPy's
+`-ftz=true`, down to sm_80 machine code (so the assembler checks inline PTX and register use).
 """
 import pytest
 
@@ -27,13 +28,12 @@ def nvrtc_compiler():
     def compile_(source, entries=()):
         prog = nvrtc.createProgram(source, "kernel.cu", [], [])
         try:
-            nvrtc.compileProgram(prog, list(_cuda._OPTIONS) + ["-arch=compute_80", f"-I{include}"])
+            nvrtc.compileProgram(prog, list(_cuda._OPTIONS) + ["-arch=sm_80", "-ftz=true", f"-I{include}"])
         except Exception:
             pytest.fail(f"{entries[0] if entries else 'kernel'}: {nvrtc.getProgramLog(prog)}")
-        ptx = nvrtc.getPTX(prog)
-        ptx = ptx.decode() if isinstance(ptx, bytes) else ptx
+        cubin = nvrtc.getCUBIN(prog)
         for name in entries:
-            assert f".entry {name}(" in ptx, f"{name} is not an entry point of the compiled source"
+            assert name.encode() in cubin, f"{name} is not an entry point of the compiled source"
         return nvrtc.getProgramLog(prog)
 
     return compile_

@@ -4,7 +4,8 @@
   within a budget of kernel launches and makes no host synchronisation (the logged loss is read
   outside the step).
 * tools/train_net.py with train.input_placement_device=cuda, in a process where `import cupy` is
-  the double: the same losses as on the CPU (dropout off; weights are drawn on the CPU generator).
+  the double: the same losses as on the CPU for every recipe, and for GPT-2 in float16 with loss
+  scaling (dropout off; weights are drawn on the CPU generator).
 """
 import os
 import sys
@@ -93,12 +94,13 @@ def _recipe(name):
     import vision_helpers
     from gpt2_helpers import CONFIG
     return {"gpt2": (CONFIG, TINY),
+            "gpt2-fp16": (CONFIG, TINY + ["train.amp.enabled=True", "train.amp.dtype=float16"]),
             "bert": (bert_helpers.CONFIG, bert_helpers.TINY),
             "vit": (vision_helpers.VIT_CONFIG, vision_helpers.VIT_TINY),
             "swin": (vision_helpers.SWIN_CONFIG, vision_helpers.SWIN_NO_DROP)}[name]
 
 
-@pytest.mark.parametrize("recipe", ["gpt2", "bert", "vit", "swin"])
+@pytest.mark.parametrize("recipe", ["gpt2", "gpt2-fp16", "bert", "vit", "swin"])
 def test_train_net_on_cuda_through_the_double_matches_cpu(tmp_path, monkeypatch, recipe):
     config, tiny = _recipe(recipe)
     common = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False",

@@ -474,3 +474,29 @@ def test_cuda_sources_compile_with_nvrtc():
     for acc in (np.float32, np.float64):
         src, name = kgn.finish_kernel(acc)
         compile_(src, [name])
+
+
+def test_clip_of_strided_gradients_matches_the_cpu(cuda_double):
+    """A gradient that is a slice of a larger buffer is not `size` consecutive elements: the
+    fused norm reads a dense copy and the clip scales it through its strides (found in review:
+    the multi-tensor table walked the buffer instead)."""
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((3, 8)).astype(np.float32)
+    dense = rng.standard_normal(5).astype(np.float32)
+    norms, grads = [], []
+    for device in ("cpu", "cuda"):
+        p, q = flow.zeros(3, 4, device=device, requires_grad=True), flow.zeros(5, device=device, requires_grad=True)
+        buf = flow.tensor(big, device=device)
+        p.grad, q.grad = buf[:, ::2], flow.tensor(dense, device=device)
+        norms.append(float(flow.nn.utils.clip_grad_norm_([p, q], 1.0)))
+        grads.append((p.grad.cpu().numpy(), buf.cpu().numpy()))
+    assert abs(norms[0] - norms[1]) <= 1e-6 * norms[0]
+    np.testing.assert_allclose(grads[1][0], grads[0][0], rtol=1e-6)
+    np.testing.assert_array_equal(grads[1][1][:, 1::2], big[:, 1::2])  # the gaps are untouched
+
+
+def test_the_pointer_table_refuses_strided_arrays(cuda_double):
+    from engine.kernels import _multi_tensor as mt
+    a = cuda_double.zeros((4, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="C- or F-contiguous"):
+        mt.table([[a[:, ::2]]], [8])

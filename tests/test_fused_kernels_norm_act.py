@@ -659,3 +659,21 @@ def test_elementwise_kernel_operations_compile_with_nvrtc():
     for spec in specs:
         for c_type in ("__half", "float", "double"):
             compile_(_elementwise_as_raw(spec, gelu.PREAMBLE, c_type))
+
+
+def test_layer_norm_with_a_bias_of_another_dtype_on_cuda(cuda_double):
+    """float64 input and weight with a float32 bias: the forward runs the float32 kernel, and the
+    backward must too (found in review: it launched the double kernel on float32 statistics)."""
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((5, 7)), rng.standard_normal(7)
+    b = rng.standard_normal(7).astype(np.float32)
+    outs = []
+    for device in ("cpu", "cuda"):
+        xt = flow.tensor(x, device=device, requires_grad=True)
+        wt = flow.tensor(w, device=device, requires_grad=True)
+        bt = flow.tensor(b, device=device, requires_grad=True)
+        y = flow.nn.functional.layer_norm(xt, (7,), wt, bt)
+        y.backward(flow.ones_like(y))
+        outs.append([t.detach().cpu().numpy() for t in (y, xt.grad, wt.grad, bt.grad)])
+    for got, want in zip(outs[1], outs[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

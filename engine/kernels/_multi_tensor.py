@@ -85,7 +85,13 @@ def chunks_of(sizes):
 def table(columns, sizes):
     """(device int64 table, number of chunks) for `columns` (k lists of n device arrays, None
     for an absent array: pointer 0) holding tensors of `sizes` elements; cached under the
-    pointers and sizes."""
+    pointers and sizes. Each array must be dense (C or F order): the kernels walk `size`
+    consecutive elements from its pointer."""
+    for col in columns:
+        for a in col:
+            if a is not None and not (a.flags.c_contiguous or a.flags.f_contiguous):
+                raise ValueError("multi-tensor table: arrays must be C- or F-contiguous, got strides "
+                                 f"{a.strides} for shape {a.shape}")
     ptrs = tuple(0 if a is None else a.data.ptr for col in columns for a in col)
     key = (len(columns), ptrs, tuple(sizes))
     hit = _tables.get(key)

@@ -189,6 +189,9 @@ def forward_cuda(x2, w, b, eps):
 def backward_cuda(g2, x2, mean, rstd, w, has_b):
     """backward_reference's results, two launches (one without weight and bias)."""
     _check(x2, w, None, g2)
+    if mean.dtype != acc_dtype(x2.dtype) or rstd.dtype != mean.dtype:  # the kernel reads them as acc_t*
+        raise TypeError(f"layer_norm kernels: mean and rstd must be {acc_dtype(x2.dtype)} for a {x2.dtype} "
+                        f"input, got {mean.dtype} and {rstd.dtype}")
     cp = backend.cupy()
     m, d = x2.shape
     g2, x2, mean, rstd = (cp.ascontiguousarray(a) for a in (g2, x2, mean, rstd))

@@ -20,6 +20,7 @@ from ._core import (NoDoubleBackward, broadcast_shapes, cast, check_float, promo
 from ._kernels import blocked, empty as _empty, row_dot, work_array
 from .op import Op
 from ..kernels import layer_norm as layer_norm_kernels
+from ..kernels._cuda import acc_dtype
 
 __all__ = ["layer_norm", "batch_norm", "instance_norm", "group_norm", "rms_norm", "normalize",
            "cosine_similarity"]
@@ -232,6 +233,8 @@ def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
     d = int(np.prod(wshape))
     m = x.size // d
     dt = _kernel_dtype(x, w)
+    if acc_dtype(dt) != mean.dtype:  # the forward ran in float32 (a bias of another dtype): so does this
+        dt = np.dtype(mean.dtype)
     dx, dw, db = layer_norm_kernels.layer_norm_backward(
         g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False), mean.reshape(m),
         rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)
