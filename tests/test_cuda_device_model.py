@@ -132,12 +132,14 @@ def test_libai_layers_never_move_to_a_visible_gpu_by_themselves(cuda_double):
 
 
 def test_cuda_layers_without_a_gpu_is_an_error_at_setup(tmp_path):
-    """train.dist.device_type=cuda on a machine without CUDA stops at setup, naming the key."""
+    """train.dist.device_type=cuda on a machine without CUDA stops at setup, naming the key (any
+    GPU of this machine hidden from the run)."""
     import subprocess
     import sys
     from gpt2.gpt2_helpers import CONFIG, TRAIN_NET, env
     proc = subprocess.run([sys.executable, TRAIN_NET, "--config-file", CONFIG, f"train.output_dir={tmp_path}",
-                           "train.dist.device_type=cuda", "train.train_iter=1"], env=env(), capture_output=True,
+                           "train.dist.device_type=cuda", "train.train_iter=1"],
+                          env=dict(env(), CUDA_VISIBLE_DEVICES=""), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode != 0 and "train.dist.device_type='cuda' but CUDA is not available" in proc.stderr
 

@@ -9,6 +9,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICE_AWARE = ["ops/test_parity.py", "test_optim.py", "test_clip_grad.py", "test_nn_ops_errors.py",
+                "test_fused_kernels_gpu.py",
                 "test_indexing_errors.py"]
 
 

@@ -500,3 +500,27 @@ def test_the_pointer_table_refuses_strided_arrays(cuda_double):
     a = cuda_double.zeros((4, 4), dtype=np.float32)
     with pytest.raises(ValueError, match="C- or F-contiguous"):
         mt.table([[a[:, ::2]]], [8])
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+def test_grad_scaler_on_cuda_finds_inf_and_nan_in_one_read(cuda_double, bad):
+    """GradScaler.unscale_ on CUDA gradients: unscaled in place, inf/nan found by one multi-tensor
+    max (a NaN kept) read back once; float16, float32 and float64 gradients together."""
+    stats = cuda_double._double.stats
+    rng = _rng(19)
+    dtypes = [np.float32, np.float16, np.float64, np.float32]
+    params = [flow.zeros(s, device="cuda", dtype=getattr(flow, np.dtype(dt).name), requires_grad=True)
+              for s, dt in zip([(3, 4), (5,), (2, 2), (7,)], dtypes)]
+    grads = [(rng.standard_normal(p.shape) * 8).astype(dt) for p, dt in zip(params, dtypes)]
+    if bad is not None:
+        grads[1][2] = bad  # in the float16 gradient
+    for p, g in zip(params, grads):
+        p.grad = flow.tensor(g, device="cuda")
+    opt = optim.SGD(params, lr=0.1)
+    scaler = flow.amp.GradScaler("cuda", init_scale=4.0)
+    stats.reset()
+    scaler.unscale_(opt)
+    assert stats.syncs == 1
+    assert scaler.found_inf(opt) == (bad is not None)
+    for p, g in zip(params, grads):
+        np.testing.assert_array_equal(p.grad.cpu().numpy(), g / g.dtype.type(4))

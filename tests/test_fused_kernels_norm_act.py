@@ -677,3 +677,45 @@ def test_layer_norm_with_a_bias_of_another_dtype_on_cuda(cuda_double):
         outs.append([t.detach().cpu().numpy() for t in (y, xt.grad, wt.grad, bt.grad)])
     for got, want in zip(outs[1], outs[0]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_kernels_write_in_place(cuda_double):
+    """out= the input: the attention core's scores become probabilities (and the probabilities'
+    gradient the scores' gradient) in the same buffer, without a copy."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 5, 9)).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    mask = rng.random((2, 1, 1, 9)) < 0.3
+    want = softmax.forward_reference(x, mask, 0.7, -10000.0, False)
+    xd = cuda_double.asarray(x)
+    assert softmax.softmax_forward(xd, cuda_double.asarray(mask), 0.7, out=xd) is xd
+    np.testing.assert_array_equal(xd.get(), want)
+    gd = cuda_double.asarray(g)
+    assert softmax.softmax_backward(gd, xd, cuda_double.asarray(mask), 0.7, out=gd) is gd
+    np.testing.assert_array_equal(gd.get(), softmax.backward_reference(g, want, mask, 0.7))
+    strided = cuda_double.empty((2, 3, 5, 18), np.float32)[..., ::2]  # not writable by the kernel: copied into
+    softmax.softmax_forward(cuda_double.asarray(x), None, 0.7, out=strided)
+    np.testing.assert_array_equal(strided.get(), softmax.forward_reference(x, None, 0.7))
+
+
+def test_float16_attention_on_cuda_keeps_float16_probabilities(cuda_double):
+    """Under autocast on CUDA the attention core computes in float16 (tensor-core products,
+    float32 accumulation in the softmax) and stores float16 probabilities, as PyTorch's autocast
+    does; the CPU computes in float32. Both agree to float16 rounding, forward and backward."""
+    from engine.ops.attention import PackedQKVAttention
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7, 3 * 2 * 8)).astype(np.float16)
+    g = rng.standard_normal((2, 7, 2 * 8)).astype(np.float16)
+    mask = np.triu(np.ones((7, 7), bool), 1)[None, None]
+    outs = []
+    for device in ("cpu", "cuda"):
+        qkv = flow.tensor(x, device=device, requires_grad=True)
+        m = flow.tensor(mask, device=device)
+        out, probs, _ = PackedQKVAttention.apply(qkv, m, None, heads=2, scale=0.35, fill=-10000.0, dropout_p=0.0,
+                                                 generator=flow.default_generator)
+        assert out.dtype == flow.float16
+        assert probs.dtype == (flow.float16 if device == "cuda" else flow.float32)
+        out.backward(flow.tensor(g, device=device))
+        outs.append((out.detach().cpu().numpy().astype(np.float64), qkv.grad.cpu().numpy().astype(np.float64)))
+    for got, want in zip(outs[1], outs[0]):
+        np.testing.assert_allclose(got, want, atol=4e-3, rtol=4e-3)

@@ -86,6 +86,18 @@ def set_found_inf_reducer(fn):
     _found_inf_reducer = fn
 
 
+def _all_finite_on_device(arrays):
+    """Whether every element of the CUDA `arrays` is finite: their largest magnitude (a NaN kept),
+    by the multi-tensor norm kernels in two launches per dtype, read back once."""
+    from ..kernels import grad_norm as kgn
+
+    floats = [a for a in arrays if a.dtype.kind == "f" and a.size]
+    acc = np.float64 if any(a.dtype == np.float64 for a in floats) else np.float32
+    xp = xp_of(arrays[0])
+    finite = bool(xp.isfinite(kgn.grad_norm(floats, float("inf"), acc))) if floats else True
+    return finite
+
+
 class GradScaler:
     """Dynamic loss scaling for float16 training (torch.amp.GradScaler's algorithm).
 
@@ -143,7 +155,7 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update()")
         inv = 1.0 / self._scale
         found = 0.0
-        device_sums = []  # GPU gradients: their sums stay on the device and are read once
+        on_device = []  # GPU gradients: checked together by one multi-tensor max, read once
         for group in optimizer.param_groups:
             for p in group["params"]:
                 g = p.grad
@@ -153,13 +165,11 @@ class GradScaler:
                 a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
                 g._bump_version()
                 if not isinstance(a, np.ndarray):
-                    device_sums.append(a.sum(dtype=np.float64).reshape(1))
+                    on_device.append(a)
                 elif not found and not bool(np.isfinite(_host_sum(a))):
                     found = 1.0
-        if device_sums and not found:
-            xp = xp_of(device_sums[0])
-            with np.errstate(invalid="ignore", over="ignore"):
-                found = 0.0 if bool(xp.isfinite(xp.concatenate(device_sums).sum())) else 1.0  # one host read
+        if on_device and not found:
+            found = 0.0 if _all_finite_on_device(on_device) else 1.0  # one host read
         if _found_inf_reducer is not None:
             found = _found_inf_reducer(found)
         self._unscaled[id(optimizer)] = found

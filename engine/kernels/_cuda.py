@@ -2,33 +2,37 @@
 explicit scalar types raw kernels need.
 
 CuPy compiles a RawKernel on its first launch on each device and caches the binary on disk; the
-engine keeps the kernel objects so that a source is hashed once per process, not per call.
+engine keeps the kernel objects so that a source is hashed once per process, not per call. The
+cache is keyed by the CuPy module too: a test may swap the backend (real CuPy, the CuPy double)
+inside one process, and a kernel object only launches on its own module's arrays.
 """
 import numpy as np
 
 from .. import backend
 
 THREADS = 256  # threads per block of the row-wise and grid-stride kernels
-_OPTIONS = ("--std=c++14",)
+_OPTIONS = ("--std=c++17",)  # C++14 is deprecated from CUDA 12.x
 _raw = {}
 _elementwise = {}
 
 
 def raw_kernel(source, name):
     """The compiled `name` (an `extern "C" __global__` function) of CUDA `source`."""
-    key = (name, source)
+    cp = backend.cupy()
+    key = (id(cp), name, source)
     kernel = _raw.get(key)
     if kernel is None:
-        kernel = _raw[key] = backend.cupy().RawKernel(source, name, options=_OPTIONS)
+        kernel = _raw[key] = cp.RawKernel(source, name, options=_OPTIONS)
     return kernel
 
 
 def elementwise_kernel(in_params, out_params, operation, name, preamble=""):
     """A CuPy ElementwiseKernel (CuPy broadcasts and picks the types; one launch per call)."""
-    key = (name, in_params, out_params, operation, preamble)
+    cp = backend.cupy()
+    key = (id(cp), name, in_params, out_params, operation, preamble)
     kernel = _elementwise.get(key)
     if kernel is None:
-        kernel = _elementwise[key] = backend.cupy().ElementwiseKernel(
+        kernel = _elementwise[key] = cp.ElementwiseKernel(
             in_params, out_params, operation, name, preamble=preamble)
     return kernel
 

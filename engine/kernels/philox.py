@@ -128,6 +128,9 @@ def _u53(a, b):
         * (1.0 / 9007199254740992.0)
 
 
+_PI_LONG = 4 * np.arctan(np.longdouble(1))
+
+
 def reference(kind, n, seed, offset):
     """`n` values of `kind` from (seed, offset), as the CUDA kernel computes them."""
     w = philox_words(seed, offset + np.arange(groups(kind, n), dtype=np.uint64))
@@ -146,7 +149,11 @@ def reference(kind, n, seed, offset):
     else:  # normal_double
         u1, u2 = 1.0 - _u53(w[0], w[1]), _u53(w[2], w[3])
         r = np.sqrt(-2.0 * np.log(u1))
-        out = np.stack([r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)]).T.reshape(-1)
+        # sincospi(2 u2): pi * turn in extended precision, not a double 2 pi times u2 (whose
+        # rounding alone moved the results by several ulp from the GPU's)
+        angle = _PI_LONG * (2.0 * u2).astype(np.longdouble)
+        out = np.stack([r * np.cos(angle).astype(np.float64), r * np.sin(angle).astype(np.float64)])
+        out = out.T.reshape(-1)
     return out[:n]
 
 

@@ -183,52 +183,70 @@ def _layout(xp, shape, mask, causal):
     return mask, kind, (i32(q), i32(l1), i32(l2), i64(t0), i64(t1), i64(t2), i64(tl))
 
 
-def forward_cuda(x, mask=None, scale=1.0, fill=-10000.0, causal=False):
-    """forward_reference's result, one launch."""
+def _out(xp, out, like):
+    """`out` when the kernel can write it directly (C-contiguous, like's shape and dtype; it may
+    be the input itself: each thread reads its elements before it writes them), else a new array."""
+    if out is not None and out.shape == like.shape and out.dtype == like.dtype and out.flags.c_contiguous:
+        return out
+    return xp.empty(like.shape, like.dtype)
+
+
+def _into(out, result):
+    """`result`, copied into `out` first when `out` is given and is not already it."""
+    if out is None or out is result:
+        return result
+    out[...] = result
+    return out
+
+
+def forward_cuda(x, mask=None, scale=1.0, fill=-10000.0, causal=False, out=None):
+    """forward_reference's result, one launch (into `out` when given; `out` may be `x`)."""
     cp = backend.cupy()
     d = x.shape[-1]
     m = x.size // d
     x = cp.ascontiguousarray(x)
-    y = cp.empty(x.shape, x.dtype)
+    y = _out(cp, out, x)
     if mask is not None and mask.dtype != np.bool_:
         mask = mask.astype(acc_dtype(x.dtype), copy=False)
     mask, kind, (q, *layout) = _layout(cp, x.shape, mask, causal)
     kernel = raw_kernel(SOURCE, kernel_name("engine_softmax_fwd", x.dtype))
     kernel((m,), (row_threads(d),), (x, mask if kind == MASK_BOOL else x, mask if kind == MASK_ADD else x, y,
                                      i32(m), i32(d), q, f64(scale), f64(fill), i32(kind), i32(causal), *layout))
-    return y
+    return _into(out, y)
 
 
-def backward_cuda(g, y, mask=None, scale=1.0, causal=False):
-    """backward_reference's result, one launch."""
+def backward_cuda(g, y, mask=None, scale=1.0, causal=False, out=None):
+    """backward_reference's result, one launch (into `out` when given; `out` may be `g`)."""
     cp = backend.cupy()
     if g.dtype != y.dtype:  # both in the wider dtype, the result in y's
         work = np.promote_types(g.dtype, y.dtype)
-        return backward_cuda(g.astype(work), y.astype(work), mask, scale, causal).astype(y.dtype)
+        return _into(out, backward_cuda(g.astype(work), y.astype(work), mask, scale, causal).astype(y.dtype))
     d = y.shape[-1]
     m = y.size // d
     g, y = cp.ascontiguousarray(g), cp.ascontiguousarray(y)
-    dx = cp.empty(y.shape, y.dtype)
+    dx = _out(cp, out, y)
     if mask is not None and mask.dtype != np.bool_:
         mask = None  # an additive mask leaves every score a function of x
     mask, kind, (q, *layout) = _layout(cp, y.shape, mask, causal)
     kernel = raw_kernel(SOURCE, kernel_name("engine_softmax_bwd", y.dtype))
     kernel((m,), (row_threads(d),), (g, y, y if mask is None else mask, dx, i32(m), i32(d), q, f64(scale),
                                      i32(kind == MASK_BOOL), i32(causal), *layout))
-    return dx
+    return _into(out, dx)
 
 
 # ------------------------------------------------------------------ dispatch
-def softmax_forward(x, mask=None, scale=1.0, fill=-10000.0, causal=False):
-    """softmax over the last dim of the scaled, masked scores x (non-empty; see the module doc).
-    The CUDA kernel for CuPy arrays, the reference otherwise."""
+def softmax_forward(x, mask=None, scale=1.0, fill=-10000.0, causal=False, out=None):
+    """softmax over the last dim of the scaled, masked scores x (non-empty; see the module doc),
+    written into `out` when given (which may be x). The CUDA kernel for CuPy arrays, the
+    reference otherwise."""
     if isinstance(x, np.ndarray):
-        return forward_reference(x, mask, scale, fill, causal)
-    return forward_cuda(x, mask, scale, fill, causal)
+        return _into(out, forward_reference(x, mask, scale, fill, causal))
+    return forward_cuda(x, mask, scale, fill, causal, out)
 
 
-def softmax_backward(g, y, mask=None, scale=1.0, causal=False):
-    """The gradient of softmax_forward's input from its output y and output gradient g."""
+def softmax_backward(g, y, mask=None, scale=1.0, causal=False, out=None):
+    """The gradient of softmax_forward's input from its output y and output gradient g, written
+    into `out` when given (which may be g)."""
     if isinstance(y, np.ndarray):
-        return backward_reference(g, y, mask, scale, causal)
-    return backward_cuda(g, y, mask, scale, causal)
+        return _into(out, backward_reference(g, y, mask, scale, causal))
+    return backward_cuda(g, y, mask, scale, causal, out)

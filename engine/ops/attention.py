@@ -101,6 +101,14 @@ ROW_BLOCK_ELEMENTS = 1 << 19
 SPLIT_MIN_ELEMENTS = 1 << 17
 
 
+def _half_on_gpu(xp, qkv, bias):
+    """Whether float16 attention computes in float16 itself: on CUDA without a bias, where the
+    products run on the tensor cores (float32 accumulation) and the fused softmax accumulates in
+    float32, keeping float16 probabilities as PyTorch's autocast does (its softmax output is cast
+    back to float16 for the product with V). On the CPU, and with a bias, it runs in float32."""
+    return xp is not np and bias is None and qkv.dtype == np.float16
+
+
 def _for_row_blocks(xp, n, fn, work, row_elements):
     """[fn(i0, i1) for each block of outer rows] (see ROW_BLOCK_ELEMENTS) spread over the
     engine's threads on the CPU; on the GPU all rows in one call."""
@@ -150,11 +158,12 @@ class PackedQKVAttention(Op):
     @staticmethod
     def forward(ctx, qkv, mask, bias, heads, scale, fill, dropout_p, generator):
         low = low_precision(qkv)
-        if low is not None:  # float16/bfloat16 (autocast): computed in float32, the output cast back
+        xp = xp_of(qkv)
+        if low is not None and not _half_on_gpu(xp, qkv, bias):
+            # float16/bfloat16 (autocast) on the CPU: computed in float32, the output cast back
             out, probs, drop = PackedQKVAttention.forward(ctx, qkv.astype(np.float32), mask, as_float32(bias), heads,
                                                           scale, fill, dropout_p, generator)
             return out.astype(low), probs, drop
-        xp = xp_of(qkv)
         lay = _Layout(qkv, heads, mask, bias)
         s, d, b = lay.s, lay.d, lay.rows
         dt = qkv.dtype
@@ -183,7 +192,7 @@ class PackedQKVAttention(Op):
             p5 = lay.scores(p, i0, i1)
             if xp is not np and lay.bias is None:  # CUDA: scale, mask and softmax in one kernel
                 m = None if mask is None else xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), p5.shape)
-                p5[...] = fused_softmax.softmax_forward(p5, m, scale, fill)
+                fused_softmax.softmax_forward(p5, m, scale, fill, out=p5)
                 pd = p * lay.block(drop, i0, i1) if drop is not None else p
                 _bmm_into(pd, _heads(blk, d, 2), lay.block(out, i0, i1).transpose(0, 2, 1, 3))
                 return
@@ -222,12 +231,14 @@ class PackedQKVAttentionGrad(NoDoubleBackward, Op):
     @staticmethod
     def forward(ctx, g, qkv, probs, drop, layout, scale, zero_mask, bias_shape):
         low = low_precision(qkv)
-        if low is not None:  # the forward ran in float32 (probs are float32); dqkv in qkv's dtype
+        if low is not None and probs.dtype != qkv.dtype:
+            # the forward ran in float32 (probs are float32); dqkv in qkv's dtype
             dqkv, dbias = PackedQKVAttentionGrad.forward(ctx, g.astype(np.float32), qkv.astype(np.float32), probs,
                                                          drop, layout, scale, zero_mask, bias_shape)
             return dqkv.astype(low), dbias
         ctx.op_name = "packed_qkv_attention"
         xp = xp_of(qkv)
+        g = g.astype(qkv.dtype, copy=False)
         lay = layout
         s, d, heads, b = lay.s, lay.d, lay.heads, lay.rows
         dt = qkv.dtype
@@ -256,7 +267,7 @@ class PackedQKVAttentionGrad(NoDoubleBackward, Op):
             dp5, p5 = lay.scores(dp, i0, i1), lay.scores(p, i0, i1)
             zm = xp.broadcast_to(_rows_at(lay.mask, i0, i1, lay.n), dp5.shape) if zero_mask else None
             if xp is not np and bias5 is None:  # CUDA: the fused softmax backward, one kernel
-                dp5[...] = fused_softmax.softmax_backward(dp5, p5, zm, scale)
+                fused_softmax.softmax_backward(dp5, p5, zm, scale, out=dp5)
             else:
                 _softmax_grad_rows(dp5, p5, dp5, -1, 1.0 if bias5 is not None else scale, zm)
             part = None

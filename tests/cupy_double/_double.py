@@ -56,7 +56,8 @@ def _caller():
 stats = Stats()
 
 # ------------------------------------------------------------------ devices
-DEVICE_COUNT = int(os.environ.get("CUPY_DOUBLE_DEVICES", "1"))
+# CUDA_VISIBLE_DEVICES="" hides every GPU from real CuPy; the double follows it
+DEVICE_COUNT = 0 if os.environ.get("CUDA_VISIBLE_DEVICES") == "" else int(os.environ.get("CUPY_DOUBLE_DEVICES", "1"))
 _current = [0]
 
 

@@ -151,6 +151,29 @@ def build_torch(engine_model, a, vocab, device):
     return model.to(device)
 
 
+def _phased(forward, backward, update):
+    """A step function (returns the loss) with `.phases(sync)`: the same step, synchronised after
+    each phase, returning seconds of (forward, backward, optimizer)."""
+    def step():
+        loss = forward()
+        backward(loss)
+        update()
+        return loss
+
+    def phases(sync):
+        times, t0 = [], time.perf_counter()
+        loss = forward()
+        for fn in (lambda: None, lambda: backward(loss), update):
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+        return times
+
+    step.phases = phases
+    return step
+
+
 def engine_step_fn(model, ids, labels, fp16):
     """zero_grad + forward (autocast float16 when `fp16`) + backward of the scaled loss + scaled
     step; returns the loss tensor unread, so the step's own host reads (the GradScaler's inf/nan
@@ -165,16 +188,12 @@ def engine_step_fn(model, ids, labels, fp16):
     ids_f = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
     labels_f = flow.tensor(labels, placement=placement, sbp=flow.sbp.broadcast)
 
-    def step():
+    def forward():
         opt.zero_grad(set_to_none=True)
         with flow.autocast("cuda", dtype=flow.float16, enabled=fp16):
-            loss = model(ids_f, labels_f)["lm_loss"]
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
+            return model(ids_f, labels_f)["lm_loss"]
 
-    return step, scaler
+    return _phased(forward, lambda loss: scaler.scale(loss).backward(), lambda: (scaler.step(opt), scaler.update())), scaler
 
 
 def torch_step_fn(model, ids, labels, fp16, device):
@@ -187,17 +206,13 @@ def torch_step_fn(model, ids, labels, fp16, device):
     ids_t, labels_t = torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
     vocab = model.config.vocab_size
 
-    def step():
+    def forward():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device, dtype=torch.float16, enabled=fp16):
             logits = model(ids_t).logits
-            loss = F.cross_entropy(logits.view(-1, vocab), labels_t.view(-1))
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss
+            return F.cross_entropy(logits.view(-1, vocab), labels_t.view(-1))
 
-    return step, scaler
+    return _phased(forward, lambda loss: scaler.scale(loss).backward(), lambda: (scaler.step(opt), scaler.update())), scaler
 
 
 # ------------------------------------------------------------------ devices
@@ -229,6 +244,14 @@ def syncs(torch_device):
 
     torch_sync = torch.cuda.synchronize if torch_device == "cuda" else (lambda: None)
     return flow.cuda.synchronize, torch_sync
+
+
+def median_phases(step, sync, n):
+    """{forward, backward, optimizer: median ms} over `n` steps synchronised after each phase."""
+    sync()
+    runs = [step.phases(sync) for _ in range(n)]
+    return {name: 1e3 * statistics.median(r[i] for r in runs) for i, name in enumerate(("forward", "backward",
+                                                                                         "optimizer"))}
 
 
 def timed_steps(steps, sync_fns, n):
@@ -274,7 +297,9 @@ def run(a):
     for _ in range(a.warmup - 1):
         step_f()
         step_t()
-    times_f, times_t = timed_steps([step_f, step_t], syncs(torch_device), a.steps)
+    sync_fns = syncs(torch_device)
+    times_f, times_t = timed_steps([step_f, step_t], sync_fns, a.steps)
+    phase_f, phase_t = (median_phases(fn, sync, a.steps) for fn, sync in zip((step_f, step_t), sync_fns))
 
     tokens = a.micro_batch * a.seq
     fpt = flops_per_token(n_flops, a.layers, a.hidden, a.seq)
@@ -282,7 +307,9 @@ def run(a):
     for lib, times, loss, scaler in (("engine", times_f, loss_f, scaler_f), ("torch", times_t, loss_t, scaler_t)):
         t = statistics.median(times)
         figures[lib] = dict(ms_per_step=t * 1e3, tokens_per_s=tokens / t, mfu=mfu(tokens / t, fpt, peak),
-                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None)
+                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None,
+                            phases_ms=None)
+    figures["engine"]["phases_ms"], figures["torch"]["phases_ms"] = phase_f, phase_t
     figures["engine"]["peak_memory_bytes"] = int(flow.cuda.max_memory_allocated())
     figures["torch"]["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated()) if torch_device == "cuda" else None
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
@@ -317,6 +344,7 @@ def report(r):
         m = "n/a (unknown GPU: pass --peak-tflops)" if f["mfu"] is None else f"{100 * f['mfu']:.1f}%"
         print(f"  {label}: {f['ms_per_step']:8.1f} ms/step  {f['tokens_per_s']:9.0f} tokens/s  MFU {m}  "
               f"peak memory {_mib(f['peak_memory_bytes'])}")
+        print("      phases (synchronised after each): " + ", ".join(f"{k} {v:.1f} ms" for k, v in f["phases_ms"].items()))
     ratio = r["ratio_step_time_engine_over_torch"]
     print(f"  ratio engine/torch = {ratio:.2f} (step time; tokens/s engine/torch {1 / ratio:.2f}); medians of "
           f"{r['steps']} synchronised steps after {r['warmup']} warm-up; MFU against "

@@ -1,0 +1,251 @@
+"""Every fused CUDA kernel on a real GPU against its numpy reference (skipped without one).
+
+The CPU suite checks each launcher through the strict CuPy double, which runs the numpy reference
+on the memory the kernel would see: that proves the launch geometry and the arguments, not the
+device code's arithmetic. Here the compiled kernels run on the GPU on fresh random inputs, odd and
+real sizes, and are compared with the references by ||out - ref|| / ||ref|| (NVRTC contracts to
+fused multiply-adds and flushes float32 denormals, so the last bits differ). The memory pool is
+poisoned with NaN before each launch so that an element a kernel forgets to write fails the
+check. The random-number kernels must give the references' bits.
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+
+from engine import backend
+from engine.kernels import adamw as ka
+from engine.kernels import cross_entropy as kce
+from engine.kernels import dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import grad_norm as kgn
+from gpu_helper import real_cupy
+
+
+def _cupy_under_test():
+    """Real CuPy with a GPU; or the CuPy double when the whole process runs on it
+    (ENGINE_CUPY_DOUBLE=1, as tests/test_cuda_double_suite.py runs this file in CI), which checks
+    the calls here, not the arithmetic; else None."""
+    if os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
+        return backend.cupy()
+    return real_cupy()
+
+
+cp = _cupy_under_test()
+pytestmark = pytest.mark.skipif(cp is None, reason="needs CuPy with a CUDA GPU (the CPU suite checks these "
+                                                   "launchers through the CuPy double)")
+
+# ||out - ref|| / ||ref|| allowed per dtype
+REL = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-13}
+
+
+def _rng():
+    return np.random.default_rng()  # fresh inputs on every run
+
+
+def _poison():
+    """Fill the pool's free memory with NaN so that unwritten outputs show up."""
+    pool = cp.get_default_memory_pool()
+    junk = cp.full(64 * 2 ** 20 // 8, np.nan, np.float64)
+    del junk  # returned to the pool, NaN inside: later empty() arrays are carved from it
+    return pool
+
+
+def _host(a):
+    return None if a is None else cp.asnumpy(a)
+
+
+def _dev(a):
+    return None if a is None else cp.asarray(a)
+
+
+def _rel(got, want, dtype, what, scale=0.0):
+    """||got - want|| / max(||want||, scale) <= REL[dtype]; `scale` is the size of the terms that
+    cancel into `want` where they can cancel to nothing."""
+    got, want = np.asarray(_host(got), np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert not np.isnan(got).any() or np.array_equal(np.isnan(got), np.isnan(want)), f"{what}: NaN written"
+    ok = ~np.isnan(want)
+    denom = np.linalg.norm(want[ok])
+    err = np.linalg.norm(got[ok] - want[ok]) / (max(denom, scale) or 1.0)
+    assert err <= REL[dtype], f"{what} ({np.dtype(dtype).name}): relative error {err:.3e} > {REL[dtype]:g}"
+    return err
+
+
+DTYPES = [np.float16, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7, 33), (3, 1), (64, 768), (17, 4097)])
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])
+def test_layer_norm(dtype, shape, affine):
+    rng = _rng()
+    m, d = shape
+    x = (rng.standard_normal(shape) * 3 + 1.5).astype(dtype)
+    w = rng.standard_normal(d).astype(dtype) if affine[0] else None
+    b = rng.standard_normal(d).astype(dtype) if affine[1] else None
+    g = rng.standard_normal(shape).astype(dtype)
+    want = layer_norm.forward_reference(x, w, b, 1e-5)
+    _poison()
+    got = layer_norm.forward_cuda(_dev(x), _dev(w), _dev(b), 1e-5)
+    for name, gv, wv in zip(("y", "mean", "rstd"), got, want):
+        _rel(gv, wv, dtype, f"layer_norm {name}")
+    want_b = layer_norm.backward_reference(g, x, *want[1:], w, b is not None)
+    _poison()
+    got_b = layer_norm.backward_cuda(_dev(g), _dev(x), got[1], got[2], _dev(w), b is not None)
+    # dx = rstd * (g w - mean(g w) - xhat mean(g w xhat)) cancels to 0 for rows of one element:
+    # measured against the size of rstd * g w (the kernel rounds g w once fused, once not)
+    gw_scale = np.linalg.norm(want[2].astype(np.float64)[:, None] * g * (1 if w is None else w))
+    for name, gv, wv in zip(("dx", "dw", "db"), got_b, want_b):
+        if wv is None:
+            assert gv is None
+        else:
+            _rel(gv, wv, dtype, f"layer_norm {name}", gw_scale if name == "dx" else 0.0)
+
+
+def _mask(rng, kind, shape):
+    b, h, q, k = shape
+    return {"none": None, "padding": rng.random((b, 1, 1, k)) < 0.3, "square": rng.random((1, 1, q, k)) < 0.3,
+            "full": rng.random(shape) < 0.3, "additive": (rng.standard_normal((q, k)) * 2).astype(np.float32)}[kind]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 9), (1, 2, 64, 64), (2, 1, 7, 1030)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["none", "padding", "square", "full", "additive"])
+def test_scale_mask_softmax(dtype, shape, causal, kind):
+    rng = _rng()
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    mask = _mask(rng, kind, shape)
+    g = rng.standard_normal(shape).astype(dtype)
+    want = softmax.forward_reference(x, mask, 0.7, -10000.0, causal)
+    _poison()
+    y = softmax.forward_cuda(_dev(x), _dev(mask), 0.7, -10000.0, causal)
+    _rel(y, want, dtype, "softmax y")
+    _poison()
+    dx = softmax.backward_cuda(_dev(g), y, _dev(mask), 0.7, causal)
+    _rel(dx, softmax.backward_reference(g, _host(y), mask, 0.7, causal), dtype, "softmax dx")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_bias_gelu(dtype, approximate, with_bias):
+    rng = _rng()
+    x = (rng.standard_normal((33, 3072)) * 3).astype(dtype)
+    bias = rng.standard_normal(3072).astype(dtype) if with_bias else None
+    g = rng.standard_normal(x.shape).astype(dtype)
+    _poison()
+    _rel(gelu.gelu_cuda(_dev(x), _dev(bias), approximate), gelu.gelu_reference(x, bias, approximate), dtype,
+         "gelu")
+    _poison()
+    _rel(gelu.gelu_grad_cuda(_dev(g), _dev(x), _dev(bias), approximate),
+         gelu.gelu_grad_reference(g, x, bias, approximate), dtype, "gelu grad")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5])
+@pytest.mark.parametrize("parts", [(True, True), (False, True), (False, False)])
+def test_bias_dropout_add(dtype, p, parts):
+    rng = _rng()
+    shape = (9, 1031)
+    x = rng.standard_normal(shape).astype(dtype)
+    bias = rng.standard_normal(shape[-1]).astype(dtype) if parts[0] else None
+    res = rng.standard_normal(shape).astype(dtype) if parts[1] else None
+    seed, offset = int(rng.integers(2 ** 63)), int(rng.integers(1000)) * 4
+    want = dropout_add.bias_dropout_add_reference(x, bias, res, p, seed, offset)
+    _poison()
+    got = dropout_add.bias_dropout_add_cuda(_dev(x), _dev(bias), _dev(res), p, seed, offset)
+    _rel(got, want, dtype, "bias_dropout_add")
+    keep = dropout_add.scaled_mask(shape, dtype, p, seed, offset) != 0
+    if res is None:  # the same elements dropped as the reference's (the Philox bits agree)
+        np.testing.assert_array_equal(_host(got) != 0, want != 0)
+        assert not (want != 0)[~keep].any()
+    g = rng.standard_normal(shape).astype(dtype)
+    _poison()
+    _rel(dropout_add.dropout_grad_cuda(_dev(g), p, seed, offset),
+         dropout_add.dropout_grad_reference(g, p, seed, offset), dtype, "dropout grad")
+
+
+@pytest.mark.parametrize("kind", ["uniform_float", "uniform_double", "normal_float", "normal_double"])
+@pytest.mark.parametrize("n", [1, 5, 4099, 1 << 20])
+def test_philox_streams(kind, n):
+    rng = _rng()
+    seed, offset = int(rng.integers(2 ** 63)), int(rng.integers(1 << 20)) * 4
+    got, want = _host(philox.draw(cp, kind, n, seed, offset)), philox.reference(kind, n, seed, offset)
+    if kind.startswith("uniform"):
+        np.testing.assert_array_equal(got, want)  # the integer bits and their scaling: exact
+    else:  # log, sqrt and sincospi round differently: a few ulp
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(want.dtype).eps, atol=4 * np.finfo(want.dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("c", [1, 37, 1030, 50304])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy(dtype, c, smoothing):
+    rng = _rng()
+    m = 16 if c > 1000 else 33
+    x = (rng.standard_normal((m, c)) * 3).astype(dtype)
+    t = rng.integers(0, c, m)
+    t[1] = -100
+    t[2] = c + 3  # out of range: a NaN loss, on the device as in the reference
+    want_loss, want_dunit = kce.cross_entropy_fwd_numpy(x, t, -100, smoothing)
+    _poison()
+    loss, dunit = kce.cross_entropy_fwd_cuda(_dev(x), _dev(t), -100, smoothing)
+    acc = np.float64 if dtype == np.float64 else np.float32
+    _rel(loss, want_loss, acc, "cross-entropy loss")
+    _rel(dunit, want_dunit, acc, "cross-entropy unit gradient")
+    scale = rng.standard_normal(m).astype(want_dunit.dtype)
+    _poison()
+    _rel(kce.cross_entropy_bwd_cuda(dunit, _dev(scale), dtype), kce.cross_entropy_bwd_numpy(want_dunit, scale, dtype),
+         dtype, "cross-entropy dx")
+    # vocab-parallel phases on two shards of the classes
+    m_row = x.astype(acc).max(axis=1)
+    half = max(1, c // 2)
+    stats = sum(kce.vocab_stats_cuda(_dev(x[:, s:e]), _dev(m_row), _dev(t), s) for s, e in ((0, half), (half, c)))
+    want_stats = sum(kce.vocab_stats_numpy(x[:, s:e], m_row, t, s) for s, e in ((0, half), (half, c)))
+    _rel(stats, want_stats, acc, "vocab stats")
+    for s, e in ((0, half), (half, c)):
+        got = kce.vocab_loss_cuda(_dev(x[:, s:e]), _dev(m_row), stats, _dev(t), s, c, -100, smoothing)
+        want = kce.vocab_loss_numpy(x[:, s:e], m_row, want_stats, t, s, c, -100, smoothing)
+        _rel(got[0], want[0], acc, "vocab loss")
+        _rel(got[1], want[1], acc, "vocab unit gradient")
+
+
+SHAPES = [(3, 5), (7,), (1,), (65, 129), (1000, 33), (2, 3, 4), (4097,), (12, 768)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_multi_tensor_adam(dtype, amsgrad):
+    rng = _rng()
+
+    def params(scale=1.0, positive=False):
+        out = [(rng.standard_normal(s) * scale).astype(dtype) for s in SHAPES]
+        return [np.abs(a) for a in out] if positive else out
+
+    host = [params(), params(), params(0.1), params(0.01, True), params(0.01, True) if amsgrad else None]
+    dev = [None if col is None else [_dev(a) for a in col] for col in host]
+    for step in (1, 2, 3):
+        hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, step, step != 2, step != 3, step == 2)
+        ka.adam_update_numpy(*host, hyper)
+        ka.adam_update_cuda(*dev, hyper)
+        for name, hs, ds in zip(("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), host, dev):
+            for a, b in zip(hs or [], ds or []):
+                _rel(b, a, dtype, f"adam {name} step {step}")
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("acc", [np.float32, np.float64])
+def test_multi_tensor_grad_norm_and_clip(norm_type, acc):
+    rng = _rng()
+    host = [(rng.standard_normal(s) * 0.3).astype(dt) for s, dt in zip(SHAPES, [np.float32, np.float16] * 4)]
+    dev = [_dev(a) for a in host]
+    for root in (True, False):
+        got = kgn.grad_norm_cuda(dev, norm_type, acc, root)
+        _rel(got, kgn.grad_norm_numpy(host, norm_type, acc, root), acc, f"grad norm root={root}")
+    total = kgn.grad_norm_numpy(host, norm_type, acc)
+    kgn.scale_grads_cuda(dev, _dev(total), 0.25)
+    kgn.scale_grads_numpy(host, total, 0.25)
+    for a, b in zip(host, dev):
+        _rel(b, a, a.dtype.type, "clipped gradient")

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The checks that need a real NVIDIA GPU, in one go (docs/cuda.md, "What is verified where"):
+#   1. every fused kernel against its numpy reference (tests/test_fused_kernels_gpu.py);
+#   2. the device-aware tests with ENGINE_TEST_DEVICE=cuda: every op forward and backward against
+#      PyTorch on the GPU, the optimizers, clipping, the device model, the error paths;
+#   3. GPT-2, BERT, ViT and Swin trained through tools/train_net.py on the GPU against the CPU;
+#   4. tools/benchmarks/gpu_gpt2.py: GPT-2 124M, seq 1024, fp16 (bench32: fp32), against PyTorch eager;
+#      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py).
+# Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
+# profile; default kernels suite train bench)
+# Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
+# the summary at the end says which passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${1:-gpu_checks_logs}
+shift || true
+STEPS=${*:-kernels suite train bench}
+LIMIT=${GPU_CHECK_LIMIT_S:-240}
+WORKERS=${GPU_CHECK_WORKERS:-8}
+PY=${PYTHON:-python3}
+mkdir -p "$LOG"
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+summary=()
+
+step() {  # name, command...
+  local name=$1 t0=$SECONDS rc
+  shift
+  echo "=== $name: $*"
+  timeout "$LIMIT" "$@" > "$LOG/$name.log" 2>&1
+  rc=$?
+  tail -n 25 "$LOG/$name.log"
+  summary+=("$name: exit $rc in $((SECONDS - t0)) s")
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+"$PY" -c "import cupy, numpy, torch; print('cupy', cupy.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__)"
+
+for s in $STEPS; do
+  case $s in
+    kernels) step kernels "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_fused_kernels_gpu.py ;;
+    suite) step suite env ENGINE_TEST_DEVICE=cuda "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
+             tests/ops/test_parity.py tests/test_optim.py tests/test_clip_grad.py tests/test_nn_ops_errors.py \
+             tests/test_indexing_errors.py tests/test_cuda_device_model.py ;;
+    train) step train "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_cuda_double_training.py \
+             -k real_gpu ;;
+    bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" ;;
+    profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
+    bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" ;;
+    *) echo "unknown step $s (kernels suite train bench bench32 profile)"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}"
