@@ -698,11 +698,15 @@ def test_softmax_kernels_write_in_place(cuda_double):
     np.testing.assert_array_equal(strided.get(), softmax.forward_reference(x, None, 0.7))
 
 
-def test_float16_attention_on_cuda_keeps_float16_probabilities(cuda_double):
-    """Under autocast on CUDA the attention core computes in float16 (tensor-core products,
-    float32 accumulation in the softmax) and stores float16 probabilities, as PyTorch's autocast
-    does; the CPU computes in float32. Both agree to float16 rounding, forward and backward."""
+@pytest.mark.parametrize("half", [True, False])
+def test_float16_attention_on_cuda_in_float16_or_float32(cuda_double, monkeypatch, half):
+    """With HALF_ATTENTION_ON_GPU the attention core on CUDA computes float16 inputs in float16
+    (float32 accumulation in the softmax) and stores float16 probabilities, as PyTorch's autocast
+    does; without it (the default), and on the CPU, in float32. All agree to float16 rounding,
+    forward and backward."""
+    from engine.ops import attention
     from engine.ops.attention import PackedQKVAttention
+    monkeypatch.setattr(attention, "HALF_ATTENTION_ON_GPU", half)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 7, 3 * 2 * 8)).astype(np.float16)
     g = rng.standard_normal((2, 7, 2 * 8)).astype(np.float16)
@@ -714,7 +718,7 @@ def test_float16_attention_on_cuda_keeps_float16_probabilities(cuda_double):
         out, probs, _ = PackedQKVAttention.apply(qkv, m, None, heads=2, scale=0.35, fill=-10000.0, dropout_p=0.0,
                                                  generator=flow.default_generator)
         assert out.dtype == flow.float16
-        assert probs.dtype == (flow.float16 if device == "cuda" else flow.float32)
+        assert probs.dtype == (flow.float16 if device == "cuda" and half else flow.float32)
         out.backward(flow.tensor(g, device=device))
         outs.append((out.detach().cpu().numpy().astype(np.float64), qkv.grad.cpu().numpy().astype(np.float64)))
     for got, want in zip(outs[1], outs[0]):

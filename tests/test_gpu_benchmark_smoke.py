@@ -114,3 +114,21 @@ def test_disagreeing_first_losses_stop_the_benchmark():
     for dtype, bad in (("fp32", 10.01), ("fp16", 10.2), ("fp16", float("nan"))):
         with pytest.raises(SystemExit, match="first-step losses disagree"):
             gpu_gpt2.check_losses(10.0, bad, dtype)
+
+
+def test_profile_and_attention_tools_run_through_the_double():
+    """gpu_profile.py, gpu_attention.py and gpu_matmul.py (the tools that found where the GPU
+    step's time goes) run end to end on 'cuda' through the CuPy double and print their tables."""
+    prof = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_profile.py"), "--smoke", "--top", "40"], cwd=ROOT,
+                          env=double_env(), capture_output=True, text=True, timeout=300)
+    assert prof.returncode == 0, prof.stdout + prof.stderr
+    assert re.search(r"host issues the step in [\d.]+ ms; the step ends after [\d.]+ ms", prof.stdout), prof.stdout
+    assert re.search(r"PackedQKVAttention\.backward\s+[\d.]+ ms\s+2 calls", prof.stdout), prof.stdout
+    att = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_attention.py"), "--batch", "1", "--seq", "8",
+                          "--reps", "1"], cwd=ROOT, env=double_env(), capture_output=True, text=True, timeout=300)
+    assert att.returncode == 0, att.stdout + att.stderr
+    assert len(re.findall(r"\s[\d.]+ ms$", att.stdout, re.M)) == 12, att.stdout
+    mm = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_matmul.py"), "--tiny"], cwd=ROOT, env=double_env(),
+                        capture_output=True, text=True, timeout=300)
+    assert mm.returncode == 0, mm.stdout + mm.stderr
+    assert len(re.findall(r"float(16|32)\s+[\d.]+\s+n/a$", mm.stdout, re.M)) == 10, mm.stdout

@@ -101,12 +101,19 @@ ROW_BLOCK_ELEMENTS = 1 << 19
 SPLIT_MIN_ELEMENTS = 1 << 17
 
 
+# Float16 attention computed in float16 on CUDA (float16 probabilities, float32 accumulation in
+# the fused softmax, as PyTorch's autocast keeps them). Off: measured on an H200, CuPy's batched
+# float16 product q k^T (8 x 12 heads of 1024 x 64 x 1024) ran at 13 TFLOP/s against 27 for
+# float32, so the float32 path is faster (GPT-2 124M attention forward + backward 6.4 ms against
+# 7.9 ms per layer; tools/benchmarks/gpu_attention.py measures both). Turn it on once the batched
+# products reach the tensor cores.
+HALF_ATTENTION_ON_GPU = False
+
+
 def _half_on_gpu(xp, qkv, bias):
-    """Whether float16 attention computes in float16 itself: on CUDA without a bias, where the
-    products run on the tensor cores (float32 accumulation) and the fused softmax accumulates in
-    float32, keeping float16 probabilities as PyTorch's autocast does (its softmax output is cast
-    back to float16 for the product with V). On the CPU, and with a bias, it runs in float32."""
-    return xp is not np and bias is None and qkv.dtype == np.float16
+    """Whether float16 attention computes in float16 itself (HALF_ATTENTION_ON_GPU): on CUDA
+    without a bias. Otherwise, and always on the CPU, it runs in float32."""
+    return HALF_ATTENTION_ON_GPU and xp is not np and bias is None and qkv.dtype == np.float16
 
 
 def _for_row_blocks(xp, n, fn, work, row_elements):

@@ -25,7 +25,8 @@ timed steps alternating engine / torch, each step bracketed by a device synchron
 tokens/s (micro-batch * seq / step), MFU and peak memory (engine.cuda.max_memory_allocated:
 CuPy's pool; torch.cuda.max_memory_allocated: PyTorch's caching allocator; both from before the
 model is built). The ratio engine/torch is that of the step times, as in the CPU benchmarks
-(below 1: the engine is faster).
+(below 1: the engine is faster). Then `--steps` more steps each, synchronised after the forward,
+the backward and the optimizer, give each library's median time per phase.
 
 MFU: model FLOPs per token = 6 * N + 12 * layers * hidden * seq (PaLM's estimate, as nanoGPT's
 estimate_mfu: N counts the parameters without the position embeddings, a lookup, and with the
@@ -193,7 +194,11 @@ def engine_step_fn(model, ids, labels, fp16):
         with flow.autocast("cuda", dtype=flow.float16, enabled=fp16):
             return model(ids_f, labels_f)["lm_loss"]
 
-    return _phased(forward, lambda loss: scaler.scale(loss).backward(), lambda: (scaler.step(opt), scaler.update())), scaler
+    def update():
+        scaler.step(opt)
+        scaler.update()
+
+    return _phased(forward, lambda loss: scaler.scale(loss).backward(), update), scaler
 
 
 def torch_step_fn(model, ids, labels, fp16, device):
@@ -212,7 +217,11 @@ def torch_step_fn(model, ids, labels, fp16, device):
             logits = model(ids_t).logits
             return F.cross_entropy(logits.view(-1, vocab), labels_t.view(-1))
 
-    return _phased(forward, lambda loss: scaler.scale(loss).backward(), lambda: (scaler.step(opt), scaler.update())), scaler
+    def update():
+        scaler.step(opt)
+        scaler.update()
+
+    return _phased(forward, lambda loss: scaler.scale(loss).backward(), update), scaler
 
 
 # ------------------------------------------------------------------ devices
@@ -344,7 +353,8 @@ def report(r):
         m = "n/a (unknown GPU: pass --peak-tflops)" if f["mfu"] is None else f"{100 * f['mfu']:.1f}%"
         print(f"  {label}: {f['ms_per_step']:8.1f} ms/step  {f['tokens_per_s']:9.0f} tokens/s  MFU {m}  "
               f"peak memory {_mib(f['peak_memory_bytes'])}")
-        print("      phases (synchronised after each): " + ", ".join(f"{k} {v:.1f} ms" for k, v in f["phases_ms"].items()))
+        phases = ", ".join(f"{k} {v:.1f} ms" for k, v in f["phases_ms"].items())
+        print(f"      phases (synchronised after each): {phases}")
     ratio = r["ratio_step_time_engine_over_torch"]
     print(f"  ratio engine/torch = {ratio:.2f} (step time; tokens/s engine/torch {1 / ratio:.2f}); medians of "
           f"{r['steps']} synchronised steps after {r['warmup']} warm-up; MFU against "
