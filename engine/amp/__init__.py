@@ -92,10 +92,10 @@ def _all_finite_on_device(arrays):
     from ..kernels import grad_norm as kgn
 
     floats = [a for a in arrays if a.dtype.kind == "f" and a.size]
+    if not floats:
+        return True
     acc = np.float64 if any(a.dtype == np.float64 for a in floats) else np.float32
-    xp = xp_of(arrays[0])
-    finite = bool(xp.isfinite(kgn.grad_norm(floats, float("inf"), acc))) if floats else True
-    return finite
+    return bool(xp_of(floats[0]).isfinite(kgn.grad_norm(floats, float("inf"), acc)))
 
 
 class GradScaler:

@@ -82,6 +82,12 @@ def chunks_of(sizes):
     return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
 
 
+def dense(a):
+    """Whether `a`'s elements are exactly a.size items from a.data.ptr (C or F order), as a table
+    entry is walked; a slice or a broadcast view is not."""
+    return a.flags.c_contiguous or a.flags.f_contiguous
+
+
 def table(columns, sizes):
     """(device int64 table, number of chunks) for `columns` (k lists of n device arrays, None
     for an absent array: pointer 0) holding tensors of `sizes` elements; cached under the
@@ -89,7 +95,7 @@ def table(columns, sizes):
     consecutive elements from its pointer."""
     for col in columns:
         for a in col:
-            if a is not None and not (a.flags.c_contiguous or a.flags.f_contiguous):
+            if a is not None and not dense(a):
                 raise ValueError("multi-tensor table: arrays must be C- or F-contiguous, got strides "
                                  f"{a.strides} for shape {a.shape}")
     ptrs = tuple(0 if a is None else a.data.ptr for col in columns for a in col)

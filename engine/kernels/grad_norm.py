@@ -90,12 +90,20 @@ def chunk_partials(flats, grid, mode, p, acc):
     return out
 
 
-def scale_grads_numpy(arrays, total, max_norm):
+def _scale_each(xp, arrays, total, max_norm):
+    """Each of `arrays` times min(max_norm / (total + 1e-6), 1), in place through its strides
+    (nothing computed for no arrays: on CUDA the coefficient costs launches)."""
+    if not arrays:
+        return
     n = total.dtype.type
     with np.errstate(all="ignore"):
-        coef = np.minimum(n(max_norm) / (total + n(1e-6)), n(1))
+        coef = xp.minimum(n(max_norm) / (total + n(1e-6)), n(1))
         for a in arrays:
-            np.multiply(a, coef, out=a, casting="unsafe")
+            xp.multiply(a, coef, out=a, casting="unsafe")
+
+
+def scale_grads_numpy(arrays, total, max_norm):
+    _scale_each(np, arrays, total, max_norm)
 
 
 # ------------------------------------------------------------------ CUDA
@@ -231,18 +239,12 @@ def _by_dtype(arrays):
     return groups
 
 
-def _dense(a):
-    """Whether `a`'s elements are exactly a.size items from a.data.ptr (C or F order), as a
-    multi-tensor table entry walks them; a slice or a broadcast view is not."""
-    return a.flags.c_contiguous or a.flags.f_contiguous
-
-
 def grad_norm_cuda(arrays, norm_type, acc, root=True):
     """The partial kernel once per gradient dtype (each filling its slice of the partials), then
     the finish kernel: two launches for gradients of one dtype (a strided gradient is read from a
     dense copy)."""
     xp = xp_of(arrays[0])
-    arrays = [a if _dense(a) else xp.ascontiguousarray(a) for a in arrays]
+    arrays = [a if mt.dense(a) else xp.ascontiguousarray(a) for a in arrays]
     acc = np.dtype(acc)
     mode, p = np.int32(norm_mode(norm_type)), acc.type(norm_type if np.isfinite(norm_type) else 0)
     launches = []
@@ -268,13 +270,8 @@ def scale_grads_cuda(arrays, total, max_norm):
     """One launch per gradient dtype; `total` (a 0-d float32 or float64 CuPy array) is read on
     the device. A strided gradient is scaled in place through its strides instead."""
     norm = total.dtype.type
-    strided = [a for a in arrays if a.size and not _dense(a)]
-    if strided:
-        xp = xp_of(total)
-        coef = xp.minimum(norm(max_norm) / (total + norm(1e-6)), norm(1))
-        for a in strided:
-            xp.multiply(a, coef, out=a, casting="unsafe")
-        arrays = [a for a in arrays if _dense(a)]
+    _scale_each(xp_of(total), [a for a in arrays if a.size and not mt.dense(a)], total, max_norm)
+    arrays = [a for a in arrays if mt.dense(a)]
     for dtype, group in _by_dtype(arrays).items():
         tab, n_chunks = mt.table([group], [a.size for a in group])
         src, name = scale_kernel(dtype, total.dtype)

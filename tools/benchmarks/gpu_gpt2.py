@@ -152,9 +152,18 @@ def build_torch(engine_model, a, vocab, device):
     return model.to(device)
 
 
-def _phased(forward, backward, update):
-    """A step function (returns the loss) with `.phases(sync)`: the same step, synchronised after
-    each phase, returning seconds of (forward, backward, optimizer)."""
+def _scaled_step(forward, scaler, opt):
+    """The training step around `forward` (zero_grad + forward, returning the loss): backward of
+    the scaled loss, scaled optimizer step, scaler update; returns the loss. `.phases(sync)` runs
+    the same step synchronised after the forward, the backward and the optimizer, and returns
+    their seconds. engine.amp.GradScaler and torch.amp.GradScaler share this API."""
+    def backward(loss):
+        scaler.scale(loss).backward()
+
+    def update():
+        scaler.step(opt)
+        scaler.update()
+
     def step():
         loss = forward()
         backward(loss)
@@ -162,14 +171,17 @@ def _phased(forward, backward, update):
         return loss
 
     def phases(sync):
-        times, t0 = [], time.perf_counter()
+        marks = [time.perf_counter()]
         loss = forward()
-        for fn in (lambda: None, lambda: backward(loss), update):
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-        return times
+        sync()
+        marks.append(time.perf_counter())
+        backward(loss)
+        sync()
+        marks.append(time.perf_counter())
+        update()
+        sync()
+        marks.append(time.perf_counter())
+        return [b - a for a, b in zip(marks, marks[1:])]
 
     step.phases = phases
     return step
@@ -194,11 +206,7 @@ def engine_step_fn(model, ids, labels, fp16):
         with flow.autocast("cuda", dtype=flow.float16, enabled=fp16):
             return model(ids_f, labels_f)["lm_loss"]
 
-    def update():
-        scaler.step(opt)
-        scaler.update()
-
-    return _phased(forward, lambda loss: scaler.scale(loss).backward(), update), scaler
+    return _scaled_step(forward, scaler, opt), scaler
 
 
 def torch_step_fn(model, ids, labels, fp16, device):
@@ -217,11 +225,7 @@ def torch_step_fn(model, ids, labels, fp16, device):
             logits = model(ids_t).logits
             return F.cross_entropy(logits.view(-1, vocab), labels_t.view(-1))
 
-    def update():
-        scaler.step(opt)
-        scaler.update()
-
-    return _phased(forward, lambda loss: scaler.scale(loss).backward(), update), scaler
+    return _scaled_step(forward, scaler, opt), scaler
 
 
 # ------------------------------------------------------------------ devices
@@ -313,12 +317,11 @@ def run(a):
     tokens = a.micro_batch * a.seq
     fpt = flops_per_token(n_flops, a.layers, a.hidden, a.seq)
     figures = {}
-    for lib, times, loss, scaler in (("engine", times_f, loss_f, scaler_f), ("torch", times_t, loss_t, scaler_t)):
+    for lib, times, loss, scaler, phases in (("engine", times_f, loss_f, scaler_f, phase_f),
+                                             ("torch", times_t, loss_t, scaler_t, phase_t)):
         t = statistics.median(times)
         figures[lib] = dict(ms_per_step=t * 1e3, tokens_per_s=tokens / t, mfu=mfu(tokens / t, fpt, peak),
-                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None,
-                            phases_ms=None)
-    figures["engine"]["phases_ms"], figures["torch"]["phases_ms"] = phase_f, phase_t
+                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None, phases_ms=phases)
     figures["engine"]["peak_memory_bytes"] = int(flow.cuda.max_memory_allocated())
     figures["torch"]["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated()) if torch_device == "cuda" else None
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
