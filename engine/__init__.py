@@ -49,12 +49,14 @@ _COMPILE_BACKENDS = ("inductor", "eager", "aot_eager", "aot_eager_decomp_partiti
 
 def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,
             disable=False, recompile_limit=None, isolate_recompiles=False, shapes_spec=None):
-    """torch.compile's signature, returning `model` itself: the engine runs eagerly.
+    """torch.compile's signature, returning a graph-backed callable (engine.nn.graph.Compiled):
+    calls that need no gradient are traced once per input signature and replayed as an nn.Graph;
+    calls autograd must record run eagerly. `disable=True` returns `model` itself.
 
-    Graph capture and replay is the engine's nn.Graph work to come. torch.compile's options only
-    tune how a graph is compiled, never what the model computes, so they are accepted as hints
-    and change nothing; they are checked as torch checks them (an unknown mode or backend name
-    raises). `@engine.compile` and `@engine.compile(mode=...)` work as decorators.
+    torch.compile's options only tune how a graph is compiled, never what the model computes, so
+    they are accepted as hints and change nothing; they are checked as torch checks them (an
+    unknown mode or backend name raises). `@engine.compile` and `@engine.compile(mode=...)` work
+    as decorators.
     """
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
@@ -71,7 +73,11 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
         return decorate
     if not callable(model):
         raise AssertionError(f"A callable function is expected, but {type(model)} is provided.")
-    return model
+    if disable:
+        return model
+    from .nn.graph import Compiled
+
+    return Compiled(model)
 
 
 def is_tensor(obj):

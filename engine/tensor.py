@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 
 from . import autograd
+from .autograd.grad_mode import _state as _grad_state
 from .autograd.graph import AccumulateGrad, RemovableHandle
 from .backend import array_from_data, as_device, default_device, dtypes, xp_for, xp_of
 
@@ -230,6 +231,13 @@ class Tensor:
             if grad.grad_fn is None and not adoptable:
                 grad = grad.clone()
             self.grad = grad
+            tracer = _grad_state.tracer
+            if tracer is not None:  # nn.Graph is capturing this step
+                tracer.set_grad(self, grad)
+        elif _grad_state.tracer is not None:
+            from .autograd.trace import GraphTraceError
+            raise GraphTraceError(f"nn.Graph: a parameter of shape {list(self.shape)} got two gradients in one "
+                                  "captured step (the graph adopts fresh gradients; accumulate over calls instead)")
         elif grad.grad_fn is None and self.grad.grad_fn is None:
             self.grad._data += grad._data
             self.grad._vc[0] += 1
@@ -295,6 +303,8 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if self._device.type != "cpu":
             raise TypeError(f"can't convert {self._device} tensor to numpy. Use Tensor.cpu() first.")
+        if _grad_state.tracer is not None:
+            _grad_state.tracer.host_read(self, "Tensor.numpy()")
         return self._local_array()
 
     def _local_array(self):
@@ -312,6 +322,8 @@ class Tensor:
     def _host(self):
         """The logical value as a numpy array (a global tensor is gathered first: a collective
         call, every rank of its placement must make it)."""
+        if _grad_state.tracer is not None:
+            _grad_state.tracer.host_read(self, "reading a tensor's value (item/tolist/bool/float/int)")
         a = self._data if self._global is None else self._global.logical_value(self._data)
         return a if isinstance(a, np.ndarray) else a.get()
 

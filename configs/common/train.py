@@ -57,6 +57,13 @@ train = dict(
     # one more forward of compute; engine.utils.checkpoint)
     activation_checkpoint=dict(enabled=False),
 
+    # Graph mode (engine.nn.Graph, OneFlow's static graph): each micro-batch's forward and backward
+    # is traced at the first iteration and replayed after, without the per-op Python work; the
+    # same numbers as eager. `debug` >= 0 prints the captured graph (0 a summary, 1 every kernel).
+    # LiBai's top-level `graph.enabled` is read as well. Not with pipeline parallelism, float16,
+    # activation checkpointing or ZeRO (refused at start). See docs/graph.md.
+    graph=dict(enabled=False, debug=-1),
+
     # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options, not
     # implemented: only these defaults are accepted)
     nccl_fusion_threshold_mb=16,

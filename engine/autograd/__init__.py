@@ -5,7 +5,7 @@ The layer below tensors: `graph` (nodes and the backward engine), `grad_mode`, a
 the tensor protocol (see function.is_tensor).
 """
 from .function import Function, FunctionCtx
-from .grad_mode import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from .grad_mode import _state, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import Node, run_backward
 
 __all__ = ["Function", "FunctionCtx", "grad", "backward", "no_grad", "enable_grad",
@@ -30,7 +30,7 @@ def _default_grads(outputs, grad_outputs):
                     f"grad can be implicitly created only for scalar outputs; got a tensor of shape "
                     f"{tuple(o.shape)}: pass the gradient explicitly (`gradient=` to backward())"
                 )
-            g = o._constant_like(1)
+            g = o._constant_like(1 if _state.grad_root_scale == 1.0 else _state.grad_root_scale)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(
                 f"gradient of shape {tuple(g.shape)} does not match tensor of shape {tuple(o.shape)}"

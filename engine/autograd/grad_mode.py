@@ -9,6 +9,10 @@ class _State(threading.local):
     # Kept here, with the grad mode, because Op.apply reads it on every call and backward
     # turns it off (as PyTorch, autocast shapes the forward; backward follows its dtypes).
     autocast = None
+    # engine.autograd.trace.Tracer while nn.Graph captures a step (every kernel door reports to it)
+    tracer = None
+    # the implicit gradient of a scalar loss (1, or 1/n in an nn.Graph accumulating n micro-batches)
+    grad_root_scale = 1.0
 
 
 _state = _State()

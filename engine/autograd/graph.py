@@ -97,6 +97,10 @@ class AccumulateGrad(Node):
         var._accumulate_grad(grad, adoptable)
 
 
+def _add_region(a, b, region):
+    a[region] += b[region]
+
+
 def _add_grads(a, b):
     if a is None:
         return b
@@ -113,6 +117,8 @@ def _add_grads(a, b):
                 and a._data.shape == b._data.shape:
             a._data[region] += b._data[region]
             a.__dict__.pop("_zero_outside", None)
+            if _state.tracer is not None:  # nn.Graph is capturing this step
+                _state.tracer.call(_add_region, (a._data, b._data, region), None, "AddGradRegion")
             return a
     return a + b
 
@@ -130,8 +136,9 @@ _UNSHARED_ARRAY_REFS = 4
 
 def _sole_owner(g):
     a = g._data
+    # (a tracer's table holds one more reference to every array of a captured step)
     return (owns_memory(a) and sys.getrefcount(g) <= _UNSHARED_TENSOR_REFS
-            and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
+            and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS + (_state.tracer is not None))
 
 
 def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):

@@ -34,6 +34,7 @@ from ..ops.op import set_global_dispatch  # noqa: E402
 from ..amp import set_found_inf_reducer  # noqa: E402
 from ..nn.parallel import distributed as _ddp  # noqa: E402
 from ..utils.data.distributed import set_world_info_source  # noqa: E402
+from ..nn import graph as _graph  # noqa: E402
 
 # What this layer plugs into the layers below it (they never import engine.distributed; per-tensor
 # behaviour they reach through the GlobalMeta a global tensor carries):
@@ -43,3 +44,6 @@ set_found_inf_reducer(comm.max_over_world)  # GradScaler: every rank skips the s
 _ddp.set_process_group_api(c10d)  # nn.parallel.DistributedDataParallel's collectives
 set_world_info_source(  # DistributedSampler's defaults, once MPI is up (the sampler never starts it)
     lambda: (comm.get_world_size(), comm.get_rank()) if comm.is_initialized() else None)
+_graph.set_distributed_context(  # nn.Graph: which rank prints its debug output; deferred sync changes a step
+    rank=lambda: comm.get_rank() if comm.is_initialized() else 0,
+    deferred_grad_sync=lambda: global_tensor._sync["deferred"] > 0)

@@ -250,10 +250,22 @@ def _run_kernel(plan):
     needs_grad = op.differentiable and _state.enabled and any(b is not None and b._requires_grad for b in boxed)
     if needs_grad:
         ctx.needs_input_grad = tuple(b is not None and b._requires_grad for b in boxed)
-    out = op.forward(ctx, *[None if b is None else b._data for b in boxed], **plan.local_attrs)
+    arrays = [None if b is None else b._data for b in boxed]
+    tracer = _state.tracer
+    if tracer is None:
+        out = op.forward(ctx, *arrays, **plan.local_attrs)
+    else:  # nn.Graph is capturing this step
+        out = tracer.kernel(op, ctx, arrays, plan.local_attrs)
+        tracer.entries[-1].info += f" sbp {_sbp_text(plan)}"
+
     plan.single_output = not isinstance(out, tuple)
     outs = (out,) if plan.single_output else out
     return ctx, tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in outs), needs_grad
+
+
+def _sbp_text(plan):
+    return ", ".join("(" + ", ".join(str(s) for s in sig.ins if s is not None) + ") -> ("
+                     + ", ".join(str(s) for s in sig.outs) + ")" for sig in plan.chosen)
 
 
 def _wrap_outputs(plan, outs):

@@ -237,9 +237,17 @@ def global_to_global(x, placement_, sbp, grad_sbp=None):
             return x
         arr = x._data
         if meta.here and meta.sbp != sbp:
-            arr = box_local(arr, meta.shape, placement_, meta.sbp, sbp, meta.coords())
+            src = arr
+            arr = box_local(src, meta.shape, placement_, meta.sbp, sbp, meta.coords())
+            if _state.tracer is not None:  # nn.Graph is capturing this step: the boxing is a kernel call
+                _state.tracer.call(box_local, (src, meta.shape, placement_, meta.sbp, sbp, meta.coords()), arr,
+                                   "Boxing", f"{list(src.shape)} {_sbp_str(meta.sbp)} -> {_sbp_str(sbp)}")
         out = make_global(arr, GlobalMeta(placement_, sbp, meta.shape), x._device)
     else:
+        if _state.tracer is not None:
+            from ..autograd.trace import GraphTraceError
+            raise GraphTraceError(f"nn.Graph: moving a tensor from {meta.placement!r} to {placement_!r} (pipeline "
+                                  "stages) is not captured by graph mode; run pipeline-parallel jobs eagerly")
         arr, shape = box_across(x._data if meta.here else None, meta, placement_, sbp,
                                 device_of_placement(placement_))
         new_meta = GlobalMeta(placement_, sbp, shape)
@@ -257,6 +265,10 @@ def global_to_global(x, placement_, sbp, grad_sbp=None):
         return global_to_global(g, meta.placement, target)
 
     return _record(out, [x], backward, "ToGlobal")
+
+
+def _sbp_str(sbp):
+    return "(" + ", ".join(str(s) for s in sbp) + ")"
 
 
 def _logical_from_locals(shapes, placement_, sbp, what):
@@ -499,16 +511,23 @@ def global_from_logical(make_logical, shape, dtype, placement_, sbp, device=None
     me = comm.get_rank()
     meta = GlobalMeta(placement_, sbp, shape)
     if placement_.has_rank(me):
-        coords = placement_.coords(me)
-        local = box_local(full, shape, placement_, (broadcast,) * placement_.ndim, sbp, coords)
-        if local is full:
-            local = full.copy() if isinstance(full, np.ndarray) else full
+        args = (full, shape, placement_, sbp, placement_.coords(me))
+        local = _shard_of_logical(*args)
+        if _state.tracer is not None:  # nn.Graph is capturing this step (a random draw is replayed)
+            _state.tracer.call(_shard_of_logical, args, local, "ShardOfLogical")
     else:
         local = empty_shard(meta, full.dtype)
     t = make_global(local, meta, device)
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def _shard_of_logical(full, shape, placement_, sbp, coords):
+    local = box_local(full, shape, placement_, (broadcast,) * placement_.ndim, sbp, coords)
+    if local is full:
+        local = full.copy() if isinstance(full, np.ndarray) else full
+    return local
 
 
 def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
@@ -530,6 +549,8 @@ def global_filled(shape, fill, dtype, placement_, sbp, requires_grad=False):
         local = xp.full(ls, fill if keep else 0, dtype=dtype.np)
     else:
         local = xp.empty((0,), dtype=dtype.np)
+    if _state.tracer is not None:  # created inside a captured step: a fresh array per replay
+        _state.tracer.constant(local)
     t = make_global(local, meta, device)
     if requires_grad:
         t.requires_grad_(True)

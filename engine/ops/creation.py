@@ -11,6 +11,7 @@ import numpy as np
 
 from ..backend import array_from_data, as_device, check_dtype_on, default_device, dtypes, to_device, xp_for
 from ..backend.random import default_generator
+from ..autograd.grad_mode import _state as _grad_state
 from ..tensor import Tensor, Size
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
@@ -20,6 +21,8 @@ __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty"
 
 
 def _finish(array, dev, requires_grad):
+    if _grad_state.tracer is not None:  # created inside a captured step: a fresh array per replay
+        _grad_state.tracer.constant(array)
     t = Tensor._make(array, dev)
     if requires_grad:
         t.requires_grad_(True)
@@ -177,11 +180,15 @@ def _float_random(draw, size, generator, dtype, device, requires_grad):
     if not dtype.is_floating_point:
         raise TypeError(f"random floats need a floating dtype, got {dtype}")
     dev = _dev(device)
-    rng = _rng(generator, dev)
     work = np.float64 if dtype is dtypes.float64 else np.float32
-    array = draw(rng, _size(size), work)
-    if array.dtype != dtype.np:
-        array = array.astype(dtype.np)
+
+    def make():
+        array = draw(_rng(generator, dev), _size(size), work)
+        return array.astype(dtype.np) if array.dtype != dtype.np else array
+
+    array = make()
+    if _grad_state.tracer is not None:  # nn.Graph captures the draw: each replay draws anew
+        _grad_state.tracer.call(make, (), array, "RandomDraw")
     return _finish(array, dev, requires_grad)
 
 
@@ -216,14 +223,27 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     dev = _dev(device)
     if int(high) <= int(low):
         raise RuntimeError(f"randint: expected low < high, got low={low}, high={high}")
-    array = _rng(generator, dev).integers(int(low), int(high), _size((size,) if isinstance(size, int) else size))
-    return _finish(array.astype(dtype.np), dev, requires_grad)
+    shape = _size((size,) if isinstance(size, int) else size)
+
+    def make():
+        return _rng(generator, dev).integers(int(low), int(high), shape).astype(dtype.np)
+
+    array = make()
+    if _grad_state.tracer is not None:
+        _grad_state.tracer.call(make, (), array, "RandomDraw")
+    return _finish(array, dev, requires_grad)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     dev = _dev(device)
-    return _finish(_rng(generator, dev).permutation(int(n)).astype(dtype.np), dev, requires_grad)
+    def make():
+        return _rng(generator, dev).permutation(int(n)).astype(dtype.np)
+
+    array = make()
+    if _grad_state.tracer is not None:
+        _grad_state.tracer.call(make, (), array, "RandomDraw")
+    return _finish(array, dev, requires_grad)
 
 
 def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=False):

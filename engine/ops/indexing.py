@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from .op import Op
+from ..autograd.grad_mode import _state as _grad_state
 from ..backend import dtypes, host_checks, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
@@ -232,6 +233,8 @@ def _setitem(self, key, value):
         return
     try:
         self._data[items] = v._data
+        if _grad_state.tracer is not None:  # nn.Graph is capturing this step
+            _grad_state.tracer.call(_store, (self._data, items, v._data), None, "index_put_ (in place)")
     except ValueError:
         target = self._data[items].shape
         raise RuntimeError(
@@ -433,6 +436,8 @@ def _inplace_scatter(self, dim, index, src, value, add, op):
         xp_of(self._data).add.at(self._data, mesh, s)
     else:
         self._data[mesh] = s
+    if _grad_state.tracer is not None:  # nn.Graph is capturing this step
+        _grad_state.tracer.call(_add_at if add else _store, (self._data, mesh, s), None, f"{op} (in place)")
     self._bump_version()
     return self
 
@@ -914,8 +919,18 @@ def fill_(self, value):
     if inplace.records(self, v):
         return inplace.rebind(self, Fill.apply(self, v), "fill_")
     self._data[...] = v._data
+    if _grad_state.tracer is not None:  # nn.Graph is capturing this step
+        _grad_state.tracer.call(_store, (self._data, Ellipsis, v._data), None, "fill_ (in place)")
     self._bump_version()
     return self
+
+
+def _store(dst, key, value):
+    dst[key] = value
+
+
+def _add_at(dst, key, value):
+    xp_of(dst).add.at(dst, key, value)
 
 
 @tensor_method()

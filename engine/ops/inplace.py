@@ -67,7 +67,13 @@ def write(t, array, op):
             ) from None
     xp_of(t._data).copyto(t._data, array, casting="unsafe")
     t._bump_version()
+    if _state.tracer is not None:  # nn.Graph is capturing this step
+        _state.tracer.call(_copy_into, (t._data, array), None, f"{op} (in place)")
     return t
+
+
+def _copy_into(dst, src):
+    xp_of(dst).copyto(dst, src, casting="unsafe")
 
 
 def check_cast(src, dst, op):
@@ -89,6 +95,8 @@ def inplace_binary(t, other, out_of_place, ufunc, op):
         return write(t, out_of_place(t, other)._data, op)
     try:
         ufunc(t._data, o, out=t._data, casting="unsafe")
+        if _state.tracer is not None:  # nn.Graph is capturing this step
+            _state.tracer.call(_UfuncInPlace(ufunc), (t._data, o), None, f"{op} (in place)")
     except ValueError:
         raise RuntimeError(
             f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape "
@@ -96,6 +104,16 @@ def inplace_binary(t, other, out_of_place, ufunc, op):
         ) from None
     t._bump_version()
     return t
+
+
+class _UfuncInPlace:
+    """`ufunc(a, b, out=a)` as a replayable call."""
+
+    def __init__(self, ufunc):
+        self.ufunc = ufunc
+
+    def __call__(self, a, b):
+        self.ufunc(a, b, out=a, casting="unsafe")
 
 
 def apply_inplace(t, fn, op, *args, **kwargs):

@@ -94,7 +94,11 @@ class Op:
                     break
         if needs_grad:
             ctx.needs_input_grad = tuple(t is not None and t._requires_grad for t in inputs)
-        out = cls.forward(ctx, *arrays, **attrs)
+        tracer = _state.tracer
+        if tracer is None:
+            out = cls.forward(ctx, *arrays, **attrs)
+        else:  # nn.Graph is capturing this step (engine.autograd.trace)
+            out = tracer.kernel(cls, ctx, arrays, attrs)
         return wrap_outputs(cls, ctx, inputs, out, needs_grad)
 
 

@@ -16,6 +16,7 @@ nothing recorded the values are written into the tensor's own storage (views see
 import numpy as np
 
 from .op import Op
+from ..autograd.grad_mode import _state as _grad_state
 from ..backend import dtypes, host_checks, xp_of
 from ..backend.random import default_generator
 from ..tensor import Tensor, tensor_method
@@ -132,6 +133,10 @@ tensor_method("bernoulli")(bernoulli)
 def _fill(t, op, make):
     """Fill `t` in place with `make(rng, shape, draw_dtype)` (an array), by the in-place rule."""
     inplace.check_inplace_allowed(t, op)
+    if _grad_state.tracer is not None:
+        from ..autograd.trace import GraphTraceError
+        raise GraphTraceError(f"{op}: an in-place random fill inside a step that nn.Graph captures would draw its "
+                              "numbers once; draw them with a random op (rand, randn, dropout) or outside the graph")
     array = make(t._data, t._data.shape, _draw_dtype(t._data.dtype))
     if inplace.records(t):
         return inplace.rebind(t, Tensor._make(array.astype(t._data.dtype, copy=False), t._device), op)

@@ -58,6 +58,12 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
         raise ValueError(f"determinism_check must be 'default' or 'none', got {determinism_check!r}")
     if not is_grad_enabled():
         return function(*args, **kwargs)
+    from ..autograd.grad_mode import _state
+
+    if _state.tracer is not None:
+        from ..autograd.trace import GraphTraceError
+        raise GraphTraceError("activation checkpointing inside a step that nn.Graph captures is not implemented "
+                              "(its recomputation restores random states on the host); run it eagerly")
     rng = get_rng_state() if preserve_rng_state else None
     first = function(*args, **kwargs)
     outs, rebuild = _flatten(first)

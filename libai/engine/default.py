@@ -19,13 +19,12 @@ from libai.evaluation.utils import flatten_results_dict
 from libai.utils import distributed as dist
 from libai.utils.checkpoint import Checkpointer
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
-from libai.utils.graph_mode import graph_mode_error
 from libai.utils.logger import setup_logger
 from libai.utils.output_dir import (OutputDirError, check_previous_run, describe, prepare_output_dir,
                                     previous_run_artifacts)
 
 from . import hooks
-from .trainer import EagerTrainer, TrainerBase
+from .trainer import EagerTrainer, GraphTrainer, TrainerBase
 
 __all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results", "save_config"]
 
@@ -61,10 +60,10 @@ def _apply_fast_dev_run(cfg):
 def default_setup(cfg, args):
     """The common start of a job:
 
-    0. refuse a LiBai config with graph.enabled=True (graph mode is not implemented:
-       libai.utils.graph_mode); resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
-       defaults filled in, unknown keys, bad values and unimplemented values refused); apply
-       --resume / --overwrite-output-dir / --fast-dev-run to the config
+    0. resolve cfg.train against configs/common/train.py (libai.config.resolve_train_config:
+       defaults filled in, unknown keys, bad values and unimplemented values refused); refuse
+       graph mode (train.graph.enabled, or LiBai's graph.enabled) with what it does not capture;
+       apply --resume / --overwrite-output-dir / --fast-dev-run to the config
     1. claim train.output_dir (libai.utils.output_dir.prepare_output_dir): it must be a
        writable directory, no other live run may hold its lock, and a training run that does
        not resume refuses a previous run there (or deletes it with --overwrite-output-dir);
@@ -82,8 +81,9 @@ def default_setup(cfg, args):
        because the engine's global tensors draw random values in lockstep on all ranks (a
        per-rank engine seed would make replicated parameters differ between ranks)
     """
-    check_eager_mode(cfg)
+    graph_mode(cfg)
     resolve_train_config(cfg)
+    check_graph_mode(cfg)
     train = cfg.train
     eval_only = bool(getattr(args, "eval_only", False))
     if hasattr(args, "resume"):
@@ -132,11 +132,35 @@ def default_setup(cfg, args):
                     "(train.seed + rank)")
 
 
-def check_eager_mode(cfg):
-    """LiBai configs have a `graph` section; graph.enabled=True asks for graph mode, which is not
-    implemented (NotImplementedError naming it and the fix, graph.enabled=False)."""
-    if try_get_key(cfg, "graph.enabled", default=False):
-        raise graph_mode_error("graph.enabled=True")
+def graph_mode(cfg):
+    """Whether the config asks for graph mode: `train.graph.enabled`, or LiBai's top-level
+    `graph.enabled` (its configs' `graph` section). LiBai's auto-parallel is refused."""
+    if try_get_key(cfg, "graph.auto_parallel.enabled", default=False):
+        raise NotImplementedError("graph.auto_parallel.enabled=True: LiBai's auto-parallel is not implemented; "
+                                  "give the layouts in train.dist")
+    return bool(try_get_key(cfg, "train.graph.enabled", default=False)
+                or try_get_key(cfg, "graph.enabled", default=False))
+
+
+def check_graph_mode(cfg):
+    """Graph mode with a feature it does not capture is refused at start, naming the key."""
+    if not graph_mode(cfg):
+        return
+    train = cfg.train
+    refused = []
+    if try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1) not in (None, 1):
+        refused.append("train.dist.pipeline_parallel_size > 1")
+    if train.amp.enabled and (train.amp.dtype == "float16" or (train.amp.dtype is None and
+                                                                try_get_key(cfg, "train.input_placement_device",
+                                                                            default="cpu") == "cuda")):
+        refused.append("train.amp float16 (loss scaling)")
+    if train.activation_checkpoint.enabled:
+        refused.append("train.activation_checkpoint.enabled=True")
+    if train.zero_optimization.enabled:
+        refused.append("train.zero_optimization.enabled=True")
+    if refused:
+        raise NotImplementedError(f"graph mode (train.graph.enabled=True) with {', '.join(refused)} is not "
+                                  "implemented; run that configuration eagerly (train.graph.enabled=False)")
 
 
 def save_config(cfg):
@@ -205,13 +229,14 @@ class DefaultTrainer(TrainerBase):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        check_eager_mode(cfg)
+        graph_mode(cfg)
         logger = logging.getLogger("libai")
         if not logger.isEnabledFor(logging.INFO) or not logger.handlers:
             setup_logger(distributed_rank=dist.get_rank())
         self._logger = logging.getLogger(__name__)
 
         resolve_train_config(cfg)
+        check_graph_mode(cfg)
         prepare_output_dir(cfg.train.output_dir, resume=cfg.train.resume, overwrite=cfg.train.overwrite_output_dir)
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
         self.tokenizer = self.build_tokenizer(cfg)
@@ -230,9 +255,17 @@ class DefaultTrainer(TrainerBase):
         self.zero = self.build_zero(cfg, self.optimizer)
         self.grad_scaler = self.build_grad_scaler(cfg)
         # run_step passes get_batch and the input device, as LiBai's DefaultTrainer
-        self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
-                                     cfg.train.num_accumulation_steps, pipeline=self.pipeline,
-                                     zero=self.zero, autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler)
+        if graph_mode(cfg):
+            graph = self.build_graph(cfg, self.model, is_train=True)
+            if cfg.train.graph.debug >= 0:
+                graph.debug(cfg.train.graph.debug)
+            self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
+                                         optimizer=self.optimizer)
+        else:
+            self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
+                                         cfg.train.num_accumulation_steps, pipeline=self.pipeline,
+                                         zero=self.zero, autocast=self.autocast_of(cfg),
+                                         grad_scaler=self.grad_scaler)
 
         checkpointables = dict(optimizer=self.optimizer, lr_scheduler=self.lr_scheduler)
         if self.grad_scaler is not None:
@@ -415,8 +448,15 @@ class DefaultTrainer(TrainerBase):
 
     @classmethod
     def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
-        """LiBai builds an nn.Graph here: graph mode is not implemented (libai.utils.graph_mode)."""
-        raise graph_mode_error("DefaultTrainer.build_graph(...)")
+        """The nn.Graph of graph mode (libai.models.utils.GraphBase). Training: each call is one
+        micro-batch's forward and backward under the config's autocast; the trainer runs the
+        eager update around it (so the optimizer and scheduler are not given to the graph).
+        Evaluation (`is_train=False`): the model's forward without gradients."""
+        from libai.models.utils import GraphBase
+
+        return GraphBase(model, optimizer, lr_scheduler, is_train=is_train,
+                         grad_acc_steps=cfg.train.num_accumulation_steps if is_train else 1,
+                         autocast=cls.autocast_of(cfg))
 
     @classmethod
     def autocast_of(cls, cfg):

@@ -32,7 +32,6 @@ import engine as flow
 import engine.distributed as _edist
 from libai.utils import distributed as dist
 from libai.utils.events import EventStorage, get_event_storage
-from libai.utils.graph_mode import graph_mode_error
 
 __all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "GraphTrainer", "StopSignals"]
 
@@ -437,31 +436,72 @@ class EagerTrainer(TrainerBase):
             if fetch is not None:
                 data = fetch(data)
             data_time += time.perf_counter() - start
-            with self.autocast():
-                loss_dict = self.model(**data)
-            if not isinstance(loss_dict, dict):
-                loss_dict = {"total_loss": loss_dict}
-            losses = loss_of(loss_dict)
-            losses = losses / m if m > 1 else losses
-            if self.grad_scaler is not None:
-                losses = self.grad_scaler.scale(losses)
             if i < m - 1 or defer_all:
                 with _edist.no_grad_sync():  # one gradient reduction per step, not per micro-batch
-                    losses.backward()
+                    loss_dict = self.forward_backward(data)
             else:
-                losses.backward()
+                loss_dict = self.forward_backward(data)
             for k, v in loss_dict.items():
                 loss_sums[k] = loss_sums.get(k, 0.0) + v.detach().item()
         self.update()
         self.write_metrics({k: v / m for k, v in loss_sums.items()}, data_time)
 
 
+    def forward_backward(self, data):
+        """One micro-batch: forward (under autocast), the loss over the m micro-batches (scaled for
+        float16), backward. Returns the model's loss dict."""
+        return micro_batch_step(self.model, data, self.grad_acc_steps, self.autocast, self.grad_scaler)
+
+
+def micro_batch_step(model, data, m, autocast, grad_scaler):
+    with autocast():
+        loss_dict = model(**data)
+    if not isinstance(loss_dict, dict):
+        loss_dict = {"total_loss": loss_dict}
+    losses = loss_of(loss_dict)
+    losses = losses / m if m > 1 else losses
+    if grad_scaler is not None:
+        losses = grad_scaler.scale(losses)
+    losses.backward()
+    return loss_dict
+
+
 SimpleTrainer = EagerTrainer
 
 
-class GraphTrainer(TrainerBase):
-    """LiBai's trainer for graph mode (an nn.Graph runs the whole step): graph mode is not
-    implemented (libai.utils.graph_mode); use EagerTrainer (graph.enabled=False)."""
+class GraphTrainer(EagerTrainer):
+    """LiBai's trainer for graph mode (`train.graph.enabled=True`): each micro-batch's forward and
+    backward run through an nn.Graph (libai.models.utils.GraphBase), traced at the first
+    iteration and replayed after (a second trace for the micro-batches whose data-parallel
+    gradient sync is deferred, when there are several). Everything around it is EagerTrainer's:
+    the same gradient sync, clipping, optimizer step and logging, so a graph run computes the
+    eager run's numbers.
 
-    def __init__(self, graph=None, data_loader=None, grad_acc_steps=1):
-        raise graph_mode_error("GraphTrainer(...)")
+    LiBai's own use, `GraphTrainer(graph, data_loader, grad_acc_steps)` with a graph that was
+    given the optimizer (GraphBase(model, optimizer, ...)), is kept: then the graph steps the
+    optimizer itself, and each loader batch holds all `grad_acc_steps` micro-batches, which the
+    graph splits."""
+
+    def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None):
+        own = [opt for opt, _ in graph.optimizers]
+        super().__init__(graph.model, data_loader, optimizer or (own[0] if own else None), grad_acc_steps,
+                         get_batch=get_batch)
+        self.graph = graph
+        self.graph_steps = bool(own)
+
+    def forward_backward(self, data):
+        return self.graph(**data)
+
+    def run_step(self, get_batch=None, input_placement_device="cpu"):
+        if not self.graph_steps:
+            return super().run_step(get_batch, input_placement_device)
+        assert self.model.training, "[GraphTrainer] model was changed to eval mode!"
+        start = time.perf_counter()
+        data = next(self._data_loader_iter)
+        if get_batch is not None:
+            data = get_batch(data, input_placement_device, getattr(self.data_loader, "mixup_func", None))
+        elif self.get_batch is not None:
+            data = self.get_batch(data)
+        data_time = time.perf_counter() - start
+        loss_dict = self.graph(**data)
+        self.write_metrics({k: v.detach().mean().item() for k, v in loss_dict.items()}, data_time)

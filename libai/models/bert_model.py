@@ -336,8 +336,9 @@ class BertForPreTraining(nn.Module):
         return [(self.bert.word_embeddings_weight, -1)]
 
     def _heads(self, sequence_output, pooled, ns_labels, lm_labels, loss_mask):
-        if self.training and lm_labels is not None:
-            # score the masked positions only (the loss reads nothing else); eval scores every position
+        if self.training and lm_labels is not None and not flow.nn.graph.is_tracing():
+            # score the masked positions only (the loss reads nothing else); eval scores every
+            # position, and so does graph mode, whose shapes cannot depend on the mask's count
             positions, valid = masked_positions(lm_labels, loss_mask)
             prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight,
                                                       flow.tensor(positions))
@@ -348,6 +349,8 @@ class BertForPreTraining(nn.Module):
         outputs = {}
         if lm_labels is not None:
             outputs = self.loss_func(prediction_scores, lm_labels, loss_mask, binary, ns_labels)
+            if self.training:  # graph mode: the losses, as the masked-positions path returns
+                return outputs
         outputs["prediction_scores"] = prediction_scores
         if binary is not None:
             outputs["seq_relationship_score"] = binary

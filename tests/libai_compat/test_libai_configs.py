@@ -9,7 +9,7 @@ import pytest
 from omegaconf import DictConfig
 
 import engine
-from libai.config import InstantiationError, LazyConfig, instantiate, resolve_train_config
+from libai.config import LazyConfig, instantiate, resolve_train_config
 from libai.models import GPTForPreTraining, GPTModel, SwinTransformer, VisionTransformer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,9 +62,12 @@ def test_train_optim_and_graph_values():
     assert optim._target_ is engine.optim.AdamW and optim.do_bias_correction is True
     graph = load("models/graph.py").graph
     assert graph.enabled is True
-    with pytest.raises(InstantiationError, match="graph mode") as info:
-        instantiate(graph.train_graph)
-    assert isinstance(info.value.__cause__, NotImplementedError)
+    from libai.models.mlp_classifier import MLPClassifier
+    from libai.models.utils import GraphBase
+
+    graph.train_graph.model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    built = instantiate(graph.train_graph)
+    assert isinstance(built, GraphBase) and built.is_train and isinstance(built, engine.nn.Graph)
 
 
 @pytest.mark.parametrize("name, key, cls", [

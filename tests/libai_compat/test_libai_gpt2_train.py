@@ -4,8 +4,8 @@ changed, in a copy) trains through our tools/train_net.py and through LiBai's ow
 custom-trainer pattern of LiBai's tutorial (libai_tools/my_train_net.py) trains.
 
 The data is the project's small embedded corpus (libai.data.corpus.default_gpt2_corpus, as the
-other GPT-2 tests use); the model is shrunk on the command line (and graph.enabled=False, since
-graph mode is not implemented), as a LiBai user shrinks a recipe for a quick run."""
+other GPT-2 tests use); the model is shrunk on the command line, as a LiBai user shrinks a recipe for
+a quick run, and trained eagerly (graph.enabled=False) and in LiBai's default graph mode."""
 import json
 import os
 import shutil
@@ -99,11 +99,12 @@ def test_libai_gpt2_config_trains_through_our_train_net(our_run):
     assert os.path.isfile(os.path.join(out, "model_final", "model.safetensors"))
 
 
-def test_graph_mode_is_refused_with_the_fix(libai_config, tmp_path):
-    proc = run(OUR_TRAIN_NET, libai_config, f"train.output_dir={tmp_path / 'g'}", *SMALL[1:], check=False)
-    assert proc.returncode != 0
-    assert "graph.enabled=True: graph mode (OneFlow's nn.Graph static execution) is not implemented" in proc.stderr
-    assert "graph.enabled=False" in proc.stderr
+def test_libai_default_graph_mode_trains_the_eager_losses(libai_config, our_run, tmp_path):
+    """LiBai's config keeps its graph.enabled=True: the step runs through nn.Graph, with the
+    recipe's dropout, and logs the eager run's losses bit for bit."""
+    out = str(tmp_path / "g")
+    run(OUR_TRAIN_NET, libai_config, f"train.output_dir={out}", *SMALL[1:])
+    assert losses(out) == losses(our_run[0])
 
 
 def test_libai_train_net_trains_the_same_and_evaluates_with_eval_only(libai_config, our_run, tmp_path):

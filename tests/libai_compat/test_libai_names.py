@@ -87,11 +87,15 @@ def test_build_model_and_graph_names():
 
     model = build_model(LazyCall(MLPClassifier)(in_features=4, hidden_size=8, num_classes=3))
     assert isinstance(model, MLPClassifier)
-    for make in (lambda: GraphBase(is_train=True), lambda: GraphTrainer(None, None),
-                 lambda: build_graph(None, model), lambda: DefaultTrainer.build_graph(None, model)):
-        with pytest.raises(NotImplementedError, match=r"graph mode \(OneFlow's nn.Graph static execution\) is not "
-                                                      r"implemented.*graph.enabled=False"):
-            make()
+    for graph in (build_graph(None, model, is_train=True), DefaultTrainer.build_graph(
+            LazyConfig.load(MLP_CONFIG), model, is_train=True)):
+        assert isinstance(graph, GraphBase) and isinstance(graph, flow.nn.Graph) and graph.model is model
+    assert isinstance(GraphTrainer(GraphBase(model), [], optimizer=flow.optim.SGD(model.parameters(), lr=0.1)),
+                      GraphTrainer)
+    for kwargs, what in ((dict(fp16=True), "fp16=True"), (dict(zero_optim=True), r"zero_optim=True \(ZeRO\)"),
+                         (dict(activation_checkpoint=True), "activation_checkpoint=True")):
+        with pytest.raises(NotImplementedError, match=f"GraphBase: {what}.*not implemented in graph mode"):
+            GraphBase(model, **kwargs)
     w = flow.empty(2000)
     init_method_normal(0.5)(w)
     assert abs(float(w.std()) - 0.5) < 0.05
@@ -99,14 +103,52 @@ def test_build_model_and_graph_names():
     assert abs(float(w.std()) - 0.125) < 0.02
 
 
-def test_default_trainer_refuses_graph_enabled(tmp_path):
-    from libai.engine import DefaultTrainer
+def test_libai_style_graph_with_its_optimizer_steps_as_eager():
+    """LiBai's GraphBase(model, optimizer, lr_scheduler, grad_acc_steps=2): the graph splits the
+    batch, scales each half's backward by 1/2 and steps; the same as eager accumulation."""
+    import copy
+
+    import numpy as np
+    from libai.models.mlp_classifier import MLPClassifier
+    from libai.models.utils import GraphBase
+
+    flow.manual_seed(0)
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    twin = copy.deepcopy(model)
+    opt, opt2 = (flow.optim.AdamW(m.parameters(), lr=0.05) for m in (model, twin))
+    graph = GraphBase(model, opt, flow.optim.lr_scheduler.StepLR(opt, 2), grad_acc_steps=2)
+    sched2 = flow.optim.lr_scheduler.StepLR(opt2, 2)
+    rng = np.random.default_rng(0)
+    for step in range(4):
+        x = flow.tensor(rng.standard_normal((8, 4)).astype("float32"))
+        y = flow.tensor(rng.integers(0, 3, 8))
+        got = graph(images=x, labels=y)
+        for half in range(2):
+            loss = twin(images=x[half * 4:(half + 1) * 4], labels=y[half * 4:(half + 1) * 4])["loss"]
+            (loss / 2).backward()
+        opt2.step()
+        opt2.zero_grad()
+        sched2.step()
+        assert got["loss"].shape == (2,)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert np.array_equal(p.detach().numpy(), q.detach().numpy()), step
+    assert graph.num_traces == 1
+
+
+def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_lacks(tmp_path):
+    from libai.engine import DefaultTrainer, GraphTrainer
 
     cfg = LazyConfig.load(MLP_CONFIG)
-    LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path}", "+graph.enabled=true"])
-    with pytest.raises(NotImplementedError, match="graph.enabled=True: graph mode"):
-        DefaultTrainer(cfg)
-    assert os.listdir(str(tmp_path)) == []  # refused before the output directory is claimed
+    LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / 'ok'}", "+graph.enabled=true"])
+    assert isinstance(DefaultTrainer(cfg)._trainer, GraphTrainer)
+    for override, what in (("+graph.auto_parallel.enabled=true", "auto_parallel"),
+                           ("train.activation_checkpoint.enabled=True", "activation_checkpoint")):
+        cfg = LazyConfig.load(MLP_CONFIG)
+        LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / what}", "train.graph.enabled=True",
+                                         override])
+        with pytest.raises(NotImplementedError, match=what):
+            DefaultTrainer(cfg)
+        assert not os.path.exists(str(tmp_path / what))  # refused before the output directory is claimed
 
 
 def test_missing_libai_names_say_so():

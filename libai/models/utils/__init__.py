@@ -1,6 +1,6 @@
 """Model utilities: Hugging Face GPT-2 weight conversion and loading of logical state dicts
-into models whose parameters are sharded global tensors; LiBai's GraphBase (graph mode: not
-implemented) and weight init names."""
+into models whose parameters are sharded global tensors; LiBai's GraphBase (the nn.Graph of graph mode)
+and weight init names."""
 from libai.layers.utils import init_method_normal, scaled_init_method_normal  # LiBai's weight_init names
 
 from .hf_gpt2 import (

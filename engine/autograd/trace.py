@@ -1,0 +1,464 @@
+"""Trace a step's kernel calls once, replay them without the Python around them (nn.Graph's core).
+
+Why at the kernel level: every computation of the engine, forward or backward, local or global,
+reaches a kernel through one of a few doors: `Op.forward(ctx, *arrays, **attrs)` (Op.apply, the
+global dispatch, and every backward, which is written in ops), the boxing of a global tensor
+(`box_local`, collectives included), and a handful of raw array writes (in-place ops outside
+autograd, a gradient added into a region, a leaf's `.grad` being set). While a `Tracer` is
+active each door reports its call; the tracer turns the call into an `_Entry` whose array
+arguments are *slots* (the output of an earlier entry, an input of the step, or a parameter read
+when the entry runs) instead of the arrays themselves. A `Tape` replays the entries in order:
+the kernels run on fresh arrays, with no Tensor, Node, SBP inference or dispatch in between.
+
+What a kernel leaves in its Context (a dropout mask, softmax's output, a layer_norm's
+statistics) is read back after the replayed call and bound to the slots the backward entries
+read. Plain values a forward stores there (shapes, counts) are checked at replay against the
+traced ones, so a kernel whose Python-visible results depend on the data (and would make the
+recorded backward wrong) is caught instead of replayed silently.
+
+Memory: each slot is dropped from the replay table right after its last reader, so an array is
+freed (and its buffer returned to the engine's pool, engine.backend.buffers) exactly when no
+later kernel needs it; `Tape.planned_peak_bytes` is the largest total of live owning arrays over
+the step under that plan.
+"""
+import numpy as np
+
+from .grad_mode import _state
+
+__all__ = ["Tracer", "Tape", "GraphTraceError", "tracing"]
+
+
+class GraphTraceError(RuntimeError):
+    """A step that cannot be captured as a static graph (data-dependent Python, an untraced
+    array write), or a replay whose kernels no longer match the trace."""
+
+
+_LITERAL, _SLOT, _CTX, _CTXVAL, _NESTED, _DYN = range(6)
+_PLAIN = (int, float, bool, str, type(None), np.generic, np.dtype)
+
+
+def _is_array(x):
+    t = type(x)
+    return t is np.ndarray or (t.__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__"))
+
+
+def tracing():
+    """The active tracer, or None."""
+    return _state.tracer
+
+
+def _is_static(v):
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, tuple):
+        return all(isinstance(x, _PLAIN) for x in v)
+    return False
+
+
+class _Entry:
+    """One recorded kernel call. `kind`: "op" (an Op's forward with a fresh Context), "call" (a
+    plain function of arrays), "grad" (a leaf's .grad set to a slot)."""
+
+    __slots__ = ("kind", "fn", "label", "args", "arg_patch", "kwargs", "kw_patch", "outs", "single",
+                 "ctx_pre", "ctx_index", "ctx_bind", "ctx_static", "frees", "info", "leaf", "meta", "device")
+
+    def __init__(self, kind, fn, label):
+        self.kind, self.fn, self.label = kind, fn, label
+        self.args, self.arg_patch, self.kwargs, self.kw_patch = [], (), {}, ()
+        self.outs, self.single = (), True
+        self.ctx_pre = self.ctx_index = None
+        self.ctx_bind, self.ctx_static = (), None
+        self.frees, self.info = (), ""
+        self.leaf = self.meta = self.device = None
+
+
+class Tracer:
+    """Collects the entries of one traced step. Activate it with `with tracer:`; the engine's
+    kernel doors call `kernel`, `call` and `set_grad` while it is active."""
+
+    def __init__(self, dynamic_arrays=()):
+        self.entries = []
+        self.slot_of = {}      # id(array) -> slot
+        self.arrays = []       # slot -> the traced array (keeps ids unique while tracing)
+        self.ctx_count = 0
+        self.ctxval_of = {}    # id(tuple or list kept in a Context) -> (ctx index, attr name)
+        self.ctx_objs = {}     # id(Context) -> ctx index
+        self.keep = []         # objects whose ids are mapped (kept alive while tracing)
+        self.dynamic = {}      # id(array) -> getter: arrays read when an entry runs (parameters)
+        for arr, getter in dynamic_arrays:
+            self.dynamic[id(arr)] = getter
+            self.keep.append(arr)
+        self.used_ctxvals = set()
+        self.inputs = []       # (slot) per traced input array
+        self._prev = None
+
+    # ------------------------------------------------------------ activation
+    def __enter__(self):
+        self._prev = _state.tracer
+        _state.tracer = self
+        return self
+
+    def __exit__(self, *exc):
+        _state.tracer = self._prev
+        return False
+
+    # ------------------------------------------------------------ slots
+    def new_slot(self, arr):
+        s = len(self.arrays)
+        self.arrays.append(arr)
+        self.slot_of[id(arr)] = s
+        return s
+
+    def add_input(self, arr):
+        s = self.new_slot(arr)
+        self.inputs.append(s)
+        return s
+
+    def is_traced(self, arr):
+        """Whether `arr` was computed in this step (a slot, or a view of one)."""
+        return self._traced_base(arr) is not None
+
+    def _traced_base(self, arr):
+        a = arr
+        while a is not None:
+            if id(a) in self.slot_of and self.arrays[self.slot_of[id(a)]] is a:
+                return a
+            a = getattr(a, "base", None)
+        return None
+
+    def _spec(self, x, where):
+        """How an argument is found at replay: (code, value)."""
+        if _is_array(x):
+            s = self.slot_of.get(id(x))
+            if s is not None and self.arrays[s] is x:
+                return _SLOT, s
+            getter = self.dynamic.get(id(x))
+            if getter is not None:
+                return _DYN, getter
+            if self._traced_base(x) is not None:
+                raise GraphTraceError(
+                    f"{where}: an input array of shape {tuple(x.shape)} is a view of a value computed in this step "
+                    "but was made outside the engine's kernels, so a replay could not recompute it; run this "
+                    "step eagerly or report the engine function that made it")
+            self.keep.append(x)
+            return _LITERAL, x
+        t = type(x)
+        if t is tuple or t is list:
+            cv = self.ctxval_of.get(id(x))
+            if cv is not None and cv[2] is x:
+                self.used_ctxvals.add(cv[:2])
+                return _CTXVAL, cv[:2]
+            specs = [self._spec(v, where) for v in x]
+            if any(c != _LITERAL for c, _ in specs):
+                return _NESTED, (t, specs)
+            return _LITERAL, x
+        if type(x).__name__ == "Context":
+            c = self.ctx_objs.get(id(x))
+            if c is not None:
+                return _CTX, c
+        return _LITERAL, x
+
+    def _fill(self, entry, args, kwargs, where):
+        entry.args = list(args)
+        patch = []
+        for i, a in enumerate(args):
+            code, v = self._spec(a, where)
+            if code == _LITERAL:
+                entry.args[i] = v
+            else:
+                entry.args[i] = None
+                patch.append((i, code, v))
+        entry.arg_patch = tuple(patch)
+        entry.kwargs = dict(kwargs)
+        kp = []
+        for k, a in kwargs.items():
+            code, v = self._spec(a, where)
+            if code != _LITERAL:
+                entry.kwargs[k] = None
+                kp.append((k, code, v))
+        entry.kw_patch = tuple(kp)
+
+    def _outputs(self, entry, out):
+        entry.single = not isinstance(out, tuple)
+        outs = (out,) if entry.single else out
+        entry.outs = tuple(self.new_slot(a) if _is_array(a) else None for a in outs)
+
+    # ------------------------------------------------------------ the doors
+    def kernel(self, op, ctx, arrays, attrs, forward=None):
+        """Run `op`'s forward on `arrays` (as Op.apply would) and record the call."""
+        fn = forward or op.forward
+        entry = _Entry("op", fn, op.name or op.__name__)
+        self._fill(entry, arrays, attrs, entry.label)
+        entry.ctx_pre = (getattr(ctx, "needs_input_grad", None), dict(ctx.__dict__))
+        out = _arrays_out(fn(ctx, *arrays, **attrs))
+        self._outputs(entry, out)
+        entry.ctx_index = self.ctx_count
+        self.ctx_count += 1
+        self.ctx_objs[id(ctx)] = entry.ctx_index
+        self.keep.append(ctx)
+        bind, static = [], {}
+        for k, v in ctx.__dict__.items():
+            if _is_array(v):
+                bind.append((k, None, self.new_slot(v)))
+            elif type(v) is tuple or type(v) is list:
+                self.ctxval_of[id(v)] = (entry.ctx_index, k, v)
+                self.keep.append(v)
+                for j, a in enumerate(v):
+                    if _is_array(a):
+                        bind.append((k, j, self.new_slot(a)))
+                if _is_static(v):
+                    static[k] = v
+            elif hasattr(v, "_data") and _is_array(getattr(v, "_data", None)):
+                bind.append((k, "_data", self.new_slot(v._data)))
+            elif _is_static(v):
+                static[k] = v
+        entry.ctx_bind = tuple(bind)
+        entry.ctx_static = static or None
+        entry.info = _shapes(arrays, out)
+        self.entries.append(entry)
+        return out
+
+    def call(self, fn, args, out, label, info=""):
+        """Record `out = fn(*args)`, a raw array computation already done by the caller."""
+        entry = _Entry("call", fn, label)
+        self._fill(entry, args, {}, label)
+        self._outputs(entry, out)
+        entry.info = info or _shapes(args, out)
+        self.entries.append(entry)
+        return out
+
+    def set_grad(self, leaf, grad):
+        """Record `leaf.grad = grad` (a gradient adopted by a leaf that had none)."""
+        entry = _Entry("grad", None, "AccumulateGrad")
+        code, v = self._spec(grad._data, "AccumulateGrad")
+        if code != _SLOT:
+            entry.args = [grad._data]
+            entry.arg_patch = ()
+            if code == _DYN:
+                entry.arg_patch = ((0, code, v),)
+        else:
+            entry.arg_patch = ((0, _SLOT, v),)
+            entry.args = [None]
+        entry.leaf, entry.meta, entry.device = leaf, (type(grad), grad._global), grad._device
+        entry.info = f"{list(leaf.shape)}"
+        self.entries.append(entry)
+
+    def constant(self, arr):
+        """An array a creation function made inside the step (zeros, full, tensor(...)): each replay
+        gets a fresh copy, as each eager call makes a fresh array (the step may write into it)."""
+        s = self.slot_of.get(id(arr))
+        if s is not None and self.arrays[s] is arr:
+            return
+        self.call(_copy_of, (arr.copy(),), arr, "Constant")
+
+    def host_read(self, tensor, what):
+        """A Python read of a tensor's values while tracing (`.item()`, `.numpy()`, `bool(t)`)."""
+        if self.is_traced(tensor._data):
+            raise GraphTraceError(
+                f"{what} on a tensor of shape {list(tensor.shape)} computed inside the graph: its value would be "
+                "frozen at trace time (data-dependent Python control flow cannot be captured). Return the "
+                "tensor from build() and read it outside, or run this step eagerly")
+
+    # ------------------------------------------------------------ the result
+    def finish(self, output_arrays):
+        """The Tape of the recorded entries; `output_arrays` are read back after each replay."""
+        out_specs = [self._spec(a, "graph output") for a in output_arrays]
+        for e in self.entries:  # plain ctx values later read by identity are bound, not checked
+            if e.ctx_static:
+                for k in list(e.ctx_static):
+                    if (e.ctx_index, k) in self.used_ctxvals:
+                        del e.ctx_static[k]
+                        if not e.ctx_static:
+                            e.ctx_static = None
+        tape = Tape(self.entries, len(self.arrays), list(self.inputs), out_specs, self.ctx_count)
+        tape.plan_memory(self.arrays)
+        self.arrays = self.keep = None
+        self.slot_of = self.ctxval_of = self.ctx_objs = None
+        return tape
+
+
+def _copy_of(a):
+    return a.copy()
+
+
+def _arrays_out(out):
+    """numpy turns 0-d results into numpy scalars; the engine holds them as 0-d arrays (as
+    Op.apply's wrapping does), converted here so that the traced array is the one consumers see."""
+    if isinstance(out, tuple):
+        if any(isinstance(a, np.generic) for a in out):
+            return tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in out)
+        return out
+    return np.asarray(out) if isinstance(out, np.generic) else out
+
+
+def _shapes(args, out):
+    ins = [list(a.shape) for a in args if _is_array(a)]
+    outs = [list(a.shape) for a in (out if isinstance(out, tuple) else (out,)) if _is_array(a)]
+    return f"{ins} -> {outs}"
+
+
+class Tape:
+    """The replayable step: entries in trace order over a table of slots."""
+
+    def __init__(self, entries, n_slots, inputs, out_specs, n_ctx):
+        self.entries = entries
+        self.n_slots = n_slots
+        self.inputs = inputs
+        self.out_specs = out_specs
+        self.n_ctx = n_ctx
+        self.planned_peak_bytes = 0
+        self.traced_bytes = 0
+
+    def plan_memory(self, arrays):
+        """Free every slot after its last reader; the planned peak of live owning arrays."""
+        last = {}
+        for i, e in enumerate(self.entries):
+            for _, code, v in e.arg_patch + e.kw_patch:
+                for s in _slots_in(code, v):
+                    last[s] = i
+        kept = set()
+        for code, v in self.out_specs:
+            kept.update(_slots_in(code, v))
+        frees = {}
+        for s, i in last.items():
+            if s not in kept:
+                frees.setdefault(i, []).append(s)
+        produced_at = {}
+        for i, e in enumerate(self.entries):
+            for s in e.outs:
+                if s is not None:
+                    produced_at[s] = i
+            for _, _, s in e.ctx_bind:
+                produced_at[s] = i
+        for i, e in enumerate(self.entries):
+            e.frees = tuple(frees.get(i, ()))
+        # planned peak: owning arrays (not views) live from their producer to their last reader
+        live = peak = 0
+        events = {}
+        for s, i in produced_at.items():
+            a = arrays[s]
+            if a is None or getattr(a, "base", None) is not None:
+                continue
+            end = last.get(s, len(self.entries)) if s not in kept else len(self.entries)
+            events.setdefault(i, []).append(a.nbytes)
+            events.setdefault(end + 0.5, []).append(-a.nbytes)
+        for t in sorted(events):
+            live += sum(x for x in events[t] if x > 0)
+            peak = max(peak, live)
+            live += sum(x for x in events[t] if x < 0)
+        self.planned_peak_bytes = peak
+        self.traced_bytes = sum(a.nbytes for s, a in enumerate(arrays)
+                                if s in produced_at and getattr(a, "base", None) is None)
+
+    def replay(self, input_arrays):
+        """Run the entries on `input_arrays`; returns the output arrays."""
+        from .function import Context
+
+        table = [None] * self.n_slots
+        for s, a in zip(self.inputs, input_arrays):
+            table[s] = a
+        ctxs = [None] * self.n_ctx
+        for e in self.entries:
+            args = e.args
+            if e.arg_patch:
+                args = list(args)
+                for i, code, v in e.arg_patch:
+                    args[i] = _resolve(code, v, table, ctxs)
+            kind = e.kind
+            if kind == "op":
+                kwargs = e.kwargs
+                if e.kw_patch:
+                    kwargs = dict(kwargs)
+                    for k, code, v in e.kw_patch:
+                        kwargs[k] = _resolve(code, v, table, ctxs)
+                ctx = Context()
+                nig, pre = e.ctx_pre
+                if nig is not None:
+                    ctx.needs_input_grad = nig
+                if pre:
+                    ctx.__dict__.update(pre)
+                out = _arrays_out(e.fn(ctx, *args, **kwargs))
+                ctxs[e.ctx_index] = ctx
+                d = ctx.__dict__
+                for k, j, s in e.ctx_bind:
+                    v = d[k]
+                    table[s] = v if j is None else (v._data if j == "_data" else v[j])
+                if e.ctx_static is not None:
+                    _check_static(e, d)
+            elif kind == "call":
+                out = e.fn(*args)
+            else:
+                _set_grad(e, args[0])
+                out = None
+            if e.outs:
+                if e.single:
+                    if e.outs[0] is not None:
+                        table[e.outs[0]] = out
+                else:
+                    for s, a in zip(e.outs, out):
+                        if s is not None:
+                            table[s] = a
+            for s in e.frees:
+                table[s] = None
+        return [_resolve(code, v, table, ctxs) for code, v in self.out_specs]
+
+    def describe(self, limit=None):
+        lines = []
+        for i, e in enumerate(self.entries[:limit]):
+            lines.append(f"  {i:5d} {e.kind:4s} {e.label:28s} {e.info}")
+        if limit is not None and len(self.entries) > limit:
+            lines.append(f"  ... {len(self.entries) - limit} more")
+        return "\n".join(lines)
+
+
+def _slots_in(code, v):
+    if code == _SLOT:
+        return (v,)
+    if code == _NESTED:
+        out = []
+        for c, x in v[1]:
+            out.extend(_slots_in(c, x))
+        return out
+    return ()
+
+
+def _resolve(code, v, table, ctxs):
+    if code == _SLOT:
+        return table[v]
+    if code == _DYN:
+        return v()
+    if code == _CTX:
+        return ctxs[v]
+    if code == _CTXVAL:
+        return ctxs[v[0]].__dict__[v[1]]
+    if code == _NESTED:
+        typ, specs = v
+        return typ(_resolve(c, x, table, ctxs) for c, x in specs)
+    return v
+
+
+def _check_static(e, d):
+    for k, v in e.ctx_static.items():
+        now = d.get(k)
+        if now is not v and not _same(now, v):
+            raise GraphTraceError(
+                f"graph replay: kernel {e.label} ({e.info}) computed {k}={now!r} where the trace saw {v!r}: a value "
+                "its backward reads depends on the data, so this graph cannot replay it; run this step eagerly")
+
+
+def _same(a, b):
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _set_grad(e, arr):
+    leaf = e.leaf
+    if leaf.grad is not None:
+        raise GraphTraceError(f"graph replay: the parameter of shape {list(leaf.shape)} already has a gradient "
+                              "(the graph adopts fresh gradients; its caller stashes older ones)")
+    cls, meta = e.meta
+    g = cls._make(arr, e.device)
+    g._global = meta
+    leaf.grad = g

@@ -1,0 +1,248 @@
+"""engine.nn.Graph against eager: the same bits over many steps, re-tracing, what it refuses."""
+import copy
+
+import numpy as np
+import pytest
+
+import engine as flow
+from engine.autograd.trace import GraphTraceError
+from engine.ops.op import Op
+
+
+def mlp(p=0.1):
+    flow.manual_seed(0)
+    return flow.nn.Sequential(flow.nn.Linear(8, 32), flow.nn.GELU(), flow.nn.Dropout(p), flow.nn.LayerNorm(32),
+                              flow.nn.Linear(32, 3))
+
+
+class TrainGraph(flow.nn.Graph):
+    def __init__(self, model, optimizer, scheduler=None):
+        super().__init__()
+        self.model = model
+        self.add_optimizer(optimizer, lr_sch=scheduler)
+
+    def build(self, x, y):
+        loss = flow.nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        return loss
+
+
+def batch(rng, n=6):
+    return (flow.tensor(rng.standard_normal((n, 8)).astype(np.float32)), flow.tensor(rng.integers(0, 3, n)))
+
+
+def eager_step(model, opt, x, y, scheduler=None):
+    loss = flow.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    if any(g.get("clip_grad_max_norm") is not None for g in opt.param_groups):
+        opt.clip_grad()
+    opt.step()
+    opt.zero_grad()
+    if scheduler is not None:
+        scheduler.step()
+    return loss
+
+
+def same_params(a, b):
+    return all(np.array_equal(p.detach().numpy(), q.detach().numpy()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3], ids=["no-dropout", "dropout"])
+def test_replay_equals_eager_bit_for_bit_over_20_steps(p):
+    model = mlp(p)
+    twin = copy.deepcopy(model)
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    opt2 = flow.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=0.01)
+    sched = flow.optim.lr_scheduler.StepLR(opt, 5, gamma=0.5)
+    sched2 = flow.optim.lr_scheduler.StepLR(opt2, 5, gamma=0.5)
+    graph = TrainGraph(model, opt, sched)
+    rng = np.random.default_rng(0)
+    for step in range(20):
+        x, y = batch(rng)
+        state = flow.get_rng_state()
+        got = graph(x, y)
+        flow.set_rng_state(state)  # eager draws the same dropout masks from the same state
+        want = eager_step(twin, opt2, x, y, sched2)
+        assert got.item() == want.item(), step
+        assert same_params(model, twin), step
+        assert got.grad_fn is None and not got.requires_grad
+    assert graph.num_traces == 1
+    assert all(q.grad is None for q in model.parameters())
+
+
+def test_dropout_draws_new_masks_at_every_replay():
+    model = mlp(0.5)
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.0))
+    x, y = batch(np.random.default_rng(0))
+    losses = {graph(x, y).item() for _ in range(4)}  # lr 0: only the masks change the loss
+    assert len(losses) == 4
+
+
+def test_a_new_shape_or_mode_traces_again_and_old_ones_replay():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    opt, opt2 = flow.optim.SGD(model.parameters(), lr=0.1), flow.optim.SGD(twin.parameters(), lr=0.1)
+    graph = TrainGraph(model, opt)
+    rng = np.random.default_rng(1)
+    for n, traces in ((4, 1), (6, 2), (4, 2), (6, 2), (5, 3)):
+        x, y = batch(rng, n)
+        assert graph(x, y).item() == eager_step(twin, opt2, x, y).item()
+        assert graph.num_traces == traces
+    model.eval()
+    twin.eval()
+    x, y = batch(rng, 4)
+    assert graph(x, y).item() == eager_step(twin, opt2, x, y).item()
+    assert graph.num_traces == 4  # eval() changes the signature
+    assert same_params(model, twin)
+
+
+def test_gradient_clipping_of_a_param_group():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    opt = flow.optim.SGD([{"params": list(model.parameters()), "clip_grad_max_norm": 0.05}], lr=0.5)
+    opt2 = flow.optim.SGD([{"params": list(twin.parameters()), "clip_grad_max_norm": 0.05}], lr=0.5)
+    graph = TrainGraph(model, opt)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        x, y = batch(rng)
+        assert graph(x, y).item() == eager_step(twin, opt2, x, y).item()
+    assert same_params(model, twin)
+
+
+def test_gradients_accumulate_over_calls_without_an_optimizer():
+    """A graph without an optimizer leaves its gradients in .grad; a second call adds to them as
+    a second eager backward does (with a different shape: two traces)."""
+    class Backward(flow.nn.Graph):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def build(self, x, y):
+            loss = flow.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            return {"loss": loss, "pair": (loss * 2, None)}
+
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    graph = Backward(model)
+    rng = np.random.default_rng(3)
+    for n in (4, 4, 6):
+        x, y = batch(rng, n)
+        out = graph(x, y)
+        flow.nn.functional.cross_entropy(twin(x), y).backward()
+        assert set(out) == {"loss", "pair"} and out["pair"][1] is None
+        assert out["pair"][0].item() == 2 * out["loss"].item()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+
+
+def test_gradient_accumulation_config_splits_the_batch():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    opt, opt2 = flow.optim.Adam(model.parameters(), lr=0.01), flow.optim.Adam(twin.parameters(), lr=0.01)
+    graph = TrainGraph(model, opt)
+    graph.config.set_gradient_accumulation_steps(3)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        x, y = batch(rng, 6)
+        got = graph(x, y)
+        for k in range(3):
+            (flow.nn.functional.cross_entropy(twin(x[2 * k:2 * k + 2]), y[2 * k:2 * k + 2]) / 3).backward()
+        opt2.step()
+        opt2.zero_grad()
+        assert tuple(got.shape) == (3,)
+    assert same_params(model, twin)
+    with pytest.raises(ValueError, match="input 0 has 5 rows along dim 0, not a multiple of 3"):
+        graph(*batch(rng, 5))
+
+
+def test_random_ops_and_inplace_writes_inside_build_are_replayed():
+    class Noisy(flow.nn.Graph):
+        def build(self, x):
+            noise = flow.randn(*x.shape)
+            mask = flow.zeros(*x.shape)
+            mask[x > 0] = 1.0  # an in-place write on a tensor that needs no gradient
+            mask.mul_(2.0)
+            return x * mask + noise
+
+    graph = Noisy()
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = flow.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+        state = flow.get_rng_state()
+        got = graph(x).numpy()
+        flow.set_rng_state(state)
+        noise = flow.randn(3, 4).numpy()
+        mask = np.where(x.numpy() > 0, 2.0, 0.0).astype(np.float32)
+        np.testing.assert_array_equal(got, x.numpy() * mask + noise)
+    assert graph.num_traces == 1
+
+
+def test_reading_a_computed_value_in_build_is_refused():
+    class DataDependent(flow.nn.Graph):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def build(self, x):
+            y = self.model(x)
+            if y.sum().item() > 0:  # Python control flow on a value of the step
+                return y * 2
+            return y
+
+    graph = DataDependent(mlp(0.0))
+    with pytest.raises(GraphTraceError, match=r"item/tolist/bool/float/int\) on a tensor of shape \[\] computed "
+                                              "inside the graph"):
+        graph(batch(np.random.default_rng(0))[0])
+
+
+class CountPositive(Op):
+    """A kernel that keeps a data-dependent Python count for its backward."""
+
+    name = "CountPositive"
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.count = int((x > 0).sum())
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g / max(ctx.count, 1)
+
+
+def test_a_kernel_whose_saved_python_values_change_at_replay_is_caught():
+    class G(flow.nn.Graph):
+        def build(self, x):
+            return CountPositive.apply(x) * 3
+
+    graph = G()
+    graph(flow.tensor([1.0, -1.0, 2.0]))
+    graph(flow.tensor([3.0, -1.0, 5.0]))  # the same count: replays
+    with pytest.raises(GraphTraceError, match=r"kernel CountPositive .* computed count=1 where the trace saw 2"):
+        graph(flow.tensor([1.0, -1.0, -2.0]))
+
+
+def test_debug_prints_the_captured_kernels_and_planned_memory(capsys):
+    model = mlp(0.1)
+    graph = TrainGraph(model, flow.optim.SGD(model.parameters(), lr=0.1))
+    graph.debug(1)
+    graph(*batch(np.random.default_rng(0), 64))
+    out = capsys.readouterr().out
+    assert "TrainGraph:" in out and "kernel calls" in out and "planned peak" in out
+    for kernel in ("Linear", "Gelu", "Dropout", "NativeLayerNorm", "AccumulateGrad", "CrossEntropyLoss"):
+        assert kernel in out, kernel
+    tape = graph.last_tape
+    assert 0 < tape.planned_peak_bytes < tape.traced_bytes  # intermediates freed after their last reader
+    assert "planned peak" in graph.summary() and "1 trace(s)" in repr(graph)
+
+
+def test_compile_returns_a_graph_backed_callable():
+    model = mlp(0.0).eval()
+    compiled = flow.compile(model)
+    x = batch(np.random.default_rng(0))[0]
+    with flow.no_grad():
+        want = model(x).numpy()
+        for _ in range(3):
+            np.testing.assert_array_equal(compiled(x).numpy(), want)
+    assert compiled.graph.num_traces == 1
