@@ -136,9 +136,8 @@ _UNSHARED_ARRAY_REFS = 4
 
 def _sole_owner(g):
     a = g._data
-    # (a tracer's table holds one more reference to every array of a captured step)
     return (owns_memory(a) and sys.getrefcount(g) <= _UNSHARED_TENSOR_REFS
-            and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS + (_state.tracer is not None))
+            and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
 
 
 def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):

@@ -21,6 +21,8 @@ freed (and its buffer returned to the engine's pool, engine.backend.buffers) exa
 later kernel needs it; `Tape.planned_peak_bytes` is the largest total of live owning arrays over
 the step under that plan.
 """
+import weakref
+
 import numpy as np
 
 from .grad_mode import _state
@@ -60,7 +62,8 @@ class _Entry:
     plain function of arrays), "grad" (a leaf's .grad set to a slot)."""
 
     __slots__ = ("kind", "fn", "label", "args", "arg_patch", "kwargs", "kw_patch", "outs", "single",
-                 "ctx_pre", "ctx_index", "ctx_bind", "ctx_static", "frees", "info", "leaf", "meta", "device")
+                 "ctx_pre", "ctx_index", "ctx_bind", "ctx_static", "frees", "ctx_frees", "keep_ctx", "info", "leaf",
+                 "meta", "device")
 
     def __init__(self, kind, fn, label):
         self.kind, self.fn, self.label = kind, fn, label
@@ -68,7 +71,7 @@ class _Entry:
         self.outs, self.single = (), True
         self.ctx_pre = self.ctx_index = None
         self.ctx_bind, self.ctx_static = (), None
-        self.frees, self.info = (), ""
+        self.frees, self.ctx_frees, self.keep_ctx, self.info = (), (), False, ""
         self.leaf = self.meta = self.device = None
 
 
@@ -79,15 +82,15 @@ class Tracer:
     def __init__(self, dynamic_arrays=()):
         self.entries = []
         self.slot_of = {}      # id(array) -> slot
-        self.arrays = []       # slot -> the traced array (keeps ids unique while tracing)
+        self.refs = []         # slot -> weakref to the traced array (the trace keeps none alive)
+        self.sizes = []        # slot -> (nbytes, owns its memory) for the memory plan
         self.ctx_count = 0
         self.ctxval_of = {}    # id(tuple or list kept in a Context) -> (ctx index, attr name)
-        self.ctx_objs = {}     # id(Context) -> ctx index
-        self.keep = []         # objects whose ids are mapped (kept alive while tracing)
+        self.keep = []         # small objects whose ids are mapped (kept alive while tracing)
         self.dynamic = {}      # id(array) -> getter: arrays read when an entry runs (parameters)
         for arr, getter in dynamic_arrays:
             self.dynamic[id(arr)] = getter
-            self.keep.append(arr)
+            self.keep.append(arr)  # parameters and buffers: alive anyway
         self.used_ctxvals = set()
         self.inputs = []       # (slot) per traced input array
         self._prev = None
@@ -104,10 +107,23 @@ class Tracer:
 
     # ------------------------------------------------------------ slots
     def new_slot(self, arr):
-        s = len(self.arrays)
-        self.arrays.append(arr)
-        self.slot_of[id(arr)] = s
+        s = len(self.refs)
+        key = id(arr)
+        slot_of = self.slot_of
+
+        def forget(_, s=s, key=key):  # the array died: its id may be reused by a new one
+            if slot_of.get(key) == s:
+                del slot_of[key]
+
+        self.refs.append(weakref.ref(arr, forget))
+        base = getattr(arr, "base", None)  # a view of another value of the step adds no memory
+        self.sizes.append((arr.nbytes, base is None or self._traced_base(base) is None))
+        slot_of[key] = s
         return s
+
+    def _slot(self, arr):
+        s = self.slot_of.get(id(arr))
+        return s if s is not None and self.refs[s]() is arr else None
 
     def add_input(self, arr):
         s = self.new_slot(arr)
@@ -121,7 +137,7 @@ class Tracer:
     def _traced_base(self, arr):
         a = arr
         while a is not None:
-            if id(a) in self.slot_of and self.arrays[self.slot_of[id(a)]] is a:
+            if self._slot(a) is not None:
                 return a
             a = getattr(a, "base", None)
         return None
@@ -129,8 +145,8 @@ class Tracer:
     def _spec(self, x, where):
         """How an argument is found at replay: (code, value)."""
         if _is_array(x):
-            s = self.slot_of.get(id(x))
-            if s is not None and self.arrays[s] is x:
+            s = self._slot(x)
+            if s is not None:
                 return _SLOT, s
             getter = self.dynamic.get(id(x))
             if getter is not None:
@@ -153,9 +169,9 @@ class Tracer:
                 return _NESTED, (t, specs)
             return _LITERAL, x
         if type(x).__name__ == "Context":
-            c = self.ctx_objs.get(id(x))
-            if c is not None:
-                return _CTX, c
+            c = x.__dict__.get("_trace_index")
+            if c is not None and c[0] is self:
+                return _CTX, c[1]
         return _LITERAL, x
 
     def _fill(self, entry, args, kwargs, where):
@@ -194,24 +210,26 @@ class Tracer:
         self._outputs(entry, out)
         entry.ctx_index = self.ctx_count
         self.ctx_count += 1
-        self.ctx_objs[id(ctx)] = entry.ctx_index
-        self.keep.append(ctx)
         bind, static = [], {}
-        for k, v in ctx.__dict__.items():
+        for k, v in list(ctx.__dict__.items()):
             if _is_array(v):
                 bind.append((k, None, self.new_slot(v)))
             elif type(v) is tuple or type(v) is list:
-                self.ctxval_of[id(v)] = (entry.ctx_index, k, v)
-                self.keep.append(v)
+                has_arrays = False
                 for j, a in enumerate(v):
                     if _is_array(a):
                         bind.append((k, j, self.new_slot(a)))
+                        has_arrays = True
+                if not has_arrays:  # a later kernel given this very tuple reads it from the new ctx
+                    self.ctxval_of[id(v)] = (entry.ctx_index, k, v)
+                    self.keep.append(v)
                 if _is_static(v):
                     static[k] = v
             elif hasattr(v, "_data") and _is_array(getattr(v, "_data", None)):
                 bind.append((k, "_data", self.new_slot(v._data)))
             elif _is_static(v):
                 static[k] = v
+        ctx.__dict__["_trace_index"] = (self, entry.ctx_index)  # how later kernels given ctx find it
         entry.ctx_bind = tuple(bind)
         entry.ctx_static = static or None
         entry.info = _shapes(arrays, out)
@@ -246,8 +264,7 @@ class Tracer:
     def constant(self, arr):
         """An array a creation function made inside the step (zeros, full, tensor(...)): each replay
         gets a fresh copy, as each eager call makes a fresh array (the step may write into it)."""
-        s = self.slot_of.get(id(arr))
-        if s is not None and self.arrays[s] is arr:
+        if self._slot(arr) is not None:
             return
         self.call(_copy_of, (arr.copy(),), arr, "Constant")
 
@@ -270,10 +287,10 @@ class Tracer:
                         del e.ctx_static[k]
                         if not e.ctx_static:
                             e.ctx_static = None
-        tape = Tape(self.entries, len(self.arrays), list(self.inputs), out_specs, self.ctx_count)
-        tape.plan_memory(self.arrays)
-        self.arrays = self.keep = None
-        self.slot_of = self.ctxval_of = self.ctx_objs = None
+        tape = Tape(self.entries, len(self.refs), list(self.inputs), out_specs, self.ctx_count)
+        tape.plan_memory(self.sizes)
+        self.refs = self.keep = self.sizes = None
+        self.slot_of = self.ctxval_of = None
         return tape
 
 
@@ -309,7 +326,7 @@ class Tape:
         self.planned_peak_bytes = 0
         self.traced_bytes = 0
 
-    def plan_memory(self, arrays):
+    def plan_memory(self, sizes):
         """Free every slot after its last reader; the planned peak of live owning arrays."""
         last = {}
         for i, e in enumerate(self.entries):
@@ -332,23 +349,36 @@ class Tape:
                 produced_at[s] = i
         for i, e in enumerate(self.entries):
             e.frees = tuple(frees.get(i, ()))
+        # a replayed Context lives until the last entry that reads it (or not at all): it holds
+        # what its kernel saved, and keeping every one to the end would keep every activation
+        ctx_last = {}
+        for i, e in enumerate(self.entries):
+            for _, code, v in e.arg_patch + e.kw_patch:
+                for c in _ctxs_in(code, v):
+                    ctx_last[c] = i
+        for c in ctx_last:
+            self.entries[next(i for i, e in enumerate(self.entries) if e.ctx_index == c)].keep_ctx = True
+        ctx_frees = {}
+        for c, i in ctx_last.items():
+            ctx_frees.setdefault(i, []).append(c)
+        for i, e in enumerate(self.entries):
+            e.ctx_frees = tuple(ctx_frees.get(i, ()))
         # planned peak: owning arrays (not views) live from their producer to their last reader
         live = peak = 0
         events = {}
         for s, i in produced_at.items():
-            a = arrays[s]
-            if a is None or getattr(a, "base", None) is not None:
+            nbytes, owns = sizes[s]
+            if not owns:
                 continue
             end = last.get(s, len(self.entries)) if s not in kept else len(self.entries)
-            events.setdefault(i, []).append(a.nbytes)
-            events.setdefault(end + 0.5, []).append(-a.nbytes)
+            events.setdefault(i, []).append(nbytes)
+            events.setdefault(end + 0.5, []).append(-nbytes)
         for t in sorted(events):
             live += sum(x for x in events[t] if x > 0)
             peak = max(peak, live)
             live += sum(x for x in events[t] if x < 0)
         self.planned_peak_bytes = peak
-        self.traced_bytes = sum(a.nbytes for s, a in enumerate(arrays)
-                                if s in produced_at and getattr(a, "base", None) is None)
+        self.traced_bytes = sum(sizes[s][0] for s in produced_at if sizes[s][1])
 
     def replay(self, input_arrays):
         """Run the entries on `input_arrays`; returns the output arrays."""
@@ -378,7 +408,8 @@ class Tape:
                 if pre:
                     ctx.__dict__.update(pre)
                 out = _arrays_out(e.fn(ctx, *args, **kwargs))
-                ctxs[e.ctx_index] = ctx
+                if e.keep_ctx:
+                    ctxs[e.ctx_index] = ctx
                 d = ctx.__dict__
                 for k, j, s in e.ctx_bind:
                     v = d[k]
@@ -400,6 +431,8 @@ class Tape:
                             table[s] = a
             for s in e.frees:
                 table[s] = None
+            for c in e.ctx_frees:
+                ctxs[c] = None
         return [_resolve(code, v, table, ctxs) for code, v in self.out_specs]
 
     def describe(self, limit=None):
@@ -418,6 +451,19 @@ def _slots_in(code, v):
         out = []
         for c, x in v[1]:
             out.extend(_slots_in(c, x))
+        return out
+    return ()
+
+
+def _ctxs_in(code, v):
+    if code == _CTX:
+        return (v,)
+    if code == _CTXVAL:
+        return (v[0],)
+    if code == _NESTED:
+        out = []
+        for c, x in v[1]:
+            out.extend(_ctxs_in(c, x))
         return out
     return ()
 

@@ -98,7 +98,10 @@ def sum_to_array(x, shape):
         # every axis but the last summed away (a bias gradient): one column sum
         from ._kernels import column_sum
 
-        return column_sum(x.reshape(-1, n)).reshape(shape)
+        total = column_sum(x.reshape(-1, n))
+        # (a [n] result is returned as is: a reshaped view would not own its memory, and a leaf
+        # would then copy it instead of adopting it as its gradient)
+        return total if total.shape == shape else total.reshape(shape)
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1)
     xp = xp_of(x)

@@ -187,11 +187,14 @@ def matmul(xp, a, b, bias=None):
     return out
 
 
+_BFLOAT16 = np.dtype(dtypes.bfloat16.np)
+
+
 def low_precision(a):
     """The dtype of `a` when it is float16 or bfloat16 (kernels that accumulate, such as the
     fused attention, compute those in float32 and cast the result back), else None."""
     dt = a.dtype
-    return dt if dt == np.float16 or dt.name == "bfloat16" else None
+    return dt if dt == np.float16 or dt == _BFLOAT16 else None
 
 
 def as_float32(a):

@@ -169,6 +169,13 @@ class LayerNorm(Op):
                 db if ctx.has_b and ctx.needs_input_grad[2] else None)
 
 
+
+def _as_param_grad(total, shape, dtype):
+    """A weight's or bias's gradient of `shape`: a reshaped view only when the shape changes, so
+    that the parameter adopts the array instead of copying it (a view does not own its memory)."""
+    out = total.astype(dtype, copy=False)
+    return out if out.shape == tuple(shape) else out.reshape(shape)
+
 class LayerNormGrad(NoDoubleBackward, Op):
     """dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), dw = sum(g*xhat), db = sum(g),
     with xhat = (x - mean) * rstd recomputed, over float32 in one pass chain (PyTorch's
@@ -206,9 +213,9 @@ class LayerNormGrad(NoDoubleBackward, Op):
         parts = blocked(rows, (m, d), BLOCK_ELEMENTS) if xp is np else [rows((Ellipsis,))]
         dw = db = empty
         if w is not None:
-            dw = _sum_in_order([p[0] for p in parts]).reshape(wshape).astype(w.dtype, copy=False)
+            dw = _as_param_grad(_sum_in_order([p[0] for p in parts]), wshape, w.dtype)
         if has_b:
-            db = _sum_in_order([p[1] for p in parts]).reshape(wshape).astype(dtype, copy=False)
+            db = _as_param_grad(_sum_in_order([p[1] for p in parts]), wshape, dtype)
         return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
 
 

@@ -2,11 +2,17 @@
 
     python tools/benchmarks/gpt2_train.py [--steps 12 --group 4]           # both libraries, one run
     python tools/benchmarks/gpt2_train.py --no-memory                      # skip the memory children
+    python tools/benchmarks/gpt2_train.py --size tiny                      # the Python-overhead size
     python -m engine.distributed.launch --nproc-per-node 2 tools/benchmarks/gpt2_train.py --layout tp2
     python -m engine.distributed.launch --nproc-per-node 2 tools/benchmarks/gpt2_train.py --layout dp2
 
 Model: 6 layers, hidden 384, 6 heads, vocab 8192, sequence 256, batch 8, fp32, dropout 0,
-AdamW (lr 1e-4, weight decay 0.01). A training step is zero_grad + forward + token
+AdamW (lr 1e-4, weight decay 0.01). `--size tiny`: 6 layers, hidden 32, 4 heads, vocab 1024, sequence
+8, batch 1, where the kernels cost next to nothing and the step is the libraries' Python work.
+
+The engine runs the step twice over: eagerly, and as an nn.Graph (engine.nn.Graph: traced at its
+first call, replayed after); both columns are printed, with the Python calls of one step of each
+(cProfile's count, builtins included). A training step is zero_grad + forward + token
 cross-entropy (mean over the batch's 2048 tokens, labels aligned with the inputs) + backward +
 optimizer step.
 
@@ -44,6 +50,12 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 LAYERS, HIDDEN, HEADS, VOCAB, SEQ, BATCH = 6, 384, 6, 8192, 256, 8
+SIZES = {"bench": (6, 384, 6, 8192, 256, 8), "tiny": (6, 32, 4, 1024, 8, 1)}
+
+
+def set_size(name):
+    global LAYERS, HIDDEN, HEADS, VOCAB, SEQ, BATCH
+    LAYERS, HIDDEN, HEADS, VOCAB, SEQ, BATCH = SIZES[name]
 LR, WD = 1e-4, 0.01
 
 
@@ -128,6 +140,46 @@ def engine_step_fn(model, ids, labels, placement=None, sbp=None):
     return step
 
 
+def engine_graph_step_fn(model, ids, labels):
+    """The engine step as an nn.Graph: forward, backward and AdamW traced once, replayed after."""
+    import engine as flow
+
+    model.train()
+    opt = flow.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
+    ids_f, labels_f = flow.tensor(ids), flow.tensor(labels)
+
+    class TrainStep(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.add_optimizer(opt)
+
+        def build(self, ids, labels):
+            loss = self.model(ids, labels)["lm_loss"]
+            loss.backward()
+            return loss
+
+    graph = TrainStep()
+
+    def step():
+        return float(graph(ids_f, labels_f).numpy())
+
+    step.graph = graph
+    return step
+
+
+def python_calls(step):
+    """Python function calls (builtins included) of one call of `step`, counted by cProfile."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    step()
+    prof.disable()
+    return pstats.Stats(prof).total_calls
+
+
 def load_engine(path):
     from libai.models import GPTForPreTraining, GPTModel
 
@@ -166,17 +218,18 @@ def memory_child(lib, path, steps):
         import libai.models  # noqa: F401
 
         base = proc_status_kb("VmRSS")
-        step = engine_step_fn(load_engine(path), ids, labels)
+        make = engine_graph_step_fn if lib == "graph" else engine_step_fn
+        step = make(load_engine(path), ids, labels)
     for _ in range(steps):
         step()
     print(json.dumps({"lib": lib, "peak_kb": proc_status_kb("VmHWM"), "base_kb": base}))
 
 
-def measure_memory(path, steps=3):
+def measure_memory(path, size, steps=3):
     out = {}
-    for lib in ("torch", "engine"):
+    for lib in ("torch", "engine", "graph"):
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-child", lib, "--path", path,
-                            "--steps", str(steps)], capture_output=True, text=True)
+                            "--steps", str(steps), "--size", size], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"memory child {lib} failed:\n{r.stderr}")
         out[lib] = json.loads(r.stdout.strip().splitlines()[-1])
@@ -192,28 +245,34 @@ def compare(args):
     ids, labels = make_batch()
     with tempfile.TemporaryDirectory() as path:
         hf = make_hf(path, args.hf_attn)
-        fmodel = load_engine(path)
         step_t = torch_step_fn(hf, ids, labels)
-        step_f = engine_step_fn(fmodel, ids, labels)
-        loss_t, loss_f = step_t(), step_f()
-        mem = None if args.no_memory else measure_memory(path)
-    loss_t2, loss_f2 = step_t(), step_f()
-    times_t, times_f = interleaved_times([step_t, step_f], args.steps, args.group)
-    t_t, t_f = statistics.median(times_t), statistics.median(times_f)
+        step_f = engine_step_fn(load_engine(path), ids, labels)
+        step_g = engine_graph_step_fn(load_engine(path), ids, labels)
+        losses = [(step_t(), step_f(), step_g()) for _ in range(2)]  # the graph traces at its first step
+        mem = None if args.no_memory else measure_memory(path, args.size)
+    calls = [python_calls(s) for s in (step_t, step_f, step_g)]
+    times_t, times_f, times_g = interleaved_times([step_t, step_f, step_g], args.steps, args.group)
+    t_t, t_f, t_g = statistics.median(times_t), statistics.median(times_f), statistics.median(times_g)
     tokens = BATCH * SEQ
     print(f"GPT-2 training step: {LAYERS} layers, hidden {HIDDEN}, {HEADS} heads, vocab {VOCAB}, seq {SEQ}, "
           f"batch {BATCH}, fp32, AdamW(lr={LR}, wd={WD})")
     print(f"  torch threads {torch.get_num_threads()}, engine threads "
           f"{flow.backend.parallel.get_num_threads()}, HF attention {args.hf_attn}")
-    print(f"  first-step loss: torch {loss_t:.6f}  engine {loss_f:.6f}  |diff| {abs(loss_t - loss_f):.2e}")
-    print(f"  second-step loss: torch {loss_t2:.6f}  engine {loss_f2:.6f}  |diff| {abs(loss_t2 - loss_f2):.2e}")
-    print(f"  torch (HF GPT2LMHeadModel)  : {t_t * 1e3:8.1f} ms/step  {tokens / t_t:8.0f} tokens/s")
-    print(f"  engine (GPTForPreTraining)  : {t_f * 1e3:8.1f} ms/step  {tokens / t_f:8.0f} tokens/s")
-    print(f"  ratio engine/torch = {t_f / t_t:.2f}  (medians of {args.steps} steps in alternating groups of "
-          f"{args.group}; fastest steps {min(times_f) * 1e3:.1f} / {min(times_t) * 1e3:.1f} ms, ratio "
-          f"{min(times_f) / min(times_t):.2f})")
+    for k, (lt, lf, lg) in enumerate(losses):
+        print(f"  step {k + 1} loss: torch {lt:.6f}  engine {lf:.6f}  graph {lg:.6f}  |engine-torch| "
+              f"{abs(lf - lt):.2e}  |graph-engine| {abs(lg - lf):.2e}")
+    rows = (("torch (HF GPT2LMHeadModel)", t_t, calls[0]), ("engine eager", t_f, calls[1]),
+            ("engine nn.Graph", t_g, calls[2]))
+    for name, t, n in rows:
+        print(f"  {name:27s}: {t * 1e3:8.2f} ms/step  {tokens / t:8.0f} tokens/s  {n:6d} Python calls/step")
+    print(f"  ratio eager/torch = {t_f / t_t:.2f}, graph/torch = {t_g / t_t:.2f}, graph/eager = {t_g / t_f:.2f}  "
+          f"(medians of {args.steps} steps in alternating groups of {args.group}; fastest steps "
+          f"{min(times_f) * 1e3:.1f} / {min(times_g) * 1e3:.1f} / {min(times_t) * 1e3:.1f} ms)")
+    tape = step_g.graph.last_tape
+    print(f"  graph: {len(tape.entries)} kernel calls, planned peak of intermediates "
+          f"{tape.planned_peak_bytes / 2**20:.1f} MiB")
     if mem:
-        for lib in ("torch", "engine"):
+        for lib in ("torch", "engine", "graph"):
             m = mem[lib]
             print(f"  peak memory {lib:6s}: VmHWM {m['peak_kb'] / 1024:7.0f} MiB  "
                   f"(+{(m['peak_kb'] - m['base_kb']) / 1024:.0f} MiB over the resident set after imports)")
@@ -359,9 +418,11 @@ def main():
     p.add_argument("--profile", action="store_true", help="project side only: per-op kernel times + cProfile")
     p.add_argument("--top", type=int, default=30, help="rows of the --profile tables")
     p.add_argument("--layout", choices=["dp2", "tp2", "single"])
-    p.add_argument("--memory-child", choices=["torch", "engine"], help=argparse.SUPPRESS)
+    p.add_argument("--size", choices=sorted(SIZES), default="bench", help="model size (tiny: Python overhead)")
+    p.add_argument("--memory-child", choices=["torch", "engine", "graph"], help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     args = p.parse_args()
+    set_size(args.size)
     if args.memory_child:
         memory_child(args.memory_child, args.path, args.steps)
     elif args.profile:
