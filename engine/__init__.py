@@ -49,7 +49,8 @@ _COMPILE_BACKENDS = ("inductor", "eager", "aot_eager", "aot_eager_decomp_partiti
 
 def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, name=None,
             disable=False, recompile_limit=None, isolate_recompiles=False, shapes_spec=None):
-    """torch.compile's signature, returning a graph-backed callable (engine.nn.graph.Compiled):
+    """torch.compile's signature, returning a graph-backed callable (engine.nn.graph.Compiled, or
+    for a Module an OptimizedModule wrapping it as torch's does):
     calls that need no gradient are traced once per input signature and replayed as an nn.Graph;
     calls autograd must record run eagerly. `disable=True` returns `model` itself.
 
@@ -75,9 +76,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
         raise AssertionError(f"A callable function is expected, but {type(model)} is provided.")
     if disable:
         return model
-    from .nn.graph import Compiled
+    from .nn.graph import Compiled, OptimizedModule
+    from .nn.module import Module
 
-    return Compiled(model)
+    return OptimizedModule(model) if isinstance(model, Module) else Compiled(model)
 
 
 def is_tensor(obj):

@@ -254,21 +254,29 @@ def test_memory_statistics_over_cupy(monkeypatch):
 
 
 # ------------------------------------------------------------------ compile
-def test_compile_returns_the_model_and_checks_options_as_torch():
+def test_compile_wraps_the_model_as_torch_and_checks_options_as_torch():
     m = flow.nn.Linear(3, 2)
     x = flow.randn(4, 3)
     for kwargs in [{}, dict(mode="max-autotune"), dict(mode="reduce-overhead", fullgraph=True, dynamic=False),
-                   dict(backend="eager"), dict(backend=lambda gm, inputs: gm), dict(options={"a": 1}),
-                   dict(disable=True)]:
+                   dict(backend="eager"), dict(backend=lambda gm, inputs: gm), dict(options={"a": 1})]:
         c = flow.compile(m, **kwargs)
-        assert c is m and np.array_equal(c(x).detach().numpy(), m(x).detach().numpy())
+        # torch's OptimizedModule: a Module holding the original as _orig_mod
+        tc = torch.compile(torch.nn.Linear(3, 2))
+        assert isinstance(c, flow.nn.Module) and c._orig_mod is m and type(tc).__name__ == type(c).__name__
+        assert list(c.state_dict()) == list(tc.state_dict()) == ["_orig_mod.weight", "_orig_mod.bias"]
+        assert c.in_features == 3  # other attributes are the module's
+        assert np.array_equal(c(x).detach().numpy(), m(x).detach().numpy())  # autograd needed: eager
+        with flow.no_grad():
+            assert np.array_equal(c(x).numpy(), m(x).numpy()) and c.graph.num_traces == 1  # a graph replay
+    assert flow.compile(m, disable=True) is m
 
     def f(t):
         return t * 2
 
-    assert flow.compile(f) is f
+    compiled = flow.compile(f)
+    assert compiled(flow.tensor(3.0)).item() == 6.0 and compiled.graph.num_traces == 1
     decorated = flow.compile(mode="default")(f)
-    assert decorated is f
+    assert decorated(flow.tensor(2.0)).item() == 4.0
 
     @flow.compile
     def g(t):

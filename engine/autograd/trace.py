@@ -158,12 +158,12 @@ class Tracer:
                     "step eagerly or report the engine function that made it")
             self.keep.append(x)
             return _LITERAL, x
+        cv = self.ctxval_of.get(id(x))
+        if cv is not None and cv[2] is x:
+            self.used_ctxvals.add(cv[:2])
+            return _CTXVAL, cv[:2]
         t = type(x)
         if t is tuple or t is list:
-            cv = self.ctxval_of.get(id(x))
-            if cv is not None and cv[2] is x:
-                self.used_ctxvals.add(cv[:2])
-                return _CTXVAL, cv[:2]
             specs = [self._spec(v, where) for v in x]
             if any(c != _LITERAL for c, _ in specs):
                 return _NESTED, (t, specs)
@@ -229,6 +229,11 @@ class Tracer:
                 bind.append((k, "_data", self.new_slot(v._data)))
             elif _is_static(v):
                 static[k] = v
+            elif not any(v is a for a in attrs.values()):
+                # an object the kernel made (a layout, a tiling with its seed): a later kernel given
+                # this very object reads the replay's from the new Context
+                self.ctxval_of[id(v)] = (entry.ctx_index, k, v)
+                self.keep.append(v)
         ctx.__dict__["_trace_index"] = (self, entry.ctx_index)  # how later kernels given ctx find it
         entry.ctx_bind = tuple(bind)
         entry.ctx_static = static or None

@@ -372,30 +372,52 @@ class _CallGraph(Graph):
         return self.fn(*args, **kwargs)
 
 
+def _needs_autograd(params, args, kwargs):
+    return is_grad_enabled() and (any(p.requires_grad for p in params)
+                                  or any(t.requires_grad for t in _tensors_of((args, kwargs))))
+
+
 class Compiled:
-    """What `engine.compile(fn)` returns: calls that need no gradient (inference, evaluation,
-    `no_grad`) run through an nn.Graph of `fn` (traced at the first call per signature, replayed
-    after); a call that autograd must record (grad mode on and a parameter or an input that
+    """What `engine.compile(fn)` returns for a function: calls that need no gradient (inference,
+    evaluation, `no_grad`) run through an nn.Graph of `fn` (traced at the first call per
+    signature, replayed after); a call that autograd must record (grad mode on and an input that
     requires grad) runs `fn` eagerly, since a replay records no autograd graph. For a captured
-    training step, write an nn.Graph whose build calls backward. Attributes are `fn`'s."""
+    training step, write an nn.Graph whose build calls backward."""
 
     def __init__(self, fn):
-        object.__setattr__(self, "_orig_mod", fn)
-        object.__setattr__(self, "graph", _CallGraph(fn))
+        self._orig_mod = fn
+        self.graph = _CallGraph(fn)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
-        fn = self._orig_mod
-        if is_grad_enabled():
-            params = fn.parameters() if isinstance(fn, Module) else ()
-            if any(p.requires_grad for p in params) or any(t.requires_grad for t in _tensors_of((args, kwargs))):
-                return fn(*args, **kwargs)
+        if _needs_autograd((), args, kwargs):
+            return self._orig_mod(*args, **kwargs)
         return self.graph(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._orig_mod, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._orig_mod, name, value)
 
     def __repr__(self):
         return f"Compiled({self._orig_mod!r})"
+
+
+class OptimizedModule(Module):
+    """What `engine.compile(module)` returns (torch's name): a Module holding the original as
+    `_orig_mod` (so its state_dict keys carry torch's `_orig_mod.` prefix), whose calls run as
+    Compiled's do: a graph replay when no gradient is needed, the module itself otherwise.
+    Other attributes are the original module's."""
+
+    def __init__(self, mod):
+        super().__init__()
+        self._orig_mod = mod
+        object.__setattr__(self, "graph", _CallGraph(mod))
+
+    def forward(self, *args, **kwargs):
+        mod = self._orig_mod
+        if _needs_autograd(mod.parameters(), args, kwargs):
+            return mod(*args, **kwargs)
+        return self.graph(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.__dict__["_modules"]["_orig_mod"], name)

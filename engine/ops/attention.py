@@ -183,10 +183,11 @@ class PackedQKVAttention(Op):
         zero_mask = False
         if mask is not None:
             # a fully masked row with a finite fill is uniform; its masked entries get no
-            # gradient (they are constants of the masked fill), as in scale_mask_softmax
-            # (on a GPU assumed without reading the mask back: where no row is fully masked the
-            # masked probabilities are exactly 0, so zeroing their gradient changes nothing)
-            zero_mask = bool(np.isfinite(fill)) and (xp is not np or bool(lay.mask.all(axis=-1).any()))
+            # gradient (they are constants of the masked fill), as in scale_mask_softmax. Done
+            # whatever the mask holds (where no row is fully masked the masked probabilities are
+            # exactly 0, so zeroing their gradient changes nothing): the mask is not read back on
+            # a GPU, and what the backward does does not depend on the data (a replayed graph)
+            zero_mask = bool(np.isfinite(fill))
             if xp is np:
                 bits = select_bits(lay.mask, fill, dt)
         ctx.layout, ctx.scale, ctx.zero_mask = lay, scale, zero_mask
@@ -593,12 +594,14 @@ class ScaledDotProductAttention(Op):
     save_outputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, midx, scale, causal, dropout_p, seed):
+    def forward(ctx, q, k, v, mask, midx, scale, causal, dropout_p, generator):
         low = low_precision(q)
         if low is not None:  # float16/bfloat16: computed in float32, the output rounded back
             out, lse = ScaledDotProductAttention.forward(ctx, _f32(q), _f32(k), _f32(v), _f32(mask), midx, scale,
-                                                         causal, dropout_p, seed)
+                                                         causal, dropout_p, generator)
             return out.astype(low), lse
+        # the dropout seed is drawn here, in the kernel, so that a replayed graph draws a new one
+        seed = sdpa_dropout_seed(generator) if dropout_p > 0 else 0
         xp = xp_of(q)
         (b, length, e), s_len, ev = q.shape, k.shape[1], v.shape[2]
         kern = _SDPAKernel(xp, q.dtype, b, length, s_len, mask, midx, causal, scale, dropout_p, seed)
@@ -732,8 +735,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             midx = np.broadcast_to(np.arange(rows).reshape(padded[:-2]), batch).reshape(-1)
     if scale is None:
         scale = 1.0 / math.sqrt(e) if e else 1.0  # (E = 0: every score is 0 whatever the scale)
-    p = float(dropout_p)
-    seed = sdpa_dropout_seed() if p > 0 else 0
     out = ScaledDotProductAttention.apply(q3, k3, v3, mask3, midx=midx, scale=float(scale), causal=bool(is_causal),
-                                          dropout_p=p, seed=seed)[0]
+                                          dropout_p=float(dropout_p), generator=default_generator)[0]
     return out.reshape(*batch, length, ev)

@@ -164,7 +164,9 @@ def test_train_float32_compiled(dirs, scratch_fp32):
     assert ckpt["model_args"]["vocab_size"] == VOCAB and ckpt["model_args"]["bias"] is False
     assert float(ckpt["best_val_loss"]) == pytest.approx(evals(out)[-1][2], abs=1e-4)
     assert all(int(s["step"]) == 20 for s in ckpt["optimizer"]["state"].values())
-    model = ckpt["model"]
+    # a compiled model's state_dict keys carry torch's "_orig_mod." prefix (sample.py strips it)
+    assert all(k.startswith("_orig_mod.") for k in ckpt["model"])
+    model = {k[len("_orig_mod."):]: v for k, v in ckpt["model"].items()}
     assert np.array_equal(model["lm_head.weight"].numpy(), model["transformer.wte.weight"].numpy())  # tied
 
 

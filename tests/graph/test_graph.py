@@ -246,3 +246,48 @@ def test_compile_returns_a_graph_backed_callable():
         for _ in range(3):
             np.testing.assert_array_equal(compiled(x).numpy(), want)
     assert compiled.graph.num_traces == 1
+
+
+class AttentionStep(flow.nn.Graph):
+    """Attention through both fused kernels, with inputs (a padding mask) that change per call."""
+
+    def __init__(self, proj, dropout):
+        super().__init__()
+        self.proj = proj
+        self.dropout = dropout
+
+    def build(self, x, mask):
+        qkv = self.proj(x)  # [b, s, heads * 3 * d]
+        packed = flow.nn.functional.packed_qkv_attention(qkv, 2, mask=mask, dropout_p=self.dropout)
+        q = qkv[..., :8].reshape(2, 5, 2, 4).permute(0, 2, 1, 3)
+        sdpa = flow.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=self.dropout, is_causal=True)
+        loss = (packed * packed).sum() + (sdpa * sdpa).sum()
+        loss.backward()
+        return loss
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["no-dropout", "dropout"])
+def test_attention_kernels_replay_their_masks_and_saved_layouts(dropout):
+    """What a kernel keeps for its backward beyond arrays (the packed core's layout with the
+    padding mask, the tiled kernel's seed) is taken from each replay's own forward."""
+    flow.manual_seed(0)
+    proj = flow.nn.Linear(6, 24)
+    twin = copy.deepcopy(proj)
+    graph = AttentionStep(proj, dropout)
+    rng = np.random.default_rng(7)
+    for step in range(4):
+        x = flow.tensor(rng.standard_normal((2, 5, 6)).astype(np.float32))
+        pad = rng.integers(1, 5, 2)  # valid lengths: keys and query rows past them masked (whole rows)
+        pos = np.arange(5)
+        keys = pos[None, None, None, :] >= pad[:, None, None, None]
+        mask = flow.tensor(keys | (pos[None, None, :, None] >= pad[:, None, None, None]))
+        mask = mask if step % 2 else mask[:, :, :1].expand(2, 1, 5, 5)
+        state = flow.get_rng_state()
+        got = graph(x, mask.contiguous())
+        flow.set_rng_state(state)
+        want = AttentionStep.build(type("Eager", (), {"proj": twin, "dropout": dropout})(), x, mask.contiguous())
+        assert got.item() == want.item(), step
+        for p, q in zip(proj.parameters(), twin.parameters()):
+            np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+            p.grad = q.grad = None
+    assert graph.num_traces == 1
