@@ -105,6 +105,8 @@ VALUE_CHECKS = {
          "a list of stage ids (integers >= 0)")),
     "dist.pipeline_parallel_size": _POSITIVE,
     "activation_checkpoint.enabled": _BOOL,
+    "graph.enabled": _BOOL,
+    "graph.debug": _INT,
     "amp.enabled": _BOOL,
     "amp.dtype": ((lambda v: v in (None, "float16", "bfloat16")), "'float16', 'bfloat16' or None"),
     "zero_optimization.enabled": _BOOL,

@@ -81,7 +81,6 @@ def default_setup(cfg, args):
        because the engine's global tensors draw random values in lockstep on all ranks (a
        per-rank engine seed would make replicated parameters differ between ranks)
     """
-    graph_mode(cfg)
     resolve_train_config(cfg)
     check_graph_mode(cfg)
     train = cfg.train
@@ -133,26 +132,25 @@ def default_setup(cfg, args):
 
 
 def graph_mode(cfg):
-    """Whether the config asks for graph mode: `train.graph.enabled`, or LiBai's top-level
-    `graph.enabled` (its configs' `graph` section). LiBai's auto-parallel is refused."""
-    if try_get_key(cfg, "graph.auto_parallel.enabled", default=False):
-        raise NotImplementedError("graph.auto_parallel.enabled=True: LiBai's auto-parallel is not implemented; "
-                                  "give the layouts in train.dist")
-    return bool(try_get_key(cfg, "train.graph.enabled", default=False)
-                or try_get_key(cfg, "graph.enabled", default=False))
+    """Whether a resolved config asks for graph mode: `train.graph.enabled`, or LiBai's top-level
+    `graph.enabled` (its configs' `graph` section)."""
+    return bool(cfg.train.graph.enabled or try_get_key(cfg, "graph.enabled", default=False))
 
 
 def check_graph_mode(cfg):
-    """Graph mode with a feature it does not capture is refused at start, naming the key."""
+    """Graph mode with a feature it does not capture is refused at start, naming the key (and
+    LiBai's auto-parallel, in any mode)."""
+    if try_get_key(cfg, "graph.auto_parallel.enabled", default=False):
+        raise NotImplementedError("graph.auto_parallel.enabled=True: LiBai's auto-parallel is not implemented; "
+                                  "give the layouts in train.dist")
     if not graph_mode(cfg):
         return
     train = cfg.train
     refused = []
-    if try_get_key(cfg, "train.dist.pipeline_parallel_size", default=1) not in (None, 1):
+    if train.dist.pipeline_parallel_size not in (None, 1):
         refused.append("train.dist.pipeline_parallel_size > 1")
-    if train.amp.enabled and (train.amp.dtype == "float16" or (train.amp.dtype is None and
-                                                                try_get_key(cfg, "train.input_placement_device",
-                                                                            default="cpu") == "cuda")):
+    if train.amp.enabled and (train.amp.dtype == "float16" or
+                              (train.amp.dtype is None and train.input_placement_device == "cuda")):
         refused.append("train.amp float16 (loss scaling)")
     if train.activation_checkpoint.enabled:
         refused.append("train.activation_checkpoint.enabled=True")
@@ -229,7 +227,6 @@ class DefaultTrainer(TrainerBase):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        graph_mode(cfg)
         logger = logging.getLogger("libai")
         if not logger.isEnabledFor(logging.INFO) or not logger.handlers:
             setup_logger(distributed_rank=dist.get_rank())
