@@ -336,7 +336,7 @@ _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 def _product_into(a, b, out):
     """out[...] = a @ b: MKL's gemm when it can take the operands (engine.backend.mkl), else numpy."""
-    if not mkl.worth_it(a, b):
+    if not mkl.use_for(a, b):
         np.matmul(a, b, out=out)
     elif out.ndim == 2 and a.ndim == 2 and b.ndim == 2:
         if not mkl.gemm(a, b, out):

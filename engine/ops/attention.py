@@ -50,7 +50,7 @@ def _bmm_into(a, b, out):
     xp = xp_of(a)
     if xp is not np:
         xp.matmul(a, b, out=out)
-    elif not (mkl.worth_it(a, b) and mkl.gemm_batched(a, b, out)):
+    elif not (mkl.use_for(a, b) and mkl.gemm_batched(a, b, out)):
         if out.flags.c_contiguous:
             np.matmul(a, b, out=out)
         else:
