@@ -288,3 +288,30 @@ def test_softmax_rows_compiled_equal_numpy(d, in_place, monkeypatch):
     assert np.isnan(z[1]).all() and np.isnan(z[3]).all() and (d == 1 or z[4, -1] == 0.0)
     np.testing.assert_allclose(z[5], 1.0 / d, rtol=1e-6)
     np.testing.assert_allclose(z.sum(-1)[8:], 1.0, rtol=1e-5)
+
+
+@needs_jit
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_through_compiled_softmax_equals_torch_with_underflowing_targets(reduction):
+    """The float32 forward through the compiled softmax rows takes -log p[target]; a target whose
+    probability underflows (200 below the row's max, some rows ignored) still gets its exact,
+    finite loss, as torch's log-sum-exp gives."""
+    import torch
+
+    import engine as flow
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 300)).astype(np.float32)
+    t = rng.integers(0, 300, 512)
+    x[:7, 0] = 200.0
+    t[:7] = 5  # p[target] ~ exp(-200): underflows in float32
+    t[10:14] = -100  # ignored
+    xf, xt = flow.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    lf = flow.nn.functional.cross_entropy(xf, flow.tensor(t), reduction=reduction)
+    lt = torch.nn.functional.cross_entropy(xt, torch.tensor(t), reduction=reduction)
+    assert np.isfinite(lf.detach().numpy()).all()
+    np.testing.assert_allclose(lf.detach().numpy(), lt.detach().numpy(), rtol=2e-6, atol=1e-5)
+    g = rng.standard_normal(tuple(lt.shape)).astype(np.float32)
+    lf.backward(flow.tensor(g))
+    lt.backward(torch.tensor(g))
+    np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)

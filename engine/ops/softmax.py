@@ -63,6 +63,11 @@ def _same_memory(a, b):
     return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
 
 
+def softmax_compiled():
+    """Whether float32 softmax rows run as the compiled loop (numba available and on)."""
+    return _SOFTMAX_JIT is not None
+
+
 def _softmax_rows(x, z, axis, log):
     """z = (log_)softmax(x) along `axis`, written into z. float32 rows go through one compiled
     loop where numba is installed (engine/ops/_jit_activations.py: 2.8x faster on ViT's rows of
