@@ -56,7 +56,7 @@ for _p in (ROOT, HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from gpt2_train import interleaved_times, proc_status_kb, profile_step  # noqa: E402
+from gpt2_train import graph_step_fn, interleaved_times, proc_status_kb, profile_step  # noqa: E402
 
 LR, WD = 1e-4, 0.01
 MASK_ID, MASK_FRACTION = 1, 0.15
@@ -160,6 +160,10 @@ def engine_step_fn(model, batch):
     return step
 
 
+def _bert_loss(model, ids, attention, types, ns, lm_labels, loss_mask):
+    return model(ids, attention, types, ns_labels=ns, lm_labels=lm_labels, loss_mask=loss_mask)["total_loss"]
+
+
 def check_losses(loss_t, loss_f, what="first-step"):
     rel = abs(loss_t - loss_f) / max(abs(loss_t), 1e-12)
     if not rel <= LOSS_RTOL:  # also catches NaN
@@ -218,13 +222,14 @@ def compare(a):
         fmodel = load_engine(path)
         step_t = torch_step_fn(hf, hf_batch)
         step_f = engine_step_fn(fmodel, ours)
-        losses = [(step_t(), step_f())]
-        check_losses(*losses[0])
+        step_g = graph_step_fn(load_engine(path), _bert_loss, {k: flow.tensor(v) for k, v in ours.items()}, LR, WD)
+        losses = [(step_t(), step_f(), step_g())]
+        check_losses(*losses[0][:2])
         mem = None if a.no_memory else measure_memory(path, a)
     for _ in range(a.warmup - 1):
-        losses.append((step_t(), step_f()))
-    times_t, times_f = interleaved_times([step_t, step_f], a.steps, a.group)
-    t_t, t_f = statistics.median(times_t), statistics.median(times_f)
+        losses.append((step_t(), step_f(), step_g()))
+    times_t, times_f, times_g = interleaved_times([step_t, step_f, step_g], a.steps, a.group)
+    t_t, t_f, t_g = statistics.median(times_t), statistics.median(times_f), statistics.median(times_g)
     tokens = a.batch * a.seq
     masked = int(ours["loss_mask"].sum())
     print(f"BERT pretraining step: {describe(a)}")
@@ -232,12 +237,15 @@ def compare(a):
           "mask, masked-LM + next-sentence loss")
     print(f"  torch threads {torch.get_num_threads()}, engine threads "
           f"{flow.backend.parallel.get_num_threads()}, HF attention {a.hf_attn}")
-    for i, (lt, lf) in enumerate(losses):
+    for i, (lt, lf, lg) in enumerate(losses):
         name = "first-step" if i == 0 else ("second-step" if i == 1 else f"step-{i + 1}")
-        print(f"  {name} loss: torch {lt:.6f}  engine {lf:.6f}  |diff| {abs(lt - lf):.2e}  "
+        print(f"  {name} loss: torch {lt:.6f}  engine {lf:.6f}  graph {lg:.6f}  |diff| {abs(lt - lf):.2e}  "
               f"rel {abs(lt - lf) / max(abs(lt), 1e-12):.2e}" + ("  (agree)" if i == 0 else ""))
     print(f"  torch (HF BertForPreTraining)  : {t_t * 1e3:8.1f} ms/step  {tokens / t_t:8.0f} tokens/s")
     print(f"  engine (BertForPreTraining)    : {t_f * 1e3:8.1f} ms/step  {tokens / t_f:8.0f} tokens/s")
+    print(f"  engine nn.Graph                : {t_g * 1e3:8.1f} ms/step  {tokens / t_g:8.0f} tokens/s  "
+          f"(graph/torch {t_g / t_t:.2f}, graph/eager {t_g / t_f:.2f}; graph mode scores every position in "
+          "the masked-LM head)")
     print(f"  ratio engine/torch = {t_f / t_t:.2f}  (medians of {len(times_t)} steps in alternating groups of "
           f"{a.group} after {a.warmup} warm-up step(s); fastest steps {min(times_f) * 1e3:.1f} / "
           f"{min(times_t) * 1e3:.1f} ms, ratio {min(times_f) / min(times_t):.2f})")

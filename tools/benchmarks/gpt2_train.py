@@ -140,13 +140,14 @@ def engine_step_fn(model, ids, labels, placement=None, sbp=None):
     return step
 
 
-def engine_graph_step_fn(model, ids, labels):
-    """The engine step as an nn.Graph: forward, backward and AdamW traced once, replayed after."""
+def graph_step_fn(model, loss_fn, inputs, lr=LR, wd=WD):
+    """`loss_fn(model, **inputs)`, its backward and an AdamW step as an nn.Graph (engine.nn.Graph:
+    traced at the first call, replayed after); `step()` returns the loss. Shared by the BERT and
+    vision benchmarks."""
     import engine as flow
 
     model.train()
-    opt = flow.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
-    ids_f, labels_f = flow.tensor(ids), flow.tensor(labels)
+    opt = flow.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
 
     class TrainStep(flow.nn.Graph):
         def __init__(self):
@@ -154,18 +155,26 @@ def engine_graph_step_fn(model, ids, labels):
             self.model = model
             self.add_optimizer(opt)
 
-        def build(self, ids, labels):
-            loss = self.model(ids, labels)["lm_loss"]
+        def build(self, **batch):
+            loss = loss_fn(self.model, **batch)
             loss.backward()
             return loss
 
     graph = TrainStep()
 
     def step():
-        return float(graph(ids_f, labels_f).numpy())
+        return float(graph(**inputs).numpy())
 
     step.graph = graph
     return step
+
+
+def engine_graph_step_fn(model, ids, labels):
+    """The engine step as an nn.Graph (see graph_step_fn)."""
+    import engine as flow
+
+    return graph_step_fn(model, lambda m, ids, labels: m(ids, labels)["lm_loss"],
+                         {"ids": flow.tensor(ids), "labels": flow.tensor(labels)})
 
 
 def python_calls(step):

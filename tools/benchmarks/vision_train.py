@@ -38,7 +38,7 @@ for _p in (ROOT, HERE):
         sys.path.insert(0, _p)
 
 from bert_train import check_losses  # noqa: E402
-from gpt2_train import interleaved_times  # noqa: E402
+from gpt2_train import graph_step_fn, interleaved_times  # noqa: E402
 
 LR, WD = 1e-4, 0.05
 
@@ -117,14 +117,17 @@ def compare(a, model):
     images, labels = make_batch(img, batch, a.classes)
     with tempfile.TemporaryDirectory() as path:
         hf = make_hf(path, a, model)
-        ours = (VisionTransformer if model == "vit" else SwinTransformer).from_huggingface(path)
+        cls = VisionTransformer if model == "vit" else SwinTransformer
+        ours, ours_g = cls.from_huggingface(path), cls.from_huggingface(path)
     step_t, step_f = torch_step_fn(hf, images, labels), engine_step_fn(ours, images, labels)
-    losses = [(step_t(), step_f())]
-    check_losses(*losses[0])
+    step_g = graph_step_fn(ours_g, lambda m, x, y: m(x, y)["losses"],
+                           {"x": flow.tensor(images), "y": flow.tensor(labels)}, LR, WD)
+    losses = [(step_t(), step_f(), step_g())]
+    check_losses(*losses[0][:2])
     for _ in range(a.warmup - 1):
-        losses.append((step_t(), step_f()))
-    times_t, times_f = interleaved_times([step_t, step_f], a.steps, a.group)
-    t_t, t_f = statistics.median(times_t), statistics.median(times_f)
+        losses.append((step_t(), step_f(), step_g()))
+    times_t, times_f, times_g = interleaved_times([step_t, step_f, step_g], a.steps, a.group)
+    t_t, t_f, t_g = statistics.median(times_t), statistics.median(times_f), statistics.median(times_g)
     if model == "vit":
         print(f"ViT training step: image {a.img}, patch {a.patch}, {a.layers} layers, width {a.hidden}, "
               f"{a.heads} heads, MLP {4 * a.hidden}, {a.classes} classes, batch {batch}, fp32, "
@@ -134,12 +137,14 @@ def compare(a, model):
               f"{SWIN['depths']}, heads {SWIN['heads']}, window {SWIN['window']}, {a.classes} classes, batch {batch}, "
               f"fp32, AdamW(lr={LR}, wd={WD})")
     print(f"  torch threads {torch.get_num_threads()}, engine threads {flow.backend.parallel.get_num_threads()}")
-    lt, lf = losses[0]
-    print(f"  first-step loss: torch {lt:.6f}  engine {lf:.6f}  |diff| {abs(lt - lf):.2e}  (agree)")
+    lt, lf, lg = losses[0]
+    print(f"  first-step loss: torch {lt:.6f}  engine {lf:.6f}  graph {lg:.6f}  |diff| {abs(lt - lf):.2e}  (agree)")
     name_t = "HF ViTForImageClassification" if model == "vit" else "HF SwinForImageClassification"
     name_f = "VisionTransformer" if model == "vit" else "SwinTransformer"
     print(f"  torch ({name_t}): {t_t * 1e3:8.1f} ms/step  {batch / t_t:8.1f} images/s")
     print(f"  engine ({name_f}): {t_f * 1e3:8.1f} ms/step  {batch / t_f:8.1f} images/s")
+    print(f"  engine nn.Graph: {t_g * 1e3:8.1f} ms/step  {batch / t_g:8.1f} images/s  (graph/torch {t_g / t_t:.2f}, "
+          f"graph/eager {t_g / t_f:.2f})")
     print(f"  ratio engine/torch = {t_f / t_t:.2f}  (medians of {len(times_t)} steps in alternating groups of "
           f"{a.group} after {a.warmup} warm-up step(s); fastest steps {min(times_f) * 1e3:.1f} / "
           f"{min(times_t) * 1e3:.1f} ms, ratio {min(times_f) / min(times_t):.2f})")
