@@ -14,7 +14,7 @@ from ..backend import dtypes, jit, xp_of
 from ..backend.fpenv import flush_denormals
 from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
-from ._kernels import blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
+from ._kernels import BLOCK_ELEMENTS, blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
 from .op import Op
 from ..kernels import softmax as softmax_kernels
 
@@ -34,7 +34,7 @@ def _softmax_array(x, axis, log):
         return xp.empty(x.shape, dtype=out_dtype)
     if xp is np and axis == x.ndim - 1 and x.ndim > 1:
         out = empty(np, x.shape, x.dtype)
-        blocked(lambda sel: _softmax_rows(x[sel], out[sel], -1, log), x.shape)
+        blocked(lambda sel: _softmax_rows(x[sel], out[sel], -1, log), x.shape, _row_block(x, log))
     else:
         out = xp.empty(x.shape, dtype=x.dtype)
         _softmax_rows(x, out, axis, log)
@@ -44,6 +44,18 @@ def _softmax_array(x, axis, log):
 _SOFTMAX_JIT, _SOFTMAX_INPLACE_JIT, _SOFTMAX_GRAD_JIT, _SOFTMAX_GRAD_INPLACE_JIT = (
     jit.kernel(f"engine.ops._jit_activations:{name}") for name in (
         "softmax_rows_loop", "softmax_rows_inplace_loop", "softmax_grad_rows_loop", "softmax_grad_rows_inplace_loop"))
+
+
+# Blocks of rows for the compiled row kernels: each row is one pass in cache whatever the block,
+# so blocks are large (each costs ~15 us of Python: the 64 Ki-element blocks of the numpy path
+# made [8, 6, 256, 256]'s backward 4.8 ms against 1.4 ms for the kernel alone on one thread)
+COMPILED_ROW_BLOCK = 1 << 20
+
+
+def _row_block(x, log):
+    """Elements per block of rows: large where the compiled kernels take the rows (see above)."""
+    compiled = not log and _SOFTMAX_JIT is not None and x.dtype == np.float32 and x.flags.c_contiguous
+    return COMPILED_ROW_BLOCK if compiled else BLOCK_ELEMENTS
 
 
 def _compiled_rows(*arrays):
@@ -133,7 +145,8 @@ class SoftmaxGrad(Op):
         if xp is np and axis == g.ndim - 1 and g.ndim > 1:
             zm = rows_of(zero_mask, g.shape) if zero_mask is not None else None
             blocked(lambda sel: _softmax_grad_rows(
-                g[sel], y[sel], dx[sel], -1, scale, zm[sel] if zm is not None else None), g.shape)
+                g[sel], y[sel], dx[sel], -1, scale, zm[sel] if zm is not None else None), g.shape,
+                    _row_block(g, False) if zm is None else BLOCK_ELEMENTS)
         else:
             _softmax_grad_rows(g, y, dx, axis, scale, zero_mask)
         return dx.astype(dtype, copy=False)
