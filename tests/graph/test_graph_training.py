@@ -76,3 +76,10 @@ def test_graph_mode_refuses_pipeline_parallelism_at_start(tmp_path):
     assert code != 0
     assert "graph mode (train.graph.enabled=True) with train.dist.pipeline_parallel_size > 1 is not implemented" in err
     assert not os.path.exists(out)
+
+
+def test_graph_mode_under_bfloat16_autocast_trains_the_eager_losses(tmp_path):
+    amp = ["train.amp.enabled=True", "train.amp.dtype=bfloat16"]
+    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *amp, iters=8)
+    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *amp, *GRAPH, iters=8)
+    assert graph == eager
