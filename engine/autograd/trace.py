@@ -93,6 +93,7 @@ class Tracer:
             self.keep.append(arr)  # parameters and buffers: alive anyway
         self.used_ctxvals = set()
         self.inputs = []       # (slot) per traced input array
+        self.depth = 0         # > 0 while a recorded kernel runs: what it does inside is its own
         self._prev = None
 
     # ------------------------------------------------------------ activation
@@ -203,10 +204,16 @@ class Tracer:
     def kernel(self, op, ctx, arrays, attrs, forward=None):
         """Run `op`'s forward on `arrays` (as Op.apply would) and record the call."""
         fn = forward or op.forward
+        if self.depth:  # an op applied inside another kernel: replaying that kernel redoes it
+            return _arrays_out(fn(ctx, *arrays, **attrs))
         entry = _Entry("op", fn, op.name or op.__name__)
         self._fill(entry, arrays, attrs, entry.label)
         entry.ctx_pre = (getattr(ctx, "needs_input_grad", None), dict(ctx.__dict__))
-        out = _arrays_out(fn(ctx, *arrays, **attrs))
+        self.depth += 1
+        try:
+            out = _arrays_out(fn(ctx, *arrays, **attrs))
+        finally:
+            self.depth -= 1
         self._outputs(entry, out)
         entry.ctx_index = self.ctx_count
         self.ctx_count += 1
@@ -243,6 +250,8 @@ class Tracer:
 
     def call(self, fn, args, out, label, info=""):
         """Record `out = fn(*args)`, a raw array computation already done by the caller."""
+        if self.depth:
+            return out
         entry = _Entry("call", fn, label)
         self._fill(entry, args, {}, label)
         self._outputs(entry, out)
@@ -252,6 +261,8 @@ class Tracer:
 
     def set_grad(self, leaf, grad):
         """Record `leaf.grad = grad` (a gradient adopted by a leaf that had none)."""
+        if self.depth:
+            raise GraphTraceError("nn.Graph: a kernel set a parameter's gradient inside itself")
         entry = _Entry("grad", None, "AccumulateGrad")
         code, v = self._spec(grad._data, "AccumulateGrad")
         if code != _SLOT:
@@ -269,7 +280,7 @@ class Tracer:
     def constant(self, arr):
         """An array a creation function made inside the step (zeros, full, tensor(...)): each replay
         gets a fresh copy, as each eager call makes a fresh array (the step may write into it)."""
-        if self._slot(arr) is not None:
+        if self.depth or self._slot(arr) is not None:
             return
         self.call(_copy_of, (arr.copy(),), arr, "Constant")
 

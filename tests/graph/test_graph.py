@@ -291,3 +291,36 @@ def test_attention_kernels_replay_their_masks_and_saved_layouts(dropout):
             np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
             p.grad = q.grad = None
     assert graph.num_traces == 1
+
+
+class NoisyKernel(Op):
+    """A kernel that draws random numbers and applies another op inside itself."""
+
+    name = "NoisyKernel"
+
+    @staticmethod
+    def forward(ctx, x):
+        noise = flow.rand(*x.shape)  # a creation (a recorded draw, were it not inside a kernel)
+        return (flow.nn.functional.dropout(flow.tensor(x), 0.5) + noise).numpy()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_what_a_kernel_does_inside_itself_is_replayed_once():
+    """Ops applied and numbers drawn inside a kernel's forward belong to that kernel: a replay
+    runs the kernel, which does them again, so they are not recorded a second time."""
+    class G(flow.nn.Graph):
+        def build(self, x):
+            return NoisyKernel.apply(x) * 2
+
+    graph = G()
+    x = flow.ones(3, 4)
+    for _ in range(3):
+        state = flow.get_rng_state()
+        got = graph(x).numpy()
+        flow.set_rng_state(state)
+        np.testing.assert_array_equal(got, (NoisyKernel.apply(x) * 2).numpy())
+        assert not np.array_equal(got, graph(x).numpy())  # and the next replay draws anew
+    assert graph.num_traces == 1 and len(graph.last_tape.entries) == 2
