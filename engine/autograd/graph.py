@@ -115,7 +115,7 @@ def _add_grads(a, b):
         region = b.__dict__.get("_zero_outside")
         if region is not None and owns_memory(a._data) and sys.getrefcount(a) <= 3 \
                 and a._data.shape == b._data.shape:
-            a._data[region] += b._data[region]
+            _add_region(a._data, b._data, region)
             a.__dict__.pop("_zero_outside", None)
             if _state.tracer is not None:  # nn.Graph is capturing this step
                 _state.tracer.call(_add_region, (a._data, b._data, region), None, "AddGradRegion")

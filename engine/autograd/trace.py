@@ -27,7 +27,7 @@ import numpy as np
 
 from .grad_mode import _state
 
-__all__ = ["Tracer", "Tape", "GraphTraceError", "tracing"]
+__all__ = ["Tracer", "Tape", "GraphTraceError"]
 
 
 class GraphTraceError(RuntimeError):
@@ -42,11 +42,6 @@ _PLAIN = (int, float, bool, str, type(None), np.generic, np.dtype)
 def _is_array(x):
     t = type(x)
     return t is np.ndarray or (t.__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__"))
-
-
-def tracing():
-    """The active tracer, or None."""
-    return _state.tracer
 
 
 def _is_static(v):
@@ -264,15 +259,7 @@ class Tracer:
         if self.depth:
             raise GraphTraceError("nn.Graph: a kernel set a parameter's gradient inside itself")
         entry = _Entry("grad", None, "AccumulateGrad")
-        code, v = self._spec(grad._data, "AccumulateGrad")
-        if code != _SLOT:
-            entry.args = [grad._data]
-            entry.arg_patch = ()
-            if code == _DYN:
-                entry.arg_patch = ((0, code, v),)
-        else:
-            entry.arg_patch = ((0, _SLOT, v),)
-            entry.args = [None]
+        self._fill(entry, (grad._data,), {}, "AccumulateGrad")
         entry.leaf, entry.meta, entry.device = leaf, (type(grad), grad._global), grad._device
         entry.info = f"{list(leaf.shape)}"
         self.entries.append(entry)
@@ -344,14 +331,15 @@ class Tape:
 
     def plan_memory(self, sizes):
         """Free every slot after its last reader; the planned peak of live owning arrays."""
-        last = {}
+        last, ctx_last = {}, {}  # slot / ctx index -> the last entry that reads it
         for i, e in enumerate(self.entries):
             for _, code, v in e.arg_patch + e.kw_patch:
-                for s in _slots_in(code, v):
-                    last[s] = i
-        kept = set()
-        for code, v in self.out_specs:
-            kept.update(_slots_in(code, v))
+                for c, x in _leaves(code, v):
+                    if c == _SLOT:
+                        last[x] = i
+                    elif c == _CTX or c == _CTXVAL:
+                        ctx_last[x if c == _CTX else x[0]] = i
+        kept = {x for code, v in self.out_specs for c, x in _leaves(code, v) if c == _SLOT}
         frees = {}
         for s, i in last.items():
             if s not in kept:
@@ -367,13 +355,9 @@ class Tape:
             e.frees = tuple(frees.get(i, ()))
         # a replayed Context lives until the last entry that reads it (or not at all): it holds
         # what its kernel saved, and keeping every one to the end would keep every activation
-        ctx_last = {}
-        for i, e in enumerate(self.entries):
-            for _, code, v in e.arg_patch + e.kw_patch:
-                for c in _ctxs_in(code, v):
-                    ctx_last[c] = i
-        for c in ctx_last:
-            self.entries[next(i for i, e in enumerate(self.entries) if e.ctx_index == c)].keep_ctx = True
+        for e in self.entries:
+            if e.ctx_index in ctx_last:
+                e.keep_ctx = True
         ctx_frees = {}
         for c, i in ctx_last.items():
             ctx_frees.setdefault(i, []).append(c)
@@ -460,28 +444,13 @@ class Tape:
         return "\n".join(lines)
 
 
-def _slots_in(code, v):
-    if code == _SLOT:
-        return (v,)
+def _leaves(code, v):
+    """The (code, value) specs inside a spec, nested containers opened."""
     if code == _NESTED:
-        out = []
         for c, x in v[1]:
-            out.extend(_slots_in(c, x))
-        return out
-    return ()
-
-
-def _ctxs_in(code, v):
-    if code == _CTX:
-        return (v,)
-    if code == _CTXVAL:
-        return (v[0],)
-    if code == _NESTED:
-        out = []
-        for c, x in v[1]:
-            out.extend(_ctxs_in(c, x))
-        return out
-    return ()
+            yield from _leaves(c, x)
+    else:
+        yield code, v
 
 
 def _resolve(code, v, table, ctxs):

@@ -328,9 +328,6 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
 MIN_PARALLEL_FLOPS = 1 << 22
 
 
-# below this many multiply-adds a product runs as one plain numpy call (measured on the 2-vCPU
-# machine: [8,32]x[32,96] 4.6 us vs 27 us through MKL and the pool; [64,64]x[64,64] 8 vs 30 us)
-SMALL_PRODUCT_FLOPS = mkl.SMALL_PRODUCT
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -360,8 +357,9 @@ def matmul(a, b, bias=None):
     nb = 1
     for d in batch:
         nb *= d
-    if nb * m * n * k < SMALL_PRODUCT_FLOPS and a.dtype == b.dtype and a.dtype in _BLAS_DTYPES:
-        # a small product: numpy's call costs ~3 us where MKL's ctypes call and the pool cost 15-25
+    if nb * m * n * k < mkl.SMALL_PRODUCT and a.dtype == b.dtype and a.dtype in _BLAS_DTYPES:
+        # a small product (mkl.SMALL_PRODUCT): numpy's call costs ~3 us where MKL's ctypes call and
+        # the pool cost 15-25 ([8,32] @ [32,96]: 4.6 us against 27; [64,64] @ [64,64]: 8 against 30)
         out = np.matmul(a, b)
         if bias is not None:
             out += bias

@@ -237,11 +237,11 @@ def global_to_global(x, placement_, sbp, grad_sbp=None):
             return x
         arr = x._data
         if meta.here and meta.sbp != sbp:
-            src = arr
-            arr = box_local(src, meta.shape, placement_, meta.sbp, sbp, meta.coords())
+            args = (arr, meta.shape, placement_, meta.sbp, sbp, meta.coords())
+            arr = box_local(*args)
             if _state.tracer is not None:  # nn.Graph is capturing this step: the boxing is a kernel call
-                _state.tracer.call(box_local, (src, meta.shape, placement_, meta.sbp, sbp, meta.coords()), arr,
-                                   "Boxing", f"{list(src.shape)} {_sbp_str(meta.sbp)} -> {_sbp_str(sbp)}")
+                _state.tracer.call(box_local, args, arr, "Boxing",
+                                   f"{list(args[0].shape)} {_sbp_str(meta.sbp)} -> {_sbp_str(sbp)}")
         out = make_global(arr, GlobalMeta(placement_, sbp, meta.shape), x._device)
     else:
         if _state.tracer is not None:

@@ -88,6 +88,13 @@ class SumTo(Op):
 _SUM_DTYPES = (np.float32, np.float64)
 
 
+def as_shape(a, shape):
+    """`a` itself when it already has `shape`, else a view of that shape. A parameter's gradient
+    goes through here: a reshaped view does not own its memory, and the leaf would copy it instead
+    of adopting it (engine.autograd.graph._sole_owner)."""
+    return a if a.shape == tuple(shape) else a.reshape(shape)
+
+
 def sum_to_array(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
@@ -98,10 +105,7 @@ def sum_to_array(x, shape):
         # every axis but the last summed away (a bias gradient): one column sum
         from ._kernels import column_sum
 
-        total = column_sum(x.reshape(-1, n))
-        # (a [n] result is returned as is: a reshaped view would not own its memory, and a leaf
-        # would then copy it instead of adopting it as its gradient)
-        return total if total.shape == shape else total.reshape(shape)
+        return as_shape(column_sum(x.reshape(-1, n)), shape)
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1)
     xp = xp_of(x)

@@ -186,10 +186,16 @@ def _float_random(draw, size, generator, dtype, device, requires_grad):
         array = draw(_rng(generator, dev), _size(size), work)
         return array.astype(dtype.np) if array.dtype != dtype.np else array
 
+    return _finish(_drawn(make), dev, requires_grad)
+
+
+def _drawn(make):
+    """`make()`, a random draw; while nn.Graph captures a step the draw is recorded, so that each
+    replay draws anew."""
     array = make()
-    if _grad_state.tracer is not None:  # nn.Graph captures the draw: each replay draws anew
+    if _grad_state.tracer is not None:
         _grad_state.tracer.call(make, (), array, "RandomDraw")
-    return _finish(array, dev, requires_grad)
+    return array
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **_):
@@ -228,22 +234,17 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     def make():
         return _rng(generator, dev).integers(int(low), int(high), shape).astype(dtype.np)
 
-    array = make()
-    if _grad_state.tracer is not None:
-        _grad_state.tracer.call(make, (), array, "RandomDraw")
-    return _finish(array, dev, requires_grad)
+    return _finish(_drawn(make), dev, requires_grad)
 
 
 def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False):
     dtype = dtypes.as_dtype(dtype) or dtypes.int64
     dev = _dev(device)
+
     def make():
         return _rng(generator, dev).permutation(int(n)).astype(dtype.np)
 
-    array = make()
-    if _grad_state.tracer is not None:
-        _grad_state.tracer.call(make, (), array, "RandomDraw")
-    return _finish(array, dev, requires_grad)
+    return _finish(_drawn(make), dev, requires_grad)
 
 
 def randint_like(input, low, high=None, dtype=None, device=None, requires_grad=False):

@@ -232,7 +232,7 @@ def _setitem(self, key, value):
         inplace.rebind(self, IndexPut.apply(self, v, key=items, basic=basic), "index_put_")
         return
     try:
-        self._data[items] = v._data
+        _store(self._data, items, v._data)
         if _grad_state.tracer is not None:  # nn.Graph is capturing this step
             _grad_state.tracer.call(_store, (self._data, items, v._data), None, "index_put_ (in place)")
     except ValueError:
@@ -432,12 +432,10 @@ def _inplace_scatter(self, dim, index, src, value, add, op):
         return inplace.rebind(self, Scatter.apply(self, index, src, dim=dim, add=add), op)
     mesh = along_index(index._data, dim)
     s = _crop(src._data, index.shape) if src.ndim else src._data
-    if add:
-        xp_of(self._data).add.at(self._data, mesh, s)
-    else:
-        self._data[mesh] = s
+    write = _add_at if add else _store
+    write(self._data, mesh, s)
     if _grad_state.tracer is not None:  # nn.Graph is capturing this step
-        _grad_state.tracer.call(_add_at if add else _store, (self._data, mesh, s), None, f"{op} (in place)")
+        _grad_state.tracer.call(write, (self._data, mesh, s), None, f"{op} (in place)")
     self._bump_version()
     return self
 
@@ -918,7 +916,7 @@ def fill_(self, value):
     v = _fill_value(value, self, "fill_")
     if inplace.records(self, v):
         return inplace.rebind(self, Fill.apply(self, v), "fill_")
-    self._data[...] = v._data
+    _store(self._data, Ellipsis, v._data)
     if _grad_state.tracer is not None:  # nn.Graph is capturing this step
         _grad_state.tracer.call(_store, (self._data, Ellipsis, v._data), None, "fill_ (in place)")
     self._bump_version()

@@ -65,7 +65,7 @@ def write(t, array, op):
             raise RuntimeError(
                 f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(array.shape)}"
             ) from None
-    xp_of(t._data).copyto(t._data, array, casting="unsafe")
+    _copy_into(t._data, array)
     t._bump_version()
     if _state.tracer is not None:  # nn.Graph is capturing this step
         _state.tracer.call(_copy_into, (t._data, array), None, f"{op} (in place)")

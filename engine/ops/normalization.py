@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend import dtypes, jit, xp_of
 from ..tensor import _check_dim
-from ._core import (NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, reshape,
+from ._core import (NoDoubleBackward, as_shape, broadcast_shapes, cast, check_float, promote_operands, reshape,
                     shape_str, sum_to_array)
 from ._kernels import blocked, empty as _empty, row_dot, work_array
 from .op import Op
@@ -169,13 +169,6 @@ class LayerNorm(Op):
                 db if ctx.has_b and ctx.needs_input_grad[2] else None)
 
 
-
-def _as_param_grad(total, shape, dtype):
-    """A weight's or bias's gradient of `shape`: a reshaped view only when the shape changes, so
-    that the parameter adopts the array instead of copying it (a view does not own its memory)."""
-    out = total.astype(dtype, copy=False)
-    return out if out.shape == tuple(shape) else out.reshape(shape)
-
 class LayerNormGrad(NoDoubleBackward, Op):
     """dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)), dw = sum(g*xhat), db = sum(g),
     with xhat = (x - mean) * rstd recomputed, over float32 in one pass chain (PyTorch's
@@ -213,9 +206,9 @@ class LayerNormGrad(NoDoubleBackward, Op):
         parts = blocked(rows, (m, d), BLOCK_ELEMENTS) if xp is np else [rows((Ellipsis,))]
         dw = db = empty
         if w is not None:
-            dw = _as_param_grad(_sum_in_order([p[0] for p in parts]), wshape, w.dtype)
+            dw = as_shape(_sum_in_order([p[0] for p in parts]).astype(w.dtype, copy=False), wshape)
         if has_b:
-            db = _as_param_grad(_sum_in_order([p[1] for p in parts]), wshape, dtype)
+            db = as_shape(_sum_in_order([p[1] for p in parts]).astype(dtype, copy=False), wshape)
         return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
 
 

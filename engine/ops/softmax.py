@@ -54,7 +54,7 @@ COMPILED_ROW_BLOCK = 1 << 20
 
 def _row_block(x, log):
     """Elements per block of rows: large where the compiled kernels take the rows (see above)."""
-    compiled = not log and _SOFTMAX_JIT is not None and x.dtype == np.float32 and x.flags.c_contiguous
+    compiled = not log and softmax_compiled() and x.dtype == np.float32 and x.flags.c_contiguous
     return COMPILED_ROW_BLOCK if compiled else BLOCK_ELEMENTS
 
 

@@ -149,8 +149,7 @@ def check_graph_mode(cfg):
     refused = []
     if train.dist.pipeline_parallel_size not in (None, 1):
         refused.append("train.dist.pipeline_parallel_size > 1")
-    if train.amp.enabled and (train.amp.dtype == "float16" or
-                              (train.amp.dtype is None and train.input_placement_device == "cuda")):
+    if DefaultTrainer.float16_training(cfg):
         refused.append("train.amp float16 (loss scaling)")
     if train.activation_checkpoint.enabled:
         refused.append("train.activation_checkpoint.enabled=True")
@@ -470,12 +469,14 @@ class DefaultTrainer(TrainerBase):
         """engine.amp.GradScaler (PyTorch's defaults) when training in float16, where small
         gradients would underflow without loss scaling; None otherwise (bfloat16 has float32's
         range and needs none)."""
-        if not cfg.train.amp.enabled:
-            return None
-        factory = cls.autocast_of(cfg)
-        if factory().fast_dtype != flow.float16:
+        if not cls.float16_training(cfg):
             return None
         return flow.amp.GradScaler(cls.input_device(cfg))
+
+    @classmethod
+    def float16_training(cls, cfg):
+        """Whether train.amp computes in float16 (its dtype, or the device's default)."""
+        return bool(cfg.train.amp.enabled) and cls.autocast_of(cfg)().fast_dtype == flow.float16
 
     @classmethod
     def build_zero(cls, cfg, optimizer):

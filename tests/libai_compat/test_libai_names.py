@@ -141,11 +141,12 @@ def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_la
     cfg = LazyConfig.load(MLP_CONFIG)
     LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / 'ok'}", "+graph.enabled=true"])
     assert isinstance(DefaultTrainer(cfg)._trainer, GraphTrainer)
-    for override, what in (("+graph.auto_parallel.enabled=true", "auto_parallel"),
-                           ("train.activation_checkpoint.enabled=True", "activation_checkpoint")):
+    for overrides, what in ((["+graph.auto_parallel.enabled=true"], "auto_parallel"),
+                            (["train.activation_checkpoint.enabled=True"], "activation_checkpoint"),
+                            (["train.amp.enabled=True", "train.amp.dtype=float16"], "float16")):
         cfg = LazyConfig.load(MLP_CONFIG)
         LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / what}", "train.graph.enabled=True",
-                                         override])
+                                         *overrides])
         with pytest.raises(NotImplementedError, match=what):
             DefaultTrainer(cfg)
         assert not os.path.exists(str(tmp_path / what))  # refused before the output directory is claimed
