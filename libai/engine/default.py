@@ -143,6 +143,16 @@ def check_graph_mode(cfg):
     if try_get_key(cfg, "graph.auto_parallel.enabled", default=False):
         raise NotImplementedError("graph.auto_parallel.enabled=True: LiBai's auto-parallel is not implemented; "
                                   "give the layouts in train.dist")
+    if try_get_key(cfg, "graph.global_mode.enabled", default=False):
+        raise NotImplementedError("graph.global_mode.enabled=True: LiBai's global mode is not implemented; models "
+                                  "here use global tensors whenever train.dist asks for a layout")
+    for key in ("train_graph", "eval_graph"):  # LiBai's LazyCall(GraphBase)(is_train=...): built from train.*
+        lazy = try_get_key(cfg, f"graph.{key}", default=None)
+        extra = sorted(k for k in (lazy or {}) if k not in ("_target_", "is_train"))
+        if extra:
+            raise NotImplementedError(f"graph.{key} sets {extra}: the graph is built from the train.* keys here "
+                                      "(train.amp, train.activation_checkpoint, train.num_accumulation_steps, ...); "
+                                      f"remove them from graph.{key}")
     if not graph_mode(cfg):
         return
     train = cfg.train
@@ -253,8 +263,10 @@ class DefaultTrainer(TrainerBase):
         # run_step passes get_batch and the input device, as LiBai's DefaultTrainer
         if graph_mode(cfg):
             graph = self.build_graph(cfg, self.model, is_train=True)
-            if cfg.train.graph.debug >= 0:
-                graph.debug(cfg.train.graph.debug)
+            debug = cfg.train.graph.debug if cfg.train.graph.debug >= 0 else \
+                try_get_key(cfg, "graph.debug", default=-1)  # LiBai's key
+            if debug >= 0:
+                graph.debug(debug)
             self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
                                          optimizer=self.optimizer)
         else:

@@ -143,7 +143,9 @@ def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_la
     assert isinstance(DefaultTrainer(cfg)._trainer, GraphTrainer)
     for overrides, what in ((["+graph.auto_parallel.enabled=true"], "auto_parallel"),
                             (["train.activation_checkpoint.enabled=True"], "activation_checkpoint"),
-                            (["train.amp.enabled=True", "train.amp.dtype=float16"], "float16")):
+                            (["train.amp.enabled=True", "train.amp.dtype=float16"], "float16"),
+                            (["+graph.global_mode.enabled=true"], "global_mode"),
+                            (["+graph.train_graph.fp16=true"], "train_graph")):
         cfg = LazyConfig.load(MLP_CONFIG)
         LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / what}", "train.graph.enabled=True",
                                          *overrides])
