@@ -36,8 +36,8 @@ model.cfg.update(
 )
 
 # ---- data: default corpus (paths None); each sample is at most max_position_embeddings tokens
-for ds in dataloader.train.dataset:
-    ds.max_seq_length = "${model.cfg.max_position_embeddings}"
+for _ds in dataloader.train.dataset:  # '_': not a config key
+    _ds.max_seq_length = "${model.cfg.max_position_embeddings}"
 dataloader.train.splits = [[949.0, 50.0, 1.0]]
 
 optim.lr = 5e-4

@@ -36,8 +36,8 @@ model.cfg.update(
 )
 
 # ---- data: default corpus (paths None); each sample is max_seq_length tokens
-for ds in dataloader.train.dataset:
-    ds.seq_length = "${model.cfg.max_seq_length}"  # follows model.cfg.max_seq_length overrides
+for _ds in dataloader.train.dataset:  # '_': not a config key
+    _ds.seq_length = "${model.cfg.max_seq_length}"  # follows model.cfg.max_seq_length overrides
 dataloader.train.splits = [[949.0, 50.0, 1.0]]
 
 optim.lr = 1e-3

@@ -16,10 +16,10 @@ tokenization = _pretrain.tokenization
 optim = _pretrain.optim
 train = _pretrain.train
 
-cfg = _pretrain.model.cfg
-cfg.update(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-cfg.pop("add_binary_head")  # a pretraining head's key: the classifier refuses it
-model = LazyCall(build_classifier)(cfg=cfg, num_labels=2, hf_path=None, classifier_dropout=None)
+_cfg = _pretrain.model.cfg  # '_': not a config key of its own (model.cfg is)
+_cfg.update(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+_cfg.pop("add_binary_head")  # a pretraining head's key: the classifier refuses it
+model = LazyCall(build_classifier)(cfg=_cfg, num_labels=2, hf_path=None, classifier_dropout=None)
 
 optim.lr = 2e-4
 optim.weight_decay = 0.01
