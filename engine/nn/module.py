@@ -359,6 +359,57 @@ class Module:
     def type(self, dst_type):
         return self._apply(lambda t: t.to(dtypes.as_dtype(dst_type)))
 
+    def to_global(self, placement=None, sbp=None):
+        """OneFlow's `Module.to_global`: `t.to_global(placement=placement, sbp=sbp)` applied in
+        place to every parameter, its gradient and every buffer; returns self.
+
+        `sbp` is one SBP or a tuple (one per mesh axis of `placement`), as `Tensor.to_global`.
+        A local tensor is read as this rank's shard (with B every rank must hold the same values:
+        same seed); a global one is boxed to the new layout (placement None keeps its placement,
+        sbp None its SBP). Parameters keep their identity (an optimizer that holds them still
+        updates them; convert before its first step, whose state has the old layout) and stay
+        leaves: gradients then flow as for any global leaf. Collective: every rank of the
+        placement calls it. An error names the parameter or buffer it is about and leaves the
+        module unchanged."""
+        return self._apply_named(lambda t: t.to_global(placement=placement, sbp=sbp), "to_global")
+
+    def to_local(self):
+        """OneFlow's `Module.to_local`: every parameter, gradient and buffer becomes this rank's
+        shard (`Tensor.to_local`), in place; returns self. Every tensor must be global."""
+        return self._apply_named(lambda t: t.to_local(), "to_local")
+
+    def _apply_named(self, fn, what):
+        """`_apply(fn)` in two passes: every tensor is converted before any is replaced, so an
+        error (re-raised naming the tensor's key) leaves the module unchanged."""
+        names = {}
+        for name, p in self.named_parameters():
+            names.setdefault(id(p), f"parameter {name!r}")
+            if p.grad is not None:
+                names.setdefault(id(p.grad), f"gradient of parameter {name!r}")
+        for name, b in self.named_buffers():
+            names.setdefault(id(b), f"buffer {name!r}")
+
+        def convert(t):
+            try:
+                return fn(t)
+            except (ValueError, RuntimeError, TypeError) as e:
+                about = names.get(id(t), "a tensor")
+                try:
+                    err = type(e)(f"{type(self).__name__}.{what}: {about} (shape {list(t.shape)}): {e}")
+                except Exception:  # an exception type that does not take one message
+                    raise e from None
+                raise err from e
+
+        converted = {}
+
+        def collect(t):
+            if id(t) not in converted:  # a shared parameter is visited once per owner
+                converted[id(t)] = convert(t)
+            return t
+
+        self._apply(collect)
+        return self._apply(lambda t: converted[id(t)])
+
     def _float_cast(self, dt):
         return self._apply(lambda t: t.to(dt) if t.is_floating_point() else t)
 
