@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Tokenize a JSONL corpus into Megatron mmap indexed datasets.
+"""Tokenize a JSONL or plain-text corpus into Megatron mmap indexed datasets.
 
     python tools/preprocess_data.py --input data.jsonl --json-keys text \\
         --tokenizer-name GPT2Tokenizer --vocab-file vocab.json --merge-file merges.txt \\
@@ -10,10 +10,18 @@ writes out/my-gpt2_text_document.bin/.idx (one sequence per JSONL line; `--appen
 
 BERT's sentence-level layout (one sequence per sentence, grouped into documents):
 
-    python tools/preprocess_data.py --input data.jsonl --split-sentences \
+    python tools/preprocess_data.py --input data.jsonl --split-sentences \\
         --tokenizer-name BertWordPieceLowerCase --vocab-file vocab.txt --output-prefix out/my-bert
 
 writes out/my-bert_text_sentence.bin/.idx.
+
+Plain text: an --input ending in .txt is read as text, not JSON: each non-blank line is one
+document (blank lines are skipped, so paragraphs must each be on one line), or, with
+--txt-document-per-file, each whole .txt file is one document (its line breaks kept). Its
+documents are written under the one --json-keys name (default text: PREFIX_text_document):
+
+    python tools/preprocess_data.py --input books/*.txt --txt-document-per-file \\
+        --tokenizer-file tokenizer.json --output-prefix out/books --append-eod
 """
 import argparse
 import os
@@ -26,8 +34,13 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.pa
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("input data")
-    g.add_argument("--input", nargs="+", required=True, help="JSONL file(s), one document per line")
-    g.add_argument("--json-keys", nargs="+", default=["text"], help="keys to extract from each JSON line")
+    g.add_argument("--input", nargs="+", required=True,
+                   help="JSONL file(s), one document per line; a file ending in .txt is plain text: one "
+                        "document per non-blank line (or per file with --txt-document-per-file)")
+    g.add_argument("--json-keys", nargs="+", default=["text"],
+                   help="keys to extract from each JSON line; with .txt inputs, the one key naming the output")
+    g.add_argument("--txt-document-per-file", action="store_true",
+                   help="each .txt input is one document (line breaks kept) instead of one per line")
     g.add_argument("--split-sentences", action="store_true",
                    help="one sequence per sentence, grouped by document (BERT; libai.data.sentences)")
     g.add_argument("--keep-newlines", action="store_true",
@@ -53,6 +66,12 @@ def get_args(argv=None):
     args = p.parse_args(argv)
     if args.keep_newlines and not args.split_sentences:
         p.error("--keep-newlines applies to --split-sentences (a document keeps its newlines anyway)")
+    from libai.data.preprocess import check_inputs
+
+    try:
+        check_inputs(args.input, args.json_keys, args.txt_document_per_file)
+    except ValueError as e:
+        p.error(str(e))
     bert = args.tokenizer_name.startswith("Bert")
     if args.tokenizer_file is None and (args.vocab_file is None or (args.merge_file is None and not bert)):
         p.error("give --vocab-file (and --merge-file for GPT-2), or --tokenizer-file")
@@ -72,7 +91,7 @@ def main(argv=None):
         json_keys=args.json_keys, append_eod=args.append_eod, workers=args.workers,
         chunk_size=args.chunk_size, dataset_impl=args.dataset_impl, show_progress=not args.no_progress,
         log_interval=args.log_interval or None, split_sentences=args.split_sentences,
-        keep_newlines=args.keep_newlines)
+        keep_newlines=args.keep_newlines, txt_document_per_file=args.txt_document_per_file)
     for key, prefix in prefixes.items():
         print(f"{key}: {prefix}.bin / {prefix}.idx")
     print(f"done in {time.time() - start:.2f}s")

@@ -1,14 +1,19 @@
-"""JSONL -> Megatron mmap indexed datasets (the work behind tools/preprocess_data.py).
+"""JSONL or plain text -> Megatron mmap indexed datasets (the work behind tools/preprocess_data.py).
 
 Each non-blank JSONL line is one document; for every key of `json_keys` its text is tokenized
-and written to `{output_prefix}_{key}_{level}.bin/.idx`:
+and written to `{output_prefix}_{key}_{level}.bin/.idx`. A `.txt` input is plain text: each
+non-blank line is one document (its line break dropped), or with `txt_document_per_file` the
+whole file is one document (line breaks kept; a blank file is skipped); its documents go to the
+one key of `json_keys` (default "text", so `{output_prefix}_text_{level}`). JSONL and .txt
+inputs can be mixed, one after another in the order given:
 
 * level `document` (GPT): one sequence per document (`eod` appended with `append_eod`); every
-  line yields exactly one sequence, even an empty one, so sequence i is line i;
+  document yields exactly one sequence, even an empty one (a JSON line with an empty text), so
+  sequence i is document i;
 * level `sentence` (`split_sentences`, BERT): one sequence per sentence
   (libai.data.sentences.split_sentences; sentences without tokens dropped, `eod` appended to a
   document's last sentence with `append_eod`), and the index's document boundaries group them,
-  so document i (`doc_idx[i]:doc_idx[i + 1]`) is line i, possibly empty.
+  so document i (`doc_idx[i]:doc_idx[i + 1]`) is input document i, possibly empty.
 """
 import json
 import multiprocessing
@@ -18,7 +23,8 @@ import time
 from .indexed_dataset import best_fitting_dtype, data_file_path, index_file_path, make_builder
 from .sentences import split_sentences
 
-__all__ = ["build_tokenizer_from_args", "Encoder", "preprocess_jsonl", "write_documents", "output_prefix_for"]
+__all__ = ["build_tokenizer_from_args", "Encoder", "preprocess_jsonl", "write_documents", "output_prefix_for",
+           "is_text_file", "check_inputs"]
 
 
 # tokenizer names of LiBai and Megatron -> (class name, forced do_lower_case or None)
@@ -74,33 +80,75 @@ class Encoder:
             sequences[-1].append(tok.eod)
         return sequences
 
-    def encode(self, line):
-        """(None, 0) for a blank line, else ({key: [sequence ids, ...]}, bytes of the line)."""
-        if not line.strip():
+    def encode(self, item):
+        """(None, 0) for a blank document, else ({key: [sequence ids, ...]}, bytes of the input).
+
+        `item` is a JSON line, or a `(kind, text, where)` of `_iter_documents`: kind "json" (a
+        JSON line) or "text" (a plain-text document for the one key), `where` ("file:line")
+        naming it in errors."""
+        kind, text, where = item if isinstance(item, tuple) else ("json", item, None)
+        if not text.strip():
             return None, 0
-        data = json.loads(line)
-        out = {}
-        for key in self.json_keys:
-            if key not in data:
-                raise KeyError(f"JSON line has no key {key!r} (keys: {sorted(data)})")
-            out[key] = self.encode_text(data[key])
-        return out, len(line.encode("utf-8"))
+        if kind == "text":
+            out = {self.json_keys[0]: self.encode_text(text)}
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where or 'input'}: not a JSON line ({e}); a plain-text corpus must be named "
+                                 f"*.txt (one document per line)") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{where or 'input'}: a JSON line must be an object with the key(s) "
+                                 f"{self.json_keys}, got {type(data).__name__}")
+            out = {}
+            for key in self.json_keys:
+                if key not in data:
+                    raise KeyError(f"{where + ': ' if where else ''}JSON line has no key {key!r} "
+                                   f"(keys: {sorted(data)})")
+                out[key] = self.encode_text(data[key])
+        return out, len(text.encode("utf-8"))
 
 
-def _iter_lines(input_files):
+def is_text_file(path):
+    """A `.txt` input is plain text; any other is JSONL."""
+    return os.fspath(path).lower().endswith(".txt")
+
+
+def check_inputs(input_files, json_keys=("text",), txt_document_per_file=False):
+    """ValueError for options that do not fit the inputs (.txt ones take exactly one key)."""
+    if isinstance(input_files, (str, os.PathLike)):
+        input_files = [input_files]
+    text_files = [os.fspath(p) for p in input_files if is_text_file(p)]
+    if text_files and len(json_keys) != 1:
+        raise ValueError(f"a .txt input ({text_files[0]}) has one text per document, written under one key: give "
+                         f"one --json-keys name (default text), got {list(json_keys)}")
+    if txt_document_per_file and not text_files:
+        raise ValueError("--txt-document-per-file applies to .txt inputs; none given")
+
+
+def _iter_documents(input_files, txt_document_per_file=False):
+    """(kind, text, "file:line") per line of the inputs (per file for a .txt with
+    `txt_document_per_file`), for Encoder.encode."""
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     for path in input_files:
+        path = os.fspath(path)
+        text = is_text_file(path)
         with open(path, encoding="utf-8") as f:
-            yield from f
+            if text and txt_document_per_file:
+                yield "text", f.read(), path
+                continue
+            for i, line in enumerate(f, 1):
+                yield ("text", line.rstrip("\r\n"), f"{path}:{i}") if text else ("json", line, f"{path}:{i}")
 
 
 def preprocess_jsonl(input_files, output_prefix, tokenizer_args, json_keys=("text",), append_eod=False,
                      workers=1, chunk_size=25, dataset_impl="mmap", show_progress=True, log_interval=None,
-                     split_sentences=False, keep_newlines=False):
-    """Tokenize the JSONL `input_files` into `{output_prefix}_{key}_document` mmap datasets
-    (`..._sentence` with `split_sentences`) with `workers` processes (a Pool with chunked imap,
-    order preserved). Returns {key: prefix}."""
+                     split_sentences=False, keep_newlines=False, txt_document_per_file=False):
+    """Tokenize the JSONL and .txt `input_files` (see the module docstring) into
+    `{output_prefix}_{key}_document` mmap datasets (`..._sentence` with `split_sentences`) with
+    `workers` processes (a Pool with chunked imap, order preserved). Returns {key: prefix}."""
+    check_inputs(input_files, json_keys, txt_document_per_file)
     encoder = Encoder(tokenizer_args, json_keys, append_eod, split_sentences, keep_newlines)
     encoder.initializer()
     vocab_size = len(Encoder.tokenizer)
@@ -110,7 +158,7 @@ def preprocess_jsonl(input_files, output_prefix, tokenizer_args, json_keys=("tex
     prefixes = {k: output_prefix_for(output_prefix, k, level) for k in encoder.json_keys}
     builders = {k: make_builder(data_file_path(p), impl=dataset_impl, vocab_size=vocab_size)
                 for k, p in prefixes.items()}
-    lines = _iter_lines(input_files)
+    lines = _iter_documents(input_files, txt_document_per_file)
     pool = None
     if workers and workers > 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
