@@ -9,15 +9,20 @@ line, default "text"). BPE writes DIR/vocab.json, DIR/merges.txt and DIR/tokeniz
 special token <|endoftext|> (GPT-2's eos/bos/unk/end-of-document token). WordPiece writes
 DIR/vocab.txt and DIR/tokenizer.json with [PAD] [UNK] [CLS] [SEP] [MASK] first, lower-cased
 unless --cased.
+
+The vocabulary can come out smaller than --vocab-size: training stops once no pair of pieces
+occurs --min-frequency times (default 2), which a small corpus reaches early. The tool then
+prints a warning with the requested and the actual size (and writes the smaller vocabulary).
 """
 import argparse
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
 
 from libai.tokenizer import iter_texts, train_bpe_tokenizer, train_wordpiece_tokenizer  # noqa: E402
-from libai.tokenizer.bpe_training import BERT_SPECIAL_TOKENS  # noqa: E402
+from libai.tokenizer.bpe_training import BERT_SPECIAL_TOKENS, VocabSizeWarning  # noqa: E402
 
 
 def main(argv=None):
@@ -34,18 +39,25 @@ def main(argv=None):
     p.add_argument("--output-dir", required=True)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    if args.cased and args.type != "wordpiece":
+        p.error("--cased applies to --type wordpiece (BPE is byte-level and keeps case)")
     texts = iter_texts(args.input, args.json_key)
-    if args.type == "wordpiece":
-        paths = train_wordpiece_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
-                                          lowercase=not args.cased,
-                                          special_tokens=args.special_tokens or BERT_SPECIAL_TOKENS,
-                                          show_progress=not args.quiet)
-    else:
-        if args.cased:
-            p.error("--cased applies to --type wordpiece (BPE is byte-level and keeps case)")
-        paths = train_bpe_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
-                                    special_tokens=args.special_tokens or ["<|endoftext|>"],
-                                    show_progress=not args.quiet)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", VocabSizeWarning)
+        if args.type == "wordpiece":
+            paths = train_wordpiece_tokenizer(texts, args.vocab_size, args.output_dir,
+                                              min_frequency=args.min_frequency, lowercase=not args.cased,
+                                              special_tokens=args.special_tokens or BERT_SPECIAL_TOKENS,
+                                              show_progress=not args.quiet)
+        else:
+            paths = train_bpe_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
+                                        special_tokens=args.special_tokens or ["<|endoftext|>"],
+                                        show_progress=not args.quiet)
+    for w in caught:
+        if issubclass(w.category, VocabSizeWarning):
+            print(f"WARNING: {w.message}", file=sys.stderr, flush=True)
+        else:  # any other warning as Python would show it
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     for k, v in paths.items():
         print(f"{k}: {v}")
     return paths

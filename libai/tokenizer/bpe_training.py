@@ -2,10 +2,30 @@
 tools/train_tokenizer.py and the default corpus)."""
 import json
 import os
+import warnings
 
-__all__ = ["iter_texts", "train_bpe_tokenizer", "train_wordpiece_tokenizer", "BERT_SPECIAL_TOKENS"]
+__all__ = ["iter_texts", "train_bpe_tokenizer", "train_wordpiece_tokenizer", "BERT_SPECIAL_TOKENS",
+           "VocabSizeWarning"]
 
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class VocabSizeWarning(UserWarning):
+    """The trained vocabulary has fewer tokens than the vocab_size asked for."""
+
+
+def _warn_if_short(kind, requested, actual, min_frequency):
+    """Warn (VocabSizeWarning) when training stopped below the requested size: the trainers
+    (tokenizers') stop merging once no pair of pieces occurs `min_frequency` times or more."""
+    if actual >= requested:
+        return
+    warnings.warn(
+        f"{kind}: requested vocab size {requested} (--vocab-size), but the trained vocabulary has only {actual} "
+        f"tokens ({requested - actual} fewer): training stops when no pair of adjacent pieces left occurs at least "
+        f"min_frequency={min_frequency} times (--min-frequency), which a small corpus reaches early. For more "
+        f"tokens train on more text or lower min_frequency; the {actual}-token vocabulary is written and works "
+        f"as it is.",
+        VocabSizeWarning, stacklevel=3)
 
 
 def iter_texts(files, json_key="text"):
@@ -43,6 +63,7 @@ def train_bpe_tokenizer(texts, vocab_size, output_dir, min_frequency=2, special_
     bpe = ByteLevelBPETokenizer(add_prefix_space=False)
     bpe.train_from_iterator(texts, vocab_size=int(vocab_size), min_frequency=int(min_frequency),
                             special_tokens=list(special_tokens), show_progress=show_progress)
+    _warn_if_short("byte-level BPE", int(vocab_size), bpe.get_vocab_size(), int(min_frequency))
     vocab_file, merges_file = bpe.save_model(str(output_dir))
     tok = GPT2Tokenizer(vocab_file=vocab_file, merges_file=merges_file)
     tokenizer_file = os.path.join(str(output_dir), "tokenizer.json")
@@ -65,6 +86,7 @@ def train_wordpiece_tokenizer(texts, vocab_size, output_dir, min_frequency=2, lo
     wordpiece = BertWordPieceTokenizer(lowercase=lowercase)
     wordpiece.train_from_iterator(texts, vocab_size=int(vocab_size), min_frequency=int(min_frequency),
                                   special_tokens=list(special_tokens), show_progress=show_progress)
+    _warn_if_short("WordPiece", int(vocab_size), wordpiece.get_vocab_size(), int(min_frequency))
     (vocab_file,) = wordpiece.save_model(str(output_dir))
     tok = BertTokenizer(vocab_file=vocab_file, do_lower_case=lowercase)
     tokenizer_file = os.path.join(str(output_dir), "tokenizer.json")

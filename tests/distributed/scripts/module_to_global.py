@@ -76,7 +76,8 @@ def split_matches_local():
     (y_ref ** 3).sum().backward()
     y = shard(flow.tensor(X, placement=P, sbp=S.broadcast))  # tensor parallel: output S(1)
     (y ** 3).sum().backward()
-    assert np.allclose(y.detach().to_global(sbp=S.broadcast).to_local().numpy(), y_ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    out = y.detach().to_global(sbp=S.broadcast).to_local().numpy()
+    assert np.allclose(out, y_ref.detach().numpy(), rtol=1e-4, atol=1e-5)
     assert shard.weight.grad.sbp == (S.split(0),)
     assert np.allclose(shard.weight.grad.to_local().numpy(), ref.weight.grad.numpy()[4 * r:4 * r + 4], rtol=1e-4,
                        atol=1e-5)
