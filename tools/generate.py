@@ -1,18 +1,25 @@
 #!/usr/bin/env python
 """Generate text with a GPT-2: a trained checkpoint of a recipe, or a Hugging Face folder.
 
+    python tools/generate.py --checkpoint output/gpt2_pretrain/model_final --prompt "The if statement"
+        [--max-new-tokens 50] [--greedy | --temperature 1.0 --top-k 0 --top-p 1.0] [--seed 0] [key=value ...]
     python tools/generate.py --config-file configs/gpt2_pretrain.py --checkpoint output/gpt2_pretrain/model_final \\
-        --prompt "The if statement" [--max-new-tokens 50] [--greedy | --temperature 0.8 --top-k 40 --top-p 0.95]
-        [--seed 0] [key=value ...]
+        --prompt "The if statement" [...]
     python tools/generate.py --hf-path HF_DIR --prompt "Hello" --greedy
 
---config-file + --checkpoint: the model is the config's `model` section (GPTForPreTraining or
-    GPTModel; `key=value` overrides apply as in train_net.py), its vocabulary size the number of
-    embedding rows in the checkpoint (the config tokenizer's size padded for the tp size it was
-    trained with; the default corpus's tokenizer when the config sets no files); the weights
-    come from DIR (a checkpoint directory written by training, its model.safetensors, or
-    a directory converted from HF by tools/convert_checkpoint.py). The prompt is encoded with the
-    config's tokenizer.
+--checkpoint DIR: the weights come from DIR (a checkpoint directory written by training, its
+    model.safetensors, or a directory converted from HF by tools/convert_checkpoint.py). The model
+    and the tokenizer are those of the config DIR carries (DIR/config.yaml, written with every
+    checkpoint; for a training checkpoint without one, its output directory's config.yaml): its
+    `model` section (GPTForPreTraining or GPTModel) and `tokenization.tokenizer`.
+--config-file FILE: the recipe, for a checkpoint that carries no config (then `key=value`
+    overrides of the sizes must repeat those it was trained with), and for the `train.dist`
+    settings. When DIR carries a config, its `model` and `tokenization` sections replace the
+    recipe's; an override of a size of the model (model.cfg.hidden_size=..., an integer key)
+    that differs from the checkpoint's is an error naming the key.
+The vocabulary size is the number of embedding rows in the checkpoint (the tokenizer's size
+    padded for the tp size it was trained with; the default corpus's tokenizer when the config
+    sets no files). `key=value` overrides apply as in train_net.py.
 --hf-path: the model is built from HF_DIR's config.json + model.safetensors, the tokenizer from
     its vocab.json + merges.txt (or tokenizer.json); --config-file then only supplies a tokenizer
     when the folder has none.
@@ -20,15 +27,17 @@
 Decoding is token by token with the KV cache: the prompt runs once, then each new token alone.
 The next token is the argmax (--greedy, or --temperature 0), otherwise it is drawn with the
 engine's multinomial from softmax(logits / temperature) restricted to the --top-k most likely
-tokens and to the smallest set whose probability reaches --top-p. Token ids that only pad the
-model's vocabulary (>= the tokenizer's size) are never chosen. Generation stops after
---max-new-tokens tokens, at the model's max_seq_length, or at <|endoftext|> (unless
---ignore-eos). Prints the prompt followed by the generated text. Several processes
-(`python -m engine.distributed.launch --nproc-per-node N tools/generate.py ...
-train.dist.tensor_parallel_size=N`) decode the same text with a tensor-parallel model; rank 0
-prints.
+tokens and to the smallest set whose probability reaches --top-p. Defaults: --max-new-tokens 50,
+--temperature 1.0, --top-k 0 (all tokens), --top-p 1.0 (off), --seed 0: plain sampling from the
+model's distribution. Token ids that only pad the model's vocabulary (>= the tokenizer's size)
+are never chosen. Generation stops after --max-new-tokens tokens, at the model's
+max_seq_length, or at <|endoftext|> (unless --ignore-eos). Prints the prompt followed by the
+generated text. Several processes (`python -m engine.distributed.launch --nproc-per-node N
+tools/generate.py ... train.dist.tensor_parallel_size=N`) decode the same text with a
+tensor-parallel model; rank 0 prints.
 """
 import argparse
+import copy
 import logging
 import os
 import sys
@@ -45,50 +54,119 @@ logger = logging.getLogger("libai.tools.generate")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config-file", default="", metavar="FILE", help="training config (model + tokenizer)")
+    p.add_argument("--config-file", default="", metavar="FILE",
+                   help="training config (model + tokenizer); default: the config the checkpoint carries")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", metavar="DIR", help="checkpoint directory (or model.safetensors)")
     src.add_argument("--hf-path", metavar="HF_DIR", help="Hugging Face GPT-2 folder")
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=50)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0: all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1.0: off)")
+    p.add_argument("--max-new-tokens", type=int, default=50, help="tokens to generate at most (default 50)")
+    p.add_argument("--temperature", type=float, default=1.0, help="divides the logits (default 1.0; 0: greedy)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (default 0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (default 1.0: off)")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token")
     p.add_argument("--seed", type=int, default=0, help="seed of the engine's generator (sampling)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at <|endoftext|>")
     p.add_argument("--print-ids", action="store_true", help="also print the token ids (prompt + generated)")
     p.add_argument("opts", nargs="*", default=None, help="config overrides key=value (anywhere on the line)")
     args = p.parse_intermixed_args(argv)
-    if args.checkpoint and not args.config_file:
-        p.error("--checkpoint needs --config-file (the config the model was trained with)")
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new_tokens < 0:
         p.error("need temperature >= 0, 0 < top_p <= 1, top_k >= 0, max_new_tokens >= 0")
     return args
 
 
 # ------------------------------------------------------------------ building
-def _load_cfg(args):
-    """The recipe with the command-line overrides, its `train` section resolved (defaults of
-    configs/common/train.py filled in, unknown keys refused)."""
-    from libai.config import LazyConfig, resolve_train_config
+def _load_cfg(args, ckpt_cfg=None):
+    """The recipe (--config-file, or the checkpoint's own config `ckpt_cfg`) with the
+    command-line overrides, its `train` section resolved (defaults of configs/common/train.py
+    filled in, unknown keys refused). With both, the checkpoint's `model` and `tokenization`
+    sections replace the recipe's."""
+    from libai.config import LazyConfig, get_config, resolve_train_config
 
-    cfg = LazyConfig.apply_overrides(LazyConfig.load(args.config_file), args.opts or [])
+    if args.config_file:
+        cfg = LazyConfig.load(args.config_file)
+        if ckpt_cfg is not None:
+            _adopt_checkpoint_config(cfg, ckpt_cfg, args)
+    else:
+        cfg = copy.deepcopy(ckpt_cfg)
+        # only the model and its tokenizer: the training run's layout, data and output dir are not
+        # this process's (train.dist.* overrides set the layout to decode with)
+        for key in [k for k in cfg.keys() if k not in ("model", "tokenization")]:
+            del cfg[key]
+        cfg.train = get_config("common/train.py").train
+    LazyConfig.apply_overrides(cfg, args.opts or [])
+    if ckpt_cfg is not None:
+        _check_sizes(cfg, ckpt_cfg, args)
     resolve_train_config(cfg)
     return cfg
 
 
+_DROPOUT_KEYS = ("embedding_dropout_prob", "attention_dropout_prob", "output_dropout_prob")
+
+
+def _model_keys(cfg):
+    """{key: value} of the model's settings in `cfg` (model.cfg, or the `model` node's arguments)."""
+    from omegaconf import OmegaConf
+
+    from libai.config import try_get_key
+
+    node = try_get_key(cfg, "model.cfg", default=None)
+    if node is None:
+        node = try_get_key(cfg, "model", default=None)
+    if node is None or not hasattr(node, "keys"):
+        return {}, "model"
+    plain = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else dict(node)
+    where = "model.cfg" if try_get_key(cfg, "model.cfg", default=None) is not None else "model"
+    return {k: v for k, v in plain.items() if k != "_target_" and not isinstance(v, (dict, list))}, where
+
+
+def _adopt_checkpoint_config(cfg, ckpt_cfg, args):
+    """Replace the recipe's `model` and `tokenization` with the checkpoint's (the sizes and the
+    tokenizer it was trained with), warning about the model settings that differ."""
+    ours, _ = _model_keys(cfg)
+    theirs, where = _model_keys(ckpt_cfg)
+    differ = [f"{where}.{k}: {ours[k]!r} -> {v!r}" for k, v in theirs.items()
+              if k in ours and ours[k] != v and k != "vocab_size" and k not in _DROPOUT_KEYS]
+    if differ:
+        logger.warning(f"{args.checkpoint} was trained with another model than {args.config_file} says; its own "
+                       f"config is used: {', '.join(differ)}")
+    cfg.model = copy.deepcopy(ckpt_cfg.model)
+    if "tokenization" in ckpt_cfg:
+        cfg.tokenization = copy.deepcopy(ckpt_cfg.tokenization)
+
+
+def _check_sizes(cfg, ckpt_cfg, args):
+    """A command-line override that changes a size of the checkpoint's model (an integer key other
+    than vocab_size, which the checkpoint's embedding decides) is an error naming the key."""
+    ours, where = _model_keys(cfg)
+    theirs, _ = _model_keys(ckpt_cfg)
+    for k, v in theirs.items():
+        if k == "vocab_size" or isinstance(v, bool) or not isinstance(v, int) or k not in ours:
+            continue
+        if ours[k] != v:
+            raise ValueError(f"{where}.{k}={ours[k]!r} does not match checkpoint {args.checkpoint}, trained with "
+                             f"{where}.{k}={v!r} (its config.yaml): drop the override")
+
+
 def build_from_config(args):
-    """(GPTModel, tokenizer) from the recipe's model/tokenizer and the checkpoint's weights."""
+    """(GPTModel, tokenizer) from the checkpoint's config (or --config-file's) and its weights."""
     from libai.config import instantiate, try_get_key
     from libai.engine import DefaultTrainer
-    from libai.utils.checkpoint import Checkpointer
+    from libai.utils.checkpoint import Checkpointer, load_checkpoint_config
 
-    cfg = _load_cfg(args)
+    ckpt_cfg = load_checkpoint_config(args.checkpoint)
+    if ckpt_cfg is None and not args.config_file:
+        raise FileNotFoundError(f"{args.checkpoint} carries no config.yaml (a checkpoint written before checkpoints "
+                                "carried their config, or a directory converted by an older convert_checkpoint.py): "
+                                "pass --config-file with the config it was trained with")
+    cfg = _load_cfg(args, ckpt_cfg)
+    if "dataloader" in cfg:  # no data is read: only the tokenizer's default-corpus paths are filled in
+        del cfg["dataloader"]
     dist.setup_dist_util(cfg.train.dist)
     tokenizer = DefaultTrainer.build_tokenizer(cfg)  # default corpus paths; model.cfg.vocab_size
     if tokenizer is None:
-        raise KeyError(f"{args.config_file} has no `tokenization.tokenizer`")
+        raise KeyError(f"{args.config_file or args.checkpoint} has no `tokenization.tokenizer`"
+                       + ("" if args.config_file else ": pass --config-file with one"))
     rows = _checkpoint_vocab_rows(args.checkpoint)
     if rows is not None and try_get_key(cfg, "model.cfg.vocab_size", default=None) is not None:
         # the checkpoint's padded vocabulary (the padding depends on the tp size it was trained with)
@@ -96,7 +174,7 @@ def build_from_config(args):
             raise ValueError(f"{args.checkpoint}: {rows} embedding rows for a tokenizer of {len(tokenizer)} tokens")
         dist.check_tensor_parallel_divisible(rows, f"the vocabulary of {args.checkpoint}")
         cfg.model.cfg.vocab_size = rows
-    for key in ("embedding_dropout_prob", "attention_dropout_prob", "output_dropout_prob"):
+    for key in _DROPOUT_KEYS:
         if try_get_key(cfg, f"model.cfg.{key}", default=None) is not None:
             cfg.model.cfg[key] = 0.0
     model = instantiate(cfg.model)

@@ -9,6 +9,9 @@ Layout (`save_dir/model_0000009/` for the checkpoint taken after iteration 9):
     trainer_state.safetensors    the trainer's state_dict() ({"iteration": 9, "hooks": {...}}) and
                                  the extra keys of the save
     rng_state_rank{r}.safetensors engine / numpy / python RNG states of rank r
+    config.yaml                  the resolved config the model was trained with (the trainer's
+                                 cfg: model sizes, padded vocab_size, tokenizer files), as
+                                 LazyConfig.save writes it; `load_checkpoint_config` reads it
     save_dir/last_checkpoint     text file: the name of the latest complete checkpoint
 
 Global (tensor-/data-parallel) models and optimizers are saved in their *logical* form: every
@@ -41,10 +44,12 @@ from engine.serialization import CheckpointError, atomic_write, fsync_dir
 from . import distributed as dist
 
 __all__ = ["Checkpointer", "PeriodicCheckpointer", "CheckpointError", "get_rng_states", "set_rng_states", "to_logical",
-           "model_state_like_params", "optimizer_state_like_params"]
+           "model_state_like_params", "optimizer_state_like_params", "CONFIG_FILE", "config_yaml",
+           "write_checkpoint_config", "checkpoint_config_file", "load_checkpoint_config"]
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.safetensors"
+CONFIG_FILE = "config.yaml"
 LAST_CHECKPOINT = "last_checkpoint"
 _PERIODIC_RE = re.compile(r"^(?P<prefix>.+)_(?P<iter>\d{7})$")
 
@@ -70,6 +75,76 @@ def set_rng_states(states):
 
 def _write_text_atomic(path, text):
     atomic_write(path, [text.encode("utf-8")])
+
+
+def config_yaml(cfg):
+    """`cfg` (a LazyConfig DictConfig or a plain dict) as the YAML text `LazyConfig.save` writes
+    (targets as dotted strings; a value with no YAML form becomes a descriptive string, without
+    a warning: the trainer's `save_config` already named it)."""
+    import warnings
+
+    from omegaconf import OmegaConf
+
+    from libai.config import LazyConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        plain = LazyConfig.to_plain(cfg)
+    return OmegaConf.to_yaml(OmegaConf.create(plain), resolve=False)
+
+
+def write_checkpoint_config(cfg, directory):
+    """Write `cfg` as `directory/config.yaml`, atomically (temp file, fsync, rename); returns the path."""
+    path = os.path.join(directory, CONFIG_FILE)
+    _write_text_atomic(path, config_yaml(cfg))
+    return path
+
+
+def checkpoint_config_file(path):
+    """The config.yaml that checkpoint `path` (a checkpoint directory or its model file) carries:
+    the one beside the weights; for a training checkpoint written before checkpoints carried one
+    (a directory with trainer_state.safetensors), its output directory's config.yaml (the
+    trainer's `save_config`). None when there is none."""
+    d = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    own = os.path.join(d, CONFIG_FILE)
+    if os.path.isfile(own):
+        return own
+    parent = os.path.join(os.path.dirname(os.path.abspath(d)), CONFIG_FILE)
+    if os.path.isfile(os.path.join(d, STATE_FILE)) and os.path.isfile(parent):
+        return parent
+    return None
+
+
+_TOKENIZER_FILE_KEYS = ("vocab_file", "merges_file", "tokenizer_file")
+
+
+def load_checkpoint_config(path):
+    """The config (a LazyConfig DictConfig) that checkpoint `path` carries (see
+    `checkpoint_config_file`), or None. A tokenizer file of `tokenization.tokenizer`
+    (vocab_file, merges_file, tokenizer_file) given by a relative name, or not found where the
+    config says (a checkpoint copied to another machine), is taken from the config's directory
+    when it is there."""
+    f = checkpoint_config_file(path)
+    if f is None:
+        return None
+    from libai.config import LazyConfig, try_get_key
+
+    cfg = LazyConfig.load(f)
+    tok = try_get_key(cfg, "tokenization.tokenizer", default=None)
+    d = os.path.dirname(os.path.abspath(f))
+    if tok is not None and hasattr(tok, "keys"):
+        for key in _TOKENIZER_FILE_KEYS:
+            value = tok[key] if key in tok else None
+            if not isinstance(value, str) or not value:
+                continue
+            if os.path.isabs(value) and os.path.isfile(value):
+                continue
+            near = [] if os.path.isabs(value) else [os.path.join(d, value)]
+            near.append(os.path.join(d, os.path.basename(value)))
+            found = [c for c in near if os.path.isfile(c)]
+            if found:
+                tok[key] = found[0]
+    return cfg
 
 
 def _clone_state(sd):
@@ -239,12 +314,17 @@ class Checkpointer:
             full `load` (not by a weights-only one).
         enabled: False makes `save` write nothing (DefaultTrainer: train.checkpointer.period <= 0
             disables every checkpoint, model_best included).
+        config: the config written as config.yaml into every checkpoint (a LazyConfig DictConfig
+            or a dict); None: the trainer's `cfg` when it has one (DefaultTrainer: the resolved
+            config, vocab_size padded, tokenizer paths filled in), else no config.yaml.
         **checkpointables: objects with state_dict()/load_state_dict() (optimizer=...,
             lr_scheduler=..., train_loader=...).
     """
 
-    def __init__(self, model, save_dir="", *, save_to_disk=None, trainer=None, enabled=True, **checkpointables):
+    def __init__(self, model, save_dir="", *, save_to_disk=None, trainer=None, enabled=True, config=None,
+                 **checkpointables):
         self.model = model
+        self.config = config
         self.save_dir = save_dir
         self.save_to_disk = dist.is_main_process() if save_to_disk is None else save_to_disk
         self.trainer = trainer
@@ -287,6 +367,9 @@ class Checkpointer:
             for key, sd in others.items():
                 flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
             flow.save(self._trainer_state(kwargs), os.path.join(tmp, STATE_FILE))
+            config_text = self._config_text()
+            if config_text is not None:
+                _write_text_atomic(os.path.join(tmp, CONFIG_FILE), config_text)
         flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
         dist.synchronize()
         if self.save_to_disk:
@@ -305,6 +388,25 @@ class Checkpointer:
                 self.tag_last_checkpoint(name)
             self.logger.info(f"Saved checkpoint to {final}")
         dist.synchronize()
+
+    def _config_text(self):
+        """The YAML of the config saved with each checkpoint (`config`, else the trainer's cfg),
+        or None; a config that cannot be written is logged and left out."""
+        cfg = self.config
+        if cfg is None and self.trainer is not None:
+            try:
+                cfg = getattr(self.trainer, "cfg", None)
+            except ReferenceError:  # a weak proxy of a trainer gone
+                cfg = None
+        from omegaconf import OmegaConf
+
+        if cfg is None or not (OmegaConf.is_config(cfg) or isinstance(cfg, dict)):
+            return None
+        try:
+            return config_yaml(cfg)
+        except Exception as e:  # noqa: BLE001 (the weights are saved regardless)
+            self.logger.warning(f"the checkpoint is saved without {CONFIG_FILE}: {e}")
+            return None
 
     def _trainer_state(self, extra):
         state = self.trainer.state_dict() if self.trainer is not None else {}

@@ -165,6 +165,7 @@ def test_convert_from_libai_with_lazy_config(hf_gpt2, tmp_path):
 
     ckpt = cc.hf_to_libai(path, str(tmp_path / "ckpt"))
     os.remove(os.path.join(ckpt, "gpt_config.json"))
+    os.remove(os.path.join(ckpt, "config.yaml"))  # the config the converted directory carries
     with pytest.raises(FileNotFoundError, match="gpt_config.json"):
         cc.libai_to_hf(ckpt, str(tmp_path / "x"))
     cfg_file = tmp_path / "cfg.py"

@@ -69,7 +69,7 @@ def check_trains_end_to_end_with_logs_metrics_and_checkpoints(full_run):
     assert open(os.path.join(out, "last_checkpoint")).read().strip() == "model_final"
     assert [d for d in os.listdir(out) if d.startswith(".")] == [".lock"]  # no temp directories left
     files = sorted(os.listdir(os.path.join(out, "model_0000019")))
-    assert files == ["lr_scheduler.safetensors", "model.safetensors", "optimizer.safetensors",
+    assert files == ["config.yaml", "lr_scheduler.safetensors", "model.safetensors", "optimizer.safetensors",
                      "rng_state_rank0.safetensors", "train_loader.safetensors", "trainer_state.safetensors"]
 
 
