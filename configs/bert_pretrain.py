@@ -6,7 +6,8 @@ With no data configured it trains on the embedded default corpus (Python's docum
 into sentences, with a WordPiece vocabulary trained on it; built once and cached, nothing
 downloaded) in a few minutes on a laptop CPU. The losses are masked-LM (lm_loss) and
 sentence-order prediction (sop_loss, with its accuracy sop_acc); MLMEvaluator reports masked-LM
-accuracy and perplexity and SOP accuracy on the valid split. Logs, metrics.json, TensorBoard
+accuracy and perplexity and SOP accuracy on the valid split (MLM_Acc, MLM_PPL, SOP_Acc; a test
+split's, when the corpus has one, are test/MLM_Acc, ...). Logs, metrics.json, TensorBoard
 events and checkpoints land in output/bert_pretrain/; model_final then fine-tunes in
 projects/text_classification.
 
@@ -61,6 +62,6 @@ train.evaluation.update(
     evaluator=LazyCall(MLMEvaluator)(),
     eval_period=100,
     eval_iter=10,
-    eval_metric="MLM_Acc",
+    eval_metric="MLM_Acc",  # the valid split's masked-LM accuracy (the test split's is "test/MLM_Acc")
     eval_mode="max",
 )

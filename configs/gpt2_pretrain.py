@@ -4,7 +4,8 @@
 
 With no data configured it trains on the embedded default corpus (Python's documentation,
 tokenized with a BPE trained on it; built once and cached, nothing downloaded) and takes a few
-minutes on a laptop CPU. Perplexity (PPLEvaluator) is measured on the valid split; logs,
+minutes on a laptop CPU. Perplexity (PPLEvaluator) is measured on the valid split (`PPL`, which
+picks model_best) and, when the corpus is big enough for a test split, on it (`test/PPL`); logs,
 metrics.json, TensorBoard events and checkpoints land in output/gpt2_pretrain/.
 
 Your own corpus, bigger models, dp/tp layouts and generation: docs/gpt2.md. E.g. 4 processes,
@@ -61,6 +62,6 @@ train.evaluation.update(
     evaluator=LazyCall(PPLEvaluator)(),
     eval_period=100,
     eval_iter=10,
-    eval_metric="PPL",
+    eval_metric="PPL",  # the valid split's perplexity (the test split's is "test/PPL")
     eval_mode="min",
 )

@@ -32,10 +32,9 @@ def main(args):
             cfg.train.load_weight, resume=args.resume)
         if not extra and not cfg.train.load_weight and not args.resume:
             logger.warning("--eval-only without train.load_weight (or --resume): evaluating the initial weights")
-        loaders = DefaultTrainer.build_test_loader(cfg)
-        if not loaders:  # NLP recipes: the valid/test splits built with the training data
-            _, valid, test = DefaultTrainer.build_train_loader(cfg)
-            loaders = [ld for ld in (valid, test) if ld is not None]
+        # the valid/test splits of the training data (one epoch each, whatever train.train_iter is), then
+        # dataloader.test: the trainer's order, so the results have the training run's names
+        loaders = DefaultTrainer.build_eval_only_loaders(cfg, DefaultTrainer.build_tokenizer(cfg))
         results = DefaultTrainer.test(cfg, loaders, model)
         write_eval_results(cfg, results, iteration=int(extra.get("iteration", 0)) if extra else 0)
         return results

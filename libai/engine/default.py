@@ -26,7 +26,8 @@ from libai.utils.output_dir import (OutputDirError, check_previous_run, describe
 from . import hooks
 from .trainer import EagerTrainer, GraphTrainer, TrainerBase
 
-__all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results", "save_config"]
+__all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results", "save_config",
+           "eval_result_prefixes"]
 
 FAST_DEV_RUN_ITERS = 20
 
@@ -376,6 +377,11 @@ class DefaultTrainer(TrainerBase):
         if self.start_iter >= self.max_iter:
             self._logger.info(f"Training already finished (start_iter {self.start_iter} >= train_iter {self.max_iter})")
             return self._last_eval_results
+        if stop_iter is not None and stop_iter <= self.start_iter:
+            # nothing to run: no iteration, no record, and no checkpoint of an iteration that never ran
+            self._logger.warning(f"--stop-iter {stop_iter}: this run starts at iteration {self.start_iter}, which is "
+                                 f"not before {stop_iter}; nothing to train, nothing written")
+            return self._last_eval_results
         super().train(self.start_iter, self.max_iter, stop_iter)
         if self.interrupted:
             saved = self.checkpointer.enabled and self.checkpointer.save_dir
@@ -591,6 +597,30 @@ class DefaultTrainer(TrainerBase):
         return _unpack_loaders(result)
 
     @classmethod
+    def build_eval_only_loaders(cls, cfg, tokenizer=None):
+        """The loaders `--eval-only` evaluates, in the trainer's order, so that its results carry
+        the names of the training run's evaluations (`test`): the valid and test splits of
+        dataloader.train, when its builder makes them (a loader with a `train_val_test_num_samples`
+        key, as the NLP recipes; or any dataloader.train when there is no dataloader.test), then
+        one loader per dataloader.test entry.
+
+        A `train_val_test_num_samples` left at None becomes [0, 0, 0]: one epoch of each split,
+        so that what is evaluated does not depend on train.train_iter or the evaluation period
+        (each evaluation runs at most train.evaluation.eval_iter batches of it)."""
+        tests = cls.build_test_loader(cfg, tokenizer)
+        node = try_get_key(cfg, "dataloader.train", default=None)
+        has_splits = hasattr(node, "keys") and "train_val_test_num_samples" in node
+        if node is None or (tests and not has_splits):
+            return tests
+        if has_splits and node.train_val_test_num_samples is None:
+            node.train_val_test_num_samples = [0, 0, 0]
+            logging.getLogger(__name__).info(
+                "--eval-only: dataloader.train.train_val_test_num_samples = [0, 0, 0] (one epoch of each split, "
+                "whatever train.train_iter is)")
+        _, valid, test = cls.build_train_loader(cfg, tokenizer)
+        return [ld for ld in (valid, test) if ld is not None] + tests
+
+    @classmethod
     def build_test_loader(cls, cfg, tokenizer=None):
         """One loader per entry of the cfg.dataloader.test list (instantiated with
         `_recursive_=False`, test_batch_size = train.test_micro_batch_size, seed = train.seed;
@@ -646,16 +676,28 @@ class DefaultTrainer(TrainerBase):
                               f"{node[period_key]} ({iter_per_epoch} iterations per epoch)")
 
     @classmethod
-    def test(cls, cfg, test_loaders=None, model=None, evaluator=None, should_stop=None):
+    def test(cls, cfg, test_loaders=None, model=None, evaluator=None, should_stop=None, names=None):
         """Evaluate `model` on each test loader (at most train.evaluation.eval_iter batches each)
-        with `evaluator` (default: instantiate(train.evaluation.evaluator)). Returns the results
-        dict (for several loaders, {dataset name: results}). `test(cfg, model)` builds the test
-        loaders from the config. `should_stop` (the trainer's stop_requested) may end it early
-        with EvaluationInterrupted (inference_on_dataset)."""
+        with `evaluator` (default: instantiate(train.evaluation.evaluator)). `test(cfg, model)`
+        builds the test loaders from the config. `should_stop` (the trainer's stop_requested) may
+        end it early with EvaluationInterrupted (inference_on_dataset).
+
+        Results are named by the loader's place (`eval_result_prefixes`): the first loader is
+        the validation set and its metrics keep their plain names (`PPL`, `Acc@1`: what
+        train.evaluation.eval_metric names); the second is the test set, its metrics under
+        `test` (flattened `test/PPL`), a third under `test_2`, ... The trainer's loaders come in
+        the order valid split, test split (of dataloader.train), then dataloader.test. One
+        loader: its results dict; several: {validation metrics..., "test": {...}, ...}. `names`
+        (one prefix per loader, "" for plain names) replaces the default prefixes."""
         if isinstance(test_loaders, flow.nn.Module):
             test_loaders, model, evaluator = None, test_loaders, model
         if test_loaders is None:
             test_loaders = cls.build_test_loader(cfg)
+        test_loaders = list(test_loaders)
+        names = eval_result_prefixes(len(test_loaders)) if names is None else list(names)
+        if len(names) != len(test_loaders) or len(set(names)) != len(names):
+            raise ValueError(f"DefaultTrainer.test: names {names} must give one distinct prefix to each of the "
+                             f"{len(test_loaders)} loaders")
         logger = logging.getLogger(__name__)
         device = cls.input_device(cfg)
         pipeline = cls.build_pipeline(cfg, model)
@@ -663,22 +705,39 @@ class DefaultTrainer(TrainerBase):
         if pipeline is not None and autocast is not None:
             pipeline.autocast = autocast
         results = OrderedDict()
-        for idx, loader in enumerate(test_loaders):
+        for loader, prefix in zip(test_loaders, names):
             ev = evaluator if evaluator is not None else cls.build_evaluator(cfg)
-            name = type(getattr(loader, "dataset", loader)).__name__
-            if name in results:
-                name = f"{name}_{idx}"
             res = inference_on_dataset(model, loader, ev, cfg.train.evaluation.eval_iter,
                                        get_batch=lambda data: cls.get_batch(data, device), should_stop=should_stop,
                                        forward=pipeline.forward_only if pipeline is not None else None,
                                        autocast=autocast)
-            results[name] = res
+            clash = sorted(set(results) & ({prefix} if prefix else set(res)))
+            if clash:
+                raise ValueError(f"DefaultTrainer.test: the results of {_describe_loader(loader)} would replace "
+                                 f"{clash} of another loader")
+            if prefix:
+                results[prefix] = res
+            else:
+                results.update(res)
             if dist.is_main_process():
-                logger.info(f"Evaluation results for {name} in csv format:")
+                role = ("the validation set (metrics named as the evaluator names them)" if not prefix else
+                        f"the {'test set' if prefix.startswith('test') else f'set {prefix!r}'} (metrics named "
+                        f"{prefix}/...)")
+                logger.info(f"Evaluation results for {role}, {_describe_loader(loader)}, in csv format:")
                 print_csv_format(res)
-        if len(results) == 1:
-            results = list(results.values())[0]
         return results
+
+
+def eval_result_prefixes(n):
+    """The names DefaultTrainer.test gives the results of `n` loaders: "" (plain metric names)
+    for the first, the validation set; "test" for the second; "test_2", "test_3", ... after."""
+    return ["" if i == 0 else "test" if i == 1 else f"test_{i}" for i in range(n)]
+
+
+def _describe_loader(loader):
+    dataset = getattr(loader, "dataset", loader)
+    name = getattr(dataset, "name", None)
+    return type(dataset).__name__ + (f" {name!r}" if isinstance(name, str) else "")
 
 
 def write_eval_results(cfg, results, iteration=0):

@@ -152,7 +152,8 @@ class EvalHook(HookBase):
     """Runs `eval_function()` every `eval_period` iterations and after the last iteration; its
     (nested) dict of results is flattened ("a/b") and put into the storage, which is asked to
     write them at once (so the writers send them to metrics.json and TensorBoard before the
-    iteration's checkpoint).
+    iteration's checkpoint). The names of a completed evaluation's results are recorded in the
+    storage (`put_eval_names`), where BestCheckpointer checks its metric against them.
 
     An evaluation cut short by a stop signal (`eval_function` raises EvaluationInterrupted)
     leaves its iteration's scalars unwritten (`storage.hold_writes()`) and is remembered in the
@@ -209,6 +210,7 @@ class EvalHook(HookBase):
                         "instead.") from e
             self.trainer.storage.put_scalars(**flattened, smoothing_hint=False)
             self.trainer.storage.request_write()
+        self.trainer.storage.put_eval_names(sorted(flatten_results_dict(results)) if results else [])
         dist.synchronize()
 
     def after_step(self):
@@ -225,6 +227,12 @@ class EvalHook(HookBase):
 class BestCheckpointer(HookBase):
     """After each evaluation, saves `model_best` when `val_metric` improved (mode "max" or
     "min"). Register it after the EvalHook.
+
+    `val_metric` must name one of the evaluation's (flattened) results, e.g. "PPL" (the
+    validation set's metric) or "test/PPL" (DefaultTrainer.test's naming): the first evaluation
+    whose results lack it raises a ValueError naming train.evaluation.eval_metric and the names
+    the evaluation did compute. A better value with checkpoints disabled (train.checkpointer.period
+    <= 0, as --fast-dev-run sets) becomes the best value without a `model_best`; the log says so.
 
     The best value and its iteration are the hook's state_dict(), saved with every checkpoint
     and restored on resume (a state saved for another metric or mode is ignored, with a
@@ -263,32 +271,54 @@ class BestCheckpointer(HookBase):
 
     def before_train(self):
         # a resumed run's EvalHook may just have run the evaluation its checkpoint left pending
-        metric = self.trainer.storage.latest().get(self._val_metric)
-        if metric is not None:
-            self._best_checking(metric[1])
+        evaluated = self.trainer.storage.eval_names()
+        if evaluated is not None:
+            self._best_checking(evaluated[0])
+
+    def _evaluated_names(self, iteration):
+        """The result names of the evaluation of `iteration`, or None when none completed then
+        (an evaluation cut short by a signal). Without an EvalHook (results put into the storage
+        by other means): the scalars put at that iteration."""
+        storage = self.trainer.storage
+        evaluated = storage.eval_names()
+        if evaluated is not None:
+            return evaluated[1] if evaluated[0] == iteration else None
+        if storage.writes_held:
+            return None
+        return sorted(k for k, (_, itr) in storage.latest().items() if itr == iteration)
 
     def _best_checking(self, iteration=None):
         """Compare the metric evaluated at `iteration` (default: the current one)."""
         storage = self.trainer.storage
+        iteration = storage.iter if iteration is None else iteration
+        names = self._evaluated_names(iteration)
+        if names is None:
+            return  # this iteration's evaluation was interrupted: it runs again on resume
         metric = storage.latest().get(self._val_metric)
-        if metric is None:
-            self._logger.warning(
-                f"Given val metric {self._val_metric} does not seem to be computed/stored. "
-                "Will not be checkpointing based on it.")
+        if self._val_metric not in names or metric is None or metric[1] != iteration:
+            raise ValueError(
+                f"train.evaluation.eval_metric={self._val_metric!r} is not among the results of the evaluation at "
+                f"iteration {iteration}: {names if names else 'none (the evaluator returned no results)'}. Set "
+                f"train.evaluation.eval_metric to one of them (the validation set's metrics have plain names, the "
+                f"test set's are prefixed 'test/'; docs/training.md, 'Evaluation'), and train.evaluation.eval_mode "
+                f"to 'max' or 'min' to match it")
+        value = metric[0]
+        if not self._better(value):
             return
-        value, metric_iter = metric
-        if metric_iter != (storage.iter if iteration is None else iteration):
-            return  # this iteration's evaluation was interrupted: an older value is no news
-        if self._better(value):
-            previous = self.best_metric
-            self.best_metric, self.best_iter = value, metric_iter
-            if self._checkpointer.enabled and self._checkpointer.save_dir and self._period >= 0:
-                self._checkpointer.save(self._file_prefix, tag_last=False, iteration=metric_iter,
-                                        best_metric=value, best_metric_name=self._val_metric)
-            self._logger.info(
-                f"Saved best model as latest eval score for {self._val_metric} is {value:0.5f}"
-                + (f", better than last best score {previous:0.5f}" if previous is not None else "")
-                + f" @ iteration {metric_iter}.")
+        previous = self.best_metric
+        self.best_metric, self.best_iter = value, iteration
+        than = f", better than last best score {previous:0.5f}" if previous is not None else ""
+        enabled = getattr(self._checkpointer, "enabled", True)
+        if enabled and self._checkpointer.save_dir:
+            self._checkpointer.save(self._file_prefix, tag_last=False, iteration=iteration,
+                                    best_metric=value, best_metric_name=self._val_metric)
+            self._logger.info(f"Saved best model as latest eval score for {self._val_metric} is {value:0.5f}"
+                              f"{than} @ iteration {iteration}.")
+        else:
+            why = ("checkpoints are disabled (train.checkpointer.period <= 0; --fast-dev-run sets it)"
+                   if not enabled else "the checkpointer has no save_dir")
+            self._logger.info(f"Best eval score for {self._val_metric} is now {value:0.5f}{than} @ iteration "
+                              f"{iteration}; {self._file_prefix} not saved: {why}.")
 
     def after_step(self):
         next_iter = self.trainer.iter + 1

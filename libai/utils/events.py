@@ -83,6 +83,7 @@ class EventStorage:
         self.write_requested = False
         # set by hold_writes(): PeriodicWriter does not write this iteration
         self.writes_held = False
+        self._eval_names = None
 
     def put_scalar(self, name, value, smoothing_hint=True):
         """Record `value` (a number or a 0-d tensor) for `name` at the current iteration.
@@ -131,6 +132,15 @@ class EventStorage:
 
     def smoothing_hints(self):
         return self._smoothing_hints
+
+    def put_eval_names(self, names):
+        """Record the (flattened) result names of the evaluation that completed at the current
+        iteration (EvalHook), for the hooks that look a result up (BestCheckpointer)."""
+        self._eval_names = (self._iter, list(names))
+
+    def eval_names(self):
+        """(iteration, [result names]) of the last completed evaluation; None before any."""
+        return self._eval_names
 
     def request_write(self):
         """Ask PeriodicWriter to write this iteration's scalars now rather than at the next log
