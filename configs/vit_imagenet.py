@@ -20,7 +20,8 @@ ImageNet-size settings (LiBai's ViT-Tiny/16 at 224; `docs/vision.md` for your ow
 Parallel layouts run the same config, e.g. 2-way data x 2-way tensor parallel:
 
     python -m engine.distributed.launch --nproc-per-node 4 tools/train_net.py \
-        --config-file configs/vit_imagenet.py train.dist.data_parallel_size=2 train.dist.tensor_parallel_size=2
+        --config-file configs/vit_imagenet.py train.dist.data_parallel_size=2 train.dist.tensor_parallel_size=2 \
+        model.num_heads=4   # tensor parallelism splits the heads: 3 do not divide by 2
 """
 from omegaconf import OmegaConf
 

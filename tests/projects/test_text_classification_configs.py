@@ -28,12 +28,13 @@ def write(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def glue_files(root, task):
+def glue_files(root, task, n=8):
+    """`n` rows per split of `task` in GLUE's layout under root/task."""
     rng = np.random.default_rng(0)
     d = root / task
     for split in (("train", "dev_matched", "dev_mismatched") if task == "MNLI" else ("train", "dev")):
         rows = []
-        for i in range(8):
+        for i in range(n):
             a, b = SENTENCES[i % 6], SENTENCES[(i + 1) % 6]
             if task == "SST-2":
                 rows.append(f"{a}\t{i % 2}")

@@ -1,5 +1,6 @@
 """GLUE MNLI (sentence pairs, 3 labels), evaluated on both dev sets (dev_matched.tsv and
-dev_mismatched.tsv; their accuracies are reported under two dataset names).
+dev_mismatched.tsv): the matched set's accuracy is `Acc@1` (the validation set, which picks
+model_best), the mismatched set's `test/Acc@1`.
 
     python tools/train_net.py --config-file projects/text_classification/configs/glue_mnli.py \
         task.data_dir=data/glue/MNLI train.load_weight=output/bert_pretrain/model_final
