@@ -162,7 +162,9 @@ class TrainerBase:
                 self.before_train()
                 if self.stop_requested():  # during before_train (a resumed evaluation): no iteration
                     end = start_iter
-                    self.iter = start_iter - 1
+                # with no iteration to run (stop_iter <= start_iter too) iter ends at start_iter:
+                # no iteration is counted, checkpointed or logged that never ran
+                self.iter = start_iter - 1
                 for self.iter in range(start_iter, end):
                     self.before_step()
                     self.run_step()

@@ -20,6 +20,8 @@ A block may carry an annotation on the line before its fence:
     <!-- test: setup NAME ... -->   call doc_fixtures.NAME(workdir) first (files the block reads)
     <!-- test: config PATH -->      write the block to PATH and load it with LazyConfig.load
     <!-- test: mpi N -->            run the python block alone on N processes (the launcher)
+    <!-- test: same-as DOC ... -->  not run here: each of its commands is run, verbatim, by a
+                                    block of one of these documents (test_doc_snippets checks it)
 """
 import os
 import re
@@ -33,8 +35,8 @@ sys.path[:0] = [HERE, ROOT]
 
 import doc_commands as commands  # noqa: E402
 
-ANNOTATION = re.compile(r"^<!--\s*test:\s*(\w+)\s*(.*?)\s*-->\s*$")
-KINDS = ("skip", "setup", "config", "mpi")
+ANNOTATION = re.compile(r"^<!--\s*test:\s*([\w-]+)\s*(.*?)\s*-->\s*$")
+KINDS = ("skip", "setup", "config", "mpi", "same-as")
 
 
 class Block:
@@ -70,8 +72,9 @@ def parse(doc):
             kind, arg = ANNOTATION.match(lines[k].strip()).groups()
             if kind not in KINDS:
                 raise ValueError(f"{doc}:{k + 1}: unknown annotation 'test: {kind}' (known: {', '.join(KINDS)})")
-            if kind == "skip" and not arg:
-                raise ValueError(f"{doc}:{k + 1}: 'test: skip' needs a reason")
+            if kind in ("skip", "same-as") and not arg:
+                raise ValueError(f"{doc}:{k + 1}: 'test: {kind}' needs " + ("a reason" if kind == "skip" else
+                                                                            "the documents that run its commands"))
             notes[kind] = arg
             k -= 1
         code = "\n".join(line[len(indent):] if line.startswith(indent) else line.lstrip()
@@ -128,7 +131,7 @@ def main(doc, workdir):
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     namespace = {"__name__": "__main__"}
     for block in parse(doc):
-        if block.lang not in ("python", "bash") or block.note("skip") is not None:
+        if block.lang not in ("python", "bash") or block.note("skip") is not None or block.note("same-as"):
             continue
         print(f"=== {block.where} [{block.lang}]", flush=True)
         for name in (block.note("setup") or "").split():

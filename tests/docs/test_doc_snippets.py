@@ -23,7 +23,8 @@ from mpi_helper import mpi_env, run_command  # noqa: E402
 
 DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))) + \
     sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "projects", "*", "README.md")))
-RUNNABLE = [d for d in DOCS if any(b.lang in ("python", "bash") and b.note("skip") is None for b in parse(d))]
+RUNNABLE = [d for d in DOCS if any(b.lang in ("python", "bash") and b.note("skip") is None and not b.note("same-as")
+                                   for b in parse(d))]
 LINKED = ("tools", "projects", "tests")  # configs/ is copied: a doc may add a file to it
 
 
@@ -90,3 +91,17 @@ def test_readme_lists_every_doc():
     section = readme[readme.index("## Documentation"):]
     missing = [d for d in DOCS if d.startswith("docs/") and f"`{d}`" not in section]
     assert not missing, f"docs missing from the README's Documentation list: {missing}"
+
+
+def test_same_as_blocks_are_run_elsewhere():
+    """A block marked `same-as DOC...` is skipped only because each of its commands is run,
+    verbatim, by a block of one of those documents that the doc test does run."""
+    for doc in DOCS:
+        for b in parse(doc):
+            if not b.note("same-as"):
+                continue
+            run_elsewhere = {cmd for other in b.note("same-as").split() for ob in parse(other)
+                             if ob.lang == "bash" and ob.note("skip") is None and not ob.note("same-as")
+                             for cmd, _ in shell_commands(ob.code)}
+            for cmd, _ in shell_commands(b.code):
+                assert cmd in run_elsewhere, f"{b.where}: {cmd!r} is not run by {b.note('same-as')}"

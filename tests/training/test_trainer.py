@@ -90,6 +90,14 @@ def test_after_train_runs_after_an_exception_and_stop_iter():
     assert [e for e in log if e[0] == "trainer"] == [("trainer", "run_step", 0), ("trainer", "run_step", 1)]
     assert t.max_iter == 10 and log[-1] == ("a", "after_train", 2)
 
+    # a stop at or before the start runs no iteration and counts none (after_train sees iter 5,
+    # not 6: nothing that never ran is checkpointed or logged)
+    log.clear()
+    t = CountingTrainer(log)
+    t.register_hooks([Recorder("a", log)])
+    t.train(5, 10, stop_iter=3)
+    assert [e for e in log if e[0] == "trainer"] == [] and log[-1] == ("a", "after_train", 5) and t.iter == 5
+
 
 class SignallingTrainer(CountingTrainer):
     """Sends itself `signals` (a list of signal numbers) during the step of iteration 2."""
