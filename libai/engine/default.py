@@ -574,21 +574,17 @@ class DefaultTrainer(TrainerBase):
         dataset (its `tokenizer` argument), as LiBai; the config itself is left unchanged.
 
         A loader with a `train_val_test_num_samples` key left at None (the NLP builders) gets
-        [train_iter * global_batch_size, valid samples for every evaluation, test samples] (as
-        LiBai; libai.data.train_val_test_num_samples)."""
+        [train_iter * global_batch_size, 0, 0]: the training samples, and one epoch (0) of the
+        valid and test splits. LiBai (Megatron) asks those for eval_iter batches per evaluation
+        times the number of evaluations, which repeats and reshuffles a small split, so that the
+        samples an evaluation reads (at most eval_iter batches from the split's start, every
+        time) depended on train_iter; with one epoch they do not, and `--eval-only` on a
+        checkpoint gives the perplexity the training run recorded for it."""
         if try_get_key(cfg, "dataloader.train") is None:
             raise KeyError("cfg must contain a `dataloader.train` namespace")
         node = cfg.dataloader.train
         if hasattr(node, "keys") and "train_val_test_num_samples" in node and node.train_val_test_num_samples is None:
-            from libai.data import train_val_test_num_samples
-
-            ev = cfg.train.evaluation
-            # without evaluation (or with eval_iter None: every batch) one valid batch is built
-            eval_iter = ev.eval_iter if ev.enabled and ev.eval_iter else 1
-            nums = train_val_test_num_samples(
-                cfg.train.train_iter, cfg.train.global_batch_size, eval_iter,
-                cfg.train.test_micro_batch_size * dist.get_data_parallel_size(),
-                ev.eval_period if (ev.enabled and ev.eval_period > 0) else None)
+            nums = [int(cfg.train.train_iter) * int(cfg.train.global_batch_size), 0, 0]
             node.train_val_test_num_samples = nums
             logging.getLogger(__name__).info(f"dataloader.train.train_val_test_num_samples = {nums}")
         with _datasets_given(node, tokenizer):
