@@ -103,28 +103,14 @@ def _load_cfg(args, ckpt_cfg=None):
 
 _DROPOUT_KEYS = ("embedding_dropout_prob", "attention_dropout_prob", "output_dropout_prob")
 
-
-def _model_keys(cfg):
-    """{key: value} of the model's settings in `cfg` (model.cfg, or the `model` node's arguments)."""
-    from omegaconf import OmegaConf
-
-    from libai.config import try_get_key
-
-    node = try_get_key(cfg, "model.cfg", default=None)
-    if node is None:
-        node = try_get_key(cfg, "model", default=None)
-    if node is None or not hasattr(node, "keys"):
-        return {}, "model"
-    plain = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else dict(node)
-    where = "model.cfg" if try_get_key(cfg, "model.cfg", default=None) is not None else "model"
-    return {k: v for k, v in plain.items() if k != "_target_" and not isinstance(v, (dict, list))}, where
+from libai.utils.checkpoint import model_settings  # noqa: E402
 
 
 def _adopt_checkpoint_config(cfg, ckpt_cfg, args):
     """Replace the recipe's `model` and `tokenization` with the checkpoint's (the sizes and the
     tokenizer it was trained with), warning about the model settings that differ."""
-    ours, _ = _model_keys(cfg)
-    theirs, where = _model_keys(ckpt_cfg)
+    ours, _ = model_settings(cfg)
+    theirs, where = model_settings(ckpt_cfg)
     differ = [f"{where}.{k}: {ours[k]!r} -> {v!r}" for k, v in theirs.items()
               if k in ours and ours[k] != v and k != "vocab_size" and k not in _DROPOUT_KEYS]
     if differ:
@@ -138,8 +124,8 @@ def _adopt_checkpoint_config(cfg, ckpt_cfg, args):
 def _check_sizes(cfg, ckpt_cfg, args):
     """A command-line override that changes a size of the checkpoint's model (an integer key other
     than vocab_size, which the checkpoint's embedding decides) is an error naming the key."""
-    ours, where = _model_keys(cfg)
-    theirs, _ = _model_keys(ckpt_cfg)
+    ours, where = model_settings(cfg)
+    theirs, _ = model_settings(ckpt_cfg)
     for k, v in theirs.items():
         if k == "vocab_size" or isinstance(v, bool) or not isinstance(v, int) or k not in ours:
             continue

@@ -17,7 +17,7 @@ from libai.config import default_argument_parser as _config_argument_parser
 from libai.evaluation import inference_on_dataset, print_csv_format
 from libai.evaluation.utils import flatten_results_dict
 from libai.utils import distributed as dist
-from libai.utils.checkpoint import Checkpointer
+from libai.utils.checkpoint import Checkpointer, CheckpointError, model_settings_hint
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
 from libai.utils.logger import setup_logger
 from libai.utils.output_dir import (OutputDirError, check_previous_run, describe, prepare_output_dir,
@@ -318,7 +318,13 @@ class DefaultTrainer(TrainerBase):
             self._start_fresh_after_failed_resume(train.output_dir, train.overwrite_output_dir)
             save_config(self.cfg)
         if train.load_weight:
-            self.checkpointer.load(train.load_weight, checkpointables=[])
+            try:
+                self.checkpointer.load(train.load_weight, checkpointables=[])
+            except CheckpointError as e:
+                hint = model_settings_hint(self.cfg, train.load_weight)
+                if not hint:
+                    raise
+                raise CheckpointError(f"train.load_weight: {e}{hint}") from e
 
     def _start_fresh_after_failed_resume(self, output_dir, overwrite):
         notes = self.checkpointer.resume_notes

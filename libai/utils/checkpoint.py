@@ -147,6 +147,44 @@ def load_checkpoint_config(path):
     return cfg
 
 
+def model_settings(cfg):
+    """({key: value} of the model's scalar settings in `cfg` (model.cfg, or the `model` node's
+    arguments), and where they live: "model.cfg" or "model")."""
+    from omegaconf import OmegaConf
+
+    from libai.config import try_get_key
+
+    node = try_get_key(cfg, "model.cfg", default=None)
+    if node is None:
+        node = try_get_key(cfg, "model", default=None)
+    if node is None or not hasattr(node, "keys"):
+        return {}, "model"
+    plain = OmegaConf.to_container(node, resolve=False) if OmegaConf.is_config(node) else dict(node)
+    where = "model.cfg" if try_get_key(cfg, "model.cfg", default=None) is not None else "model"
+    return {k: v for k, v in plain.items() if k != "_target_" and not isinstance(v, (dict, list))}, where
+
+
+def model_settings_hint(cfg, path):
+    """For an error about loading checkpoint `path` into the model `cfg` describes: the model
+    sizes (integer settings) the checkpoint's config.yaml has that `cfg` does not, as `key=value`
+    overrides (vocab_size excepted: the tokenizer decides it), or "" when it carries no config or
+    they agree."""
+    try:
+        ckpt_cfg = load_checkpoint_config(path)
+    except Exception:  # a hint must never hide the error it completes
+        return ""
+    if ckpt_cfg is None:
+        return ""
+    ours, where = model_settings(cfg)
+    theirs, _ = model_settings(ckpt_cfg)
+    differ = [f"{where}.{k}={v}" for k, v in theirs.items()
+              if isinstance(v, int) and not isinstance(v, bool) and k in ours and ours[k] != v and k != "vocab_size"]
+    if not differ:
+        return ""
+    return (f"; {path} was trained with {' '.join(differ)} (its config.yaml): pass those overrides "
+            "(and its tokenizer) to load it")
+
+
 def _clone_state(sd):
     return {k: (v.detach().clone() if isinstance(v, flow.Tensor) else v) for k, v in sd.items()}
 

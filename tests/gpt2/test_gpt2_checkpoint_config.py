@@ -135,6 +135,13 @@ def test_trained_checkpoint_generates_and_exports_with_its_own_config(tmp_path):
     assert json.load(open(tmp_path / "hf2" / "config.json"))["n_layer"] == 2
     assert json.load(open(tmp_path / "hf2" / "config.json"))["vocab_size"] == TOKENS
 
+    # train.load_weight into the recipe's own (bigger) model: the shape error says which sizes the
+    # checkpoint was trained with, as overrides to pass
+    rc, _, err = train_net(f"train.output_dir={tmp_path / 'ft'}", f"train.load_weight={ckpt}", "train.train_iter=1",
+                           "train.evaluation.enabled=False", check=False)
+    assert rc != 0 and "shape mismatch" in err
+    assert f"{ckpt} was trained with model.cfg.hidden_layers=2 model.cfg.hidden_size=64" in err, err
+
 
 def test_converted_from_hf_generates_with_checkpoint_only(tmp_path):
     hf_dir = str(tmp_path / "hf")
