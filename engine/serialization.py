@@ -210,6 +210,8 @@ def atomic_write(path, chunks):
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file private (0600); the result gets what open() would give it
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as f:
             for c in chunks:
                 f.write(c)
@@ -223,6 +225,13 @@ def atomic_write(path, chunks):
             pass
         raise
     fsync_dir(directory)
+
+
+def current_umask():
+    """The process's file-creation mask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def fsync_dir(directory):

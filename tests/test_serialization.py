@@ -240,3 +240,24 @@ def test_empty_and_garbage_files(tmp_path):
         p.write_bytes(content)
         with pytest.raises(CheckpointError, match="junk.bin"):
             flow.load(p)
+
+
+def test_saved_files_get_the_usual_permissions_not_the_temp_files_private_ones(tmp_path):
+    """An atomic write goes through a mkstemp file (mode 0600); the file it becomes must have the
+    mode open() gives (0666 less the umask), so a checkpoint or an exported HF folder can be shared."""
+    import stat
+
+    from engine.serialization import atomic_write, current_umask
+
+    old = os.umask(0o022)
+    try:
+        flow.save({"w": flow.ones(2)}, str(tmp_path / "a.safetensors"))
+        atomic_write(str(tmp_path / "b.json"), [b"{}"])
+        for name in ("a.safetensors", "b.json"):
+            assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644
+        os.umask(0o077)
+        assert current_umask() == 0o077
+        atomic_write(str(tmp_path / "c.json"), [b"{}"])
+        assert stat.S_IMODE(os.stat(tmp_path / "c.json").st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from engine.serialization import current_umask
+
 __all__ = ["default_corpus_documents", "default_gpt2_corpus", "default_bert_corpus", "default_cache_dir",
            "apply_default_corpus", "DATA_NAME"]
 
@@ -170,6 +172,7 @@ def _cached(kind, settings, paths_for, build, cache_dir, rebuild):
                 if os.path.isdir(final):  # a partial copy left by hand: replace it
                     shutil.rmtree(final)
                 tmp = tempfile.mkdtemp(prefix=key + ".tmp-", dir=cache_dir)
+                os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would hide the cache from others
                 try:
                     build(tmp, docs)
                     os.rename(tmp, final)  # atomic: the directory appears complete

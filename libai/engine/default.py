@@ -389,10 +389,12 @@ class DefaultTrainer(TrainerBase):
                                  f"not before {stop_iter}; nothing to train, nothing written")
             return self._last_eval_results
         super().train(self.start_iter, self.max_iter, stop_iter)
-        if self.interrupted:
+        if self.interrupted or self.iter < self.max_iter:
+            why = (f"Interrupted by {signal.Signals(self.interrupted).name}" if self.interrupted else
+                   f"--stop-iter {stop_iter}: stopped")
             saved = self.checkpointer.enabled and self.checkpointer.save_dir
             self._logger.warning(
-                f"Interrupted by {signal.Signals(self.interrupted).name} after iteration {self.iter - 1}: "
+                f"{why} after iteration {self.iter - 1} of {self.max_iter} (iterations count from 0): "
                 + (f"checkpoint {self.checkpointer.get_checkpoint_file()} written, continue with --resume"
                    if saved else "no checkpoint written (train.checkpointer.period <= 0)"))
         dist.synchronize()  # every rank has finished its hooks (and writes) before any exits

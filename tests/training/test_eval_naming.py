@@ -124,9 +124,13 @@ def test_the_trainer_fails_at_its_first_evaluation(tmp_path):
     assert trainer.iter == 4 and not os.path.exists(os.path.join(str(tmp_path), "model_best"))
 
 
-def test_stop_iter_not_after_the_start_runs_nothing(tmp_path):
+def test_stop_iter_not_after_the_start_runs_nothing(tmp_path, caplog):
     out = str(tmp_path)
-    DefaultTrainer(_cfg(out)).train(stop_iter=3)
+    with caplog.at_level(logging.WARNING, logger="libai.engine.default"):
+        DefaultTrainer(_cfg(out)).train(stop_iter=3)
+    # the early stop is announced as an interruption is, with the checkpoint to resume from
+    assert any("--stop-iter 3: stopped after iteration 2 of" in r.getMessage() and "model_0000002" in r.getMessage()
+               and "continue with --resume" in r.getMessage() for r in caplog.records), caplog.text
     assert sorted(d for d in os.listdir(out) if d.startswith("model_")) == ["model_0000002"]
     resumed = DefaultTrainer(_cfg(out, "train.resume=true"))
     assert resumed.start_iter == 3
