@@ -12,6 +12,8 @@ NOT_RUN = {
     r"^git clone |^cd libai-engine$": "makes the checkout CI starts from",
     r"^python -m venv |^\. \.venv/bin/activate$": "makes the fresh virtual environment CI starts from",
     r"^python tools/benchmarks/gpu_\w+\.py": "times a GPU (none on the CI machine); docs/cuda.md says where it was run",
+    r" train\.py --my-args$": "a template: train.py and --my-args stand for the reader's own script",
+    r" --hosts | --hostfile ": "needs several hosts (the CI machine is one)",
     r"^python tools/benchmarks/gpt2_block\.py$": ("a benchmark that times minutes of CPU work; "
                                                   "tests/test_benchmarks_smoke.py runs it at a tiny size"),
 }
