@@ -408,6 +408,7 @@ class Checkpointer:
             config_text = self._config_text()
             if config_text is not None:
                 _write_text_atomic(os.path.join(tmp, CONFIG_FILE), config_text)
+                self._copy_tokenizer_files(tmp)
         flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
         dist.synchronize()
         if self.save_to_disk:
@@ -427,15 +428,20 @@ class Checkpointer:
             self.logger.info(f"Saved checkpoint to {final}")
         dist.synchronize()
 
-    def _config_text(self):
-        """The YAML of the config saved with each checkpoint (`config`, else the trainer's cfg),
-        or None; a config that cannot be written is logged and left out."""
+    def _config(self):
+        """The config saved with each checkpoint: `config`, else the trainer's cfg, else None."""
         cfg = self.config
         if cfg is None and self.trainer is not None:
             try:
                 cfg = getattr(self.trainer, "cfg", None)
             except ReferenceError:  # a weak proxy of a trainer gone
                 cfg = None
+        return cfg
+
+    def _config_text(self):
+        """The YAML of the config saved with each checkpoint (`_config()`), or None; a config
+        that cannot be written is logged and left out."""
+        cfg = self._config()
         from omegaconf import OmegaConf
 
         if cfg is None or not (OmegaConf.is_config(cfg) or isinstance(cfg, dict)):
@@ -445,6 +451,28 @@ class Checkpointer:
         except Exception as e:  # noqa: BLE001 (the weights are saved regardless)
             self.logger.warning(f"the checkpoint is saved without {CONFIG_FILE}: {e}")
             return None
+
+    def _copy_tokenizer_files(self, directory):
+        """Copy the tokenizer files the config names (tokenization.tokenizer's vocab_file,
+        merges_file, tokenizer_file) beside config.yaml, so that a checkpoint moved to another
+        machine still has its tokenizer (`load_checkpoint_config` looks there when the configured
+        path is gone). A file that cannot be copied is logged; the weights are saved regardless."""
+        from libai.config import try_get_key
+
+        tok = try_get_key(self._config(), "tokenization.tokenizer", default=None)
+        if tok is None or not hasattr(tok, "keys"):
+            return
+        for key in _TOKENIZER_FILE_KEYS:
+            src = tok[key] if key in tok else None
+            if not isinstance(src, str) or not os.path.isfile(src):
+                continue
+            name = os.path.basename(src)
+            if name in (MODEL_FILE, STATE_FILE, CONFIG_FILE) or name.endswith(".safetensors"):
+                continue
+            try:
+                shutil.copyfile(src, os.path.join(directory, name))
+            except OSError as e:
+                self.logger.warning(f"the checkpoint is saved without its tokenizer file {src}: {e}")
 
     def _trainer_state(self, extra):
         state = self.trainer.state_dict() if self.trainer is not None else {}
