@@ -228,7 +228,16 @@ def atomic_write(path, chunks):
 
 
 def current_umask():
-    """The process's file-creation mask (read by setting it and restoring it at once)."""
+    """The process's file-creation mask. Linux reports it in /proc/self/status; elsewhere it is
+    read by setting it and restoring it at once (a file another thread creates in between would
+    get 0o022, hence /proc first)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

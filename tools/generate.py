@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 
 import engine as flow  # noqa: E402
 from libai.utils import distributed as dist  # noqa: E402
+from libai.utils.checkpoint import is_model_size, model_setting_differences  # noqa: E402
 
 logger = logging.getLogger("libai.tools.generate")
 
@@ -103,16 +104,12 @@ def _load_cfg(args, ckpt_cfg=None):
 
 _DROPOUT_KEYS = ("embedding_dropout_prob", "attention_dropout_prob", "output_dropout_prob")
 
-from libai.utils.checkpoint import model_settings  # noqa: E402
-
 
 def _adopt_checkpoint_config(cfg, ckpt_cfg, args):
     """Replace the recipe's `model` and `tokenization` with the checkpoint's (the sizes and the
     tokenizer it was trained with), warning about the model settings that differ."""
-    ours, _ = model_settings(cfg)
-    theirs, where = model_settings(ckpt_cfg)
-    differ = [f"{where}.{k}: {ours[k]!r} -> {v!r}" for k, v in theirs.items()
-              if k in ours and ours[k] != v and k != "vocab_size" and k not in _DROPOUT_KEYS]
+    differ = [f"{key}: {ours!r} -> {theirs!r}" for key, ours, theirs in model_setting_differences(cfg, ckpt_cfg)
+              if key.rsplit(".", 1)[-1] not in _DROPOUT_KEYS]
     if differ:
         logger.warning(f"{args.checkpoint} was trained with another model than {args.config_file} says; its own "
                        f"config is used: {', '.join(differ)}")
@@ -124,14 +121,10 @@ def _adopt_checkpoint_config(cfg, ckpt_cfg, args):
 def _check_sizes(cfg, ckpt_cfg, args):
     """A command-line override that changes a size of the checkpoint's model (an integer key other
     than vocab_size, which the checkpoint's embedding decides) is an error naming the key."""
-    ours, where = model_settings(cfg)
-    theirs, _ = model_settings(ckpt_cfg)
-    for k, v in theirs.items():
-        if k == "vocab_size" or isinstance(v, bool) or not isinstance(v, int) or k not in ours:
-            continue
-        if ours[k] != v:
-            raise ValueError(f"{where}.{k}={ours[k]!r} does not match checkpoint {args.checkpoint}, trained with "
-                             f"{where}.{k}={v!r} (its config.yaml): drop the override")
+    for key, ours, theirs in model_setting_differences(cfg, ckpt_cfg):
+        if is_model_size(theirs):
+            raise ValueError(f"{key}={ours!r} does not match checkpoint {args.checkpoint}, trained with "
+                             f"{key}={theirs!r} (its config.yaml): drop the override")
 
 
 def build_from_config(args):

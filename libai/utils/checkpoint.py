@@ -164,6 +164,20 @@ def model_settings(cfg):
     return {k: v for k, v in plain.items() if k != "_target_" and not isinstance(v, (dict, list))}, where
 
 
+def model_setting_differences(cfg, ckpt_cfg):
+    """[(dotted key, value in `cfg`, value in `ckpt_cfg`)] for the model settings
+    (`model_settings`) both configs hold with different values, keyed as in `ckpt_cfg`;
+    vocab_size is left out (the tokenizer and the tensor-parallel padding decide it)."""
+    ours, _ = model_settings(cfg)
+    theirs, where = model_settings(ckpt_cfg)
+    return [(f"{where}.{k}", ours[k], v) for k, v in theirs.items() if k in ours and ours[k] != v and k != "vocab_size"]
+
+
+def is_model_size(value):
+    """Whether a model setting is a size (an integer, not a flag): one that decides the weights' shapes."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def model_settings_hint(cfg, path):
     """For an error about loading checkpoint `path` into the model `cfg` describes: the model
     sizes (integer settings) the checkpoint's config.yaml has that `cfg` does not, as `key=value`
@@ -175,10 +189,7 @@ def model_settings_hint(cfg, path):
         return ""
     if ckpt_cfg is None:
         return ""
-    ours, where = model_settings(cfg)
-    theirs, _ = model_settings(ckpt_cfg)
-    differ = [f"{where}.{k}={v}" for k, v in theirs.items()
-              if isinstance(v, int) and not isinstance(v, bool) and k in ours and ours[k] != v and k != "vocab_size"]
+    differ = [f"{key}={theirs}" for key, _, theirs in model_setting_differences(cfg, ckpt_cfg) if is_model_size(theirs)]
     if not differ:
         return ""
     return (f"; {path} was trained with {' '.join(differ)} (its config.yaml): pass those overrides "

@@ -85,16 +85,12 @@ def parse(doc):
 
 
 def shell_commands(code):
-    """The commands of a bash block: continuation lines joined, comments dropped, `a && b` split.
-    Returns [(command, is_assignment)]."""
+    """The commands of a bash block: continuation lines joined, comments dropped, `a && b` split."""
     out = []
     for line in code.replace("\\\n", " ").split("\n"):
         line = _strip_comment(line).strip()
-        if not line:
-            continue
-        for part in line.split(" && "):
-            part = part.strip()
-            out.append((part, re.match(r"^[A-Za-z_][A-Za-z0-9_]*=\S*$", part) is not None))
+        if line:
+            out += [part.strip() for part in line.split(" && ")]
     return out
 
 
@@ -114,7 +110,7 @@ def _strip_comment(line):
 def runnable_script(block):
     """The bash script the test runs for `block`: listed commands dropped, the rest shortened."""
     kept = []
-    for cmd, _ in shell_commands(block.code):
+    for cmd in shell_commands(block.code):
         if commands.not_run_reason(cmd) is not None:
             continue
         kept.append(commands.shorten(cmd, block.doc))

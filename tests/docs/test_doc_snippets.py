@@ -67,7 +67,7 @@ def test_not_run_list_is_current_and_every_command_is_accounted_for():
         for b in parse(doc):
             if b.lang != "bash":
                 continue
-            for cmd, _ in shell_commands(b.code):
+            for cmd in shell_commands(b.code):
                 for pattern in doc_commands.NOT_RUN:
                     if re.search(pattern, cmd):
                         used.add(pattern)
@@ -78,8 +78,7 @@ def test_not_run_list_is_current_and_every_command_is_accounted_for():
 def test_shell_command_parsing():
     cmds = shell_commands('CFG=a.py\npython x.py --a 1 \\\n    k=v  # note\n# only a comment\n'
                           'pip install -e . && python t.py "#not a comment"\n')
-    assert cmds == [("CFG=a.py", True), ("python x.py --a 1      k=v", False), ("pip install -e .", False),
-                    ('python t.py "#not a comment"', False)]
+    assert cmds == ["CFG=a.py", "python x.py --a 1      k=v", "pip install -e .", 'python t.py "#not a comment"']
     assert doc_commands.shorten("python tools/train_net.py --config-file c.py --resume", "x.md").endswith(
         "--resume " + " ".join(doc_commands.SHORT_TRAIN))
     assert doc_commands.not_run_reason("python -m pip install -e .") is not None
@@ -102,6 +101,6 @@ def test_same_as_blocks_are_run_elsewhere():
                 continue
             run_elsewhere = {cmd for other in b.note("same-as").split() for ob in parse(other)
                              if ob.lang == "bash" and ob.note("skip") is None and not ob.note("same-as")
-                             for cmd, _ in shell_commands(ob.code)}
-            for cmd, _ in shell_commands(b.code):
+                             for cmd in shell_commands(ob.code)}
+            for cmd in shell_commands(b.code):
                 assert cmd in run_elsewhere, f"{b.where}: {cmd!r} is not run by {b.note('same-as')}"
