@@ -89,3 +89,36 @@ def test_activation_checkpointing_lowers_the_peak_memory_of_a_gpt2_step():
     for dtype in ("bfloat16", "float16"):  # mixed precision runs; its loss follows float32's
         m = re.search(rf"{dtype}\s*: peak memory.*loss vs plain (\S+)", out)
         assert m and float(m.group(1)) < 1e-2, out
+
+
+def test_graph_chains_finds_only_single_reader_elementwise_runs():
+    """graph_chains.py's chain finder on a traced step: exp(x * 2 + 1) is one chain of three
+    elementwise kernels; a value read twice (y below) ends a chain, and a matmul is no link."""
+    sys.path.insert(0, BENCH)
+    import graph_chains
+
+    import engine as flow
+
+    w = flow.nn.Parameter(flow.ones(4, 4))
+
+    class Step(flow.nn.Graph):
+        def build(self, x):
+            a = (x * 2 + 1).exp()  # Mul -> Add -> Exp
+            y = x - 3
+            b = (y * y).sigmoid()  # y read twice by Mul: Sub starts no chain; Mul -> Sigmoid does
+            return (a @ w).sum() + b.sum()
+
+    g = Step()
+    g(flow.ones(4, 4))
+    tape = g.last_tape
+    runs = [[tape.entries[i].label for i in run] for run in graph_chains.chains(tape)]
+    assert ["Mul", "Add", "Exp"] in runs, runs
+    assert ["Mul", "Sigmoid"] in runs, runs
+    assert not any(r[0] == "Sub" for r in runs), runs
+
+
+def test_graph_chains_reports_a_tiny_gpt2():
+    out = run_bench("graph_chains.py", "--model", "gpt2", "--tiny", "--steps", "1")
+    assert re.search(r"elementwise ops: [\d.]+ ms \([\d.]+% of the step\); in \d+ chains of 2\+", out), out
+    assert re.search(r"fusing every chain saves at most [\d.]+ ms", out), out
+    assert "Matmul" in out or "Linear" in out, out

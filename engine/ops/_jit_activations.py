@@ -14,13 +14,19 @@ precision exp written out (the argument reduced by ln 2 in two parts, a degree-5
 the power of two built in the exponent bits through an LLVM bit cast), so the loops run 16
 floats at a time with AVX-512.
 
-Phi(x) = 0.5 erfc(|x| / sqrt 2) for x <= 0 and 1 - that for x > 0, with erfc from the Chebyshev
-fit erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2) (Press et al., Numerical Recipes, "erfcc":
-relative error below 1.2e-7 for every z >= 0). Phi keeps its relative accuracy deep in the left
+Phi(x) = 0.5 erfc(|x| / sqrt 2) for x <= 0 and 1 - that for x > 0, with erfc written as
+erfc(z) = exp(-z^2) t R(t), t = 1 / (1 + z/2): R(t) = erfcx(z) / t is smooth on t in (0, 1] and
+a degree-10 polynomial fits it to 1.1e-8 relative (a relative-weighted Chebyshev fit against
+scipy's erfcx in float64; R(0) = 1/sqrt(pi)). Phi keeps its relative accuracy deep in the left
 tail, where 0.5 (1 + erf(x / sqrt 2)) cancels to nothing (PyTorch's float32 and float64 GELU
-both do). Measured against float64: |error| < 2e-7 everywhere; relative error 4e-7 on
-[-1, 0], 1.9e-6 down to x = -5, 1.5e-5 down to -13 (the float32 rounding of x^2 / 2 inside the
-exponent), checked in tests/test_jit_kernels.py.
+compute it that way). Measured against float64: |error| < 1.8e-7 everywhere; relative error 3.7e-7 on
+[-1, 0], 7.5e-7 down to x = -5, 4.1e-6 down to -13 (the float32 rounding of x^2 / 2 inside the
+exponent), checked in tests/test_jit_kernels.py. Writing erfc with exp(-z^2) as a factor (rather
+than Numerical Recipes' t exp(-z^2 + P(t)), used before) lets the gradient, Phi(x) + x phi(x),
+share that one exp with phi(x) = exp(-x^2 / 2) / sqrt(2 pi): one exp per element instead of two.
+The polynomial is evaluated in Estrin's scheme (pairs, then pairs of pairs): the same
+multiply-adds as Horner's rule with a third of its dependency chain. On 3.1M floats, one thread
+of this AVX2 machine: forward 5.6 -> 4.0 ms, gradient 9.0 -> 4.2 ms (PyTorch: 2.9 and 4.3).
 
 tanh GELU is written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), which equals
 0.5 x (1 + tanh u) without the cancellation of 1 + tanh u for negative u.
@@ -105,29 +111,42 @@ _SQRT_HALF = _f32(1 / math.sqrt(2))
 _INV_SQRT_2PI = _f32(1 / math.sqrt(2 * math.pi))
 
 
+# R(t) = erfcx(z) / t with t = 1 / (1 + z/2), lowest power first (see the module docstring)
+_R = tuple(_f32(c) for c in (
+    0.282094795, 0.282093851, 0.246880655, 0.17537571, 0.093009715, -0.05727454, 0.127205563, -0.4471728,
+    0.486374708, -0.230964951, 0.042377286))
+
+
 @_inline
-def _left_tail(a):
-    """Phi(-a) for a = |x| >= 0: 0.5 erfc(a / sqrt 2)."""
-    z = a * _SQRT_HALF
+def _erfcx_over_t(t):
+    """R(t), the degree-10 polynomial, in Estrin's scheme."""
+    t2 = t * t
+    t4 = t2 * t2
+    p01 = _R[0] + _R[1] * t
+    p23 = _R[2] + _R[3] * t
+    p45 = _R[4] + _R[5] * t
+    p67 = _R[6] + _R[7] * t
+    p89 = _R[8] + _R[9] * t
+    p03 = p01 + p23 * t2
+    p47 = p45 + p67 * t2
+    p8a = p89 + _R[10] * t2
+    return p03 + (p47 + p8a * t4) * t4
+
+
+@_inline
+def _cdf_from_gauss(x, gauss):
+    """Phi(x), given gauss = exp(-x^2 / 2): 0.5 erfc(|x| / sqrt 2) = 0.5 gauss t R(t) for x <= 0,
+    1 - that for x > 0."""
+    z = abs(x) * _SQRT_HALF
     t = _f32(1.0) / (_f32(1.0) + _f32(0.5) * z)
-    q = _f32(0.17087277)
-    q = q * t + _f32(-0.82215223)
-    q = q * t + _f32(1.48851587)
-    q = q * t + _f32(-1.13520398)
-    q = q * t + _f32(0.27886807)
-    q = q * t + _f32(-0.18628806)
-    q = q * t + _f32(0.09678418)
-    q = q * t + _f32(0.37409196)
-    q = q * t + _f32(1.00002368)
-    q = q * t + _f32(-1.26551223)
-    return _f32(0.5) * t * exp_f32(q - z * z)
+    h = _f32(0.5) * t * _erfcx_over_t(t) * gauss
+    return _f32(1.0) - h if x > _f32(0.0) else h
 
 
 @_inline
 def normal_cdf(x):
     """Phi(x), the standard normal CDF."""
-    h = _left_tail(abs(x))
-    return _f32(1.0) - h if x > _f32(0.0) else h
+    return _cdf_from_gauss(x, exp_f32(_f32(-0.5) * x * x))
 
 
 @_inline
@@ -157,10 +176,11 @@ def gelu_loop(x, out):
 
 
 def gelu_grad_loop(g, x, out):
-    """out = g (Phi(x) + x phi(x)), the gradient of x Phi(x)."""
+    """out = g (Phi(x) + x phi(x)), the gradient of x Phi(x): one exp, shared."""
     for i in range(x.size):
         v = x[i]
-        out[i] = g[i] * (normal_cdf(v) + v * _INV_SQRT_2PI * exp_f32(_f32(-0.5) * v * v))
+        gauss = exp_f32(_f32(-0.5) * v * v)
+        out[i] = g[i] * (_cdf_from_gauss(v, gauss) + v * _INV_SQRT_2PI * gauss)
 
 
 def gelu_tanh_loop(x, out):

@@ -266,7 +266,8 @@ def profile(a):
     profile_step(engine_step_fn(build_engine(a), ours), a.steps, a.warmup, a.top)
 
 
-def main():
+def build_parser():
+    """The command line (its defaults are the benchmark size; graph_chains.py reads them)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--hidden", type=int, default=384)
@@ -285,6 +286,11 @@ def main():
     p.add_argument("--top", type=int, default=30, help="rows of the --profile tables")
     p.add_argument("--memory-child", choices=["torch", "engine"], help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
+    return p
+
+
+def main():
+    p = build_parser()
     a = p.parse_args()
     if a.intermediate is None:
         a.intermediate = 4 * a.hidden

@@ -150,7 +150,8 @@ def compare(a, model):
           f"{min(times_t) * 1e3:.1f} ms, ratio {min(times_f) / min(times_t):.2f})")
 
 
-def main():
+def build_parser():
+    """The command line (its defaults are the benchmark size; graph_chains.py reads them)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["vit", "swin", "both"], default="vit")
     p.add_argument("--img", type=int, default=32)
@@ -164,6 +165,11 @@ def main():
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per library first (the first gives the "
                    "compared losses)")
     p.add_argument("--group", type=int, default=4, help="consecutive steps per group (first one discarded)")
+    return p
+
+
+def main():
+    p = build_parser()
     a = p.parse_args()
     if a.warmup < 1 or a.group < 2 or a.steps < 1:
         p.error("need --warmup >= 1, --group >= 2, --steps >= 1")
