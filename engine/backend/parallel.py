@@ -147,15 +147,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_workers_after_fork)
 
 
-def parallel_for(fn, n, work=None, grain=1, per_thread=1, min_work=None):
+def parallel_for(fn, n, work=None, grain=1, per_thread=1):
     """Call `fn(start, stop)` over [0, n) split into contiguous ranges and return the results of
     `fn` in range order.
 
     The ranges: `per_thread` per thread (fewer if n is small), multiples of `grain`, and they
     depend on n, grain, per_thread and the thread count only. Combine partial results in the
     returned order, never in shared state from `fn`. `work` is the number of elements touched
-    (defaults to n) and decides whether threads are worth it: below `min_work` (default
-    MIN_PARALLEL_ELEMENTS) the ranges run on the calling thread.
+    (defaults to n) and decides whether threads are worth it.
 
     Scheduling: the calling thread and the pool threads take ranges one at a time from a shared
     counter, so whoever is free runs the next range. A pool thread on this 2-vCPU VM takes
@@ -169,7 +168,7 @@ def parallel_for(fn, n, work=None, grain=1, per_thread=1, min_work=None):
     """
     work = n if work is None else work
     parts = min(_threads * max(1, per_thread), max(1, n // max(grain, 1)))
-    if _threads <= 1 or parts <= 1 or work < (MIN_PARALLEL_ELEMENTS if min_work is None else min_work):
+    if _threads <= 1 or parts <= 1 or work < MIN_PARALLEL_ELEMENTS:
         return [fn(0, n)]
     step = -(-n // parts)
     step = -(-step // grain) * grain
@@ -182,11 +181,10 @@ def parallel_for(fn, n, work=None, grain=1, per_thread=1, min_work=None):
         _pool_lock.release()
 
 
-def parallel_map(fn, count, work, min_work=None):
+def parallel_map(fn, count, work):
     """[fn(0), fn(1), ..., fn(count - 1)], each item a range of its own for `parallel_for`'s
     threads to take (blocks of a blocked kernel: a late thread still finds some left)."""
-    parts = parallel_for(lambda s, e: [fn(i) for i in range(s, e)], count, work=work, per_thread=count,
-                         min_work=min_work)
+    parts = parallel_for(lambda s, e: [fn(i) for i in range(s, e)], count, work=work, per_thread=count)
     return [r for part in parts for r in part]
 
 

@@ -133,21 +133,19 @@ def row_blocks(shape, target=BLOCK_ELEMENTS):
     return blocks
 
 
-def blocked(fn, shape, target=BLOCK_ELEMENTS, min_parallel=None):
+def blocked(fn, shape, target=BLOCK_ELEMENTS):
     """Run `fn(sel)` for every block selector of `shape` (blocks of about `target` elements), the
     blocks spread over threads, and return the results of `fn` in block order.
 
     The blocks depend on `shape` only (not on the thread count), so a reduction that combines
     the per-block results in this list's order gives the same bits on every run and with any
     number of threads. `fn` must only write its own block's outputs: combining results in a
-    shared accumulator (or a list appended to) from `fn` would follow the threads' timing.
-    Below `min_parallel` elements (default: the pool's MIN_PARALLEL_ELEMENTS) the blocks run on
-    the calling thread, in the same order."""
+    shared accumulator (or a list appended to) from `fn` would follow the threads' timing."""
     blocks = row_blocks(tuple(shape), target)
     size = 1
     for d in shape:
         size *= d
-    return parallel_map(lambda i: fn(blocks[i]), len(blocks), size, min_parallel)
+    return parallel_map(lambda i: fn(blocks[i]), len(blocks), size)
 
 
 # column sums of at least this many elements go by fixed blocks of rows over the threads

@@ -79,12 +79,20 @@ _layer_norm_rows_jit = jit.kernel(_layer_norm_rows_loop)
 _layer_norm_grad_rows_jit = jit.kernel(_layer_norm_grad_rows_loop)
 # the compiled kernels keep a row in cache by themselves: larger blocks, fewer calls (each call
 # costs ~20 us of argument checking)
-BLOCK_ELEMENTS = (1 << 18) if _layer_norm_rows_jit is not None else (1 << 16)
+BLOCK_ELEMENTS = 1 << 18
 # ...and they run at memory speed: forward + backward on one thread beat two below ~1M elements
 # (measured on the 2-core machine: [2048, 384] 0.88 vs 0.99 ms, [4096, 192] 1.12 vs 1.15; from
 # [4096, 384] on two threads win: 1.58 vs 1.82), the hand-off and the second core's cold cache
-# costing more than half the work
-MIN_PARALLEL = (1 << 20) if _layer_norm_rows_jit is not None else None
+# costing more than half the work. Below that size the rows are one block, one kernel call.
+MIN_PARALLEL = 1 << 20
+
+
+def _block_elements(size, compiled):
+    """Elements per row block: from the array's size and kernel only (never the thread count),
+    so that dw and db, summed block by block in order, keep their bits."""
+    if not compiled:
+        return 1 << 16  # the numpy kernels' temporaries stay in L2
+    return BLOCK_ELEMENTS if size >= MIN_PARALLEL else max(size, 1)
 
 
 def _jit_ok(*arrays):
@@ -159,7 +167,7 @@ class LayerNorm(Op):
             _layer_norm_rows(x2[sel], w2, b2, eps, y[sel], mean[sel], rstd[sel])
 
         if xp is np:
-            blocked(rows, x2.shape, BLOCK_ELEMENTS, MIN_PARALLEL)
+            blocked(rows, x2.shape, _block_elements(x2.size, _layer_norm_rows_jit is not None and _jit_ok(x2)))
         else:
             rows((Ellipsis,))
         stat_shape = lead + (1,) * k
@@ -208,7 +216,8 @@ class LayerNormGrad(NoDoubleBackward, Op):
 
         # partial (dw, db) per row block, in block order: summed in that order, whatever thread
         # finished first, so dw and db have the same bits on every run and for any thread count
-        parts = blocked(rows, (m, d), BLOCK_ELEMENTS, MIN_PARALLEL) if xp is np else [rows((Ellipsis,))]
+        compiled = _layer_norm_grad_rows_jit is not None and _jit_ok(g2, x2)
+        parts = blocked(rows, (m, d), _block_elements(m * d, compiled)) if xp is np else [rows((Ellipsis,))]
         dw = db = empty
         if w is not None:
             dw = as_shape(_sum_in_order([p[0] for p in parts]).astype(w.dtype, copy=False), wshape)
