@@ -17,7 +17,7 @@ from ..backend import dtypes, jit, xp_of
 from ..tensor import _check_dim
 from ._core import (NoDoubleBackward, as_shape, broadcast_shapes, cast, check_float, promote_operands, reshape,
                     shape_str, sum_to_array)
-from ._kernels import blocked, empty as _empty, row_dot, work_array
+from ._kernels import BLOCK_ELEMENTS as NUMPY_BLOCK_ELEMENTS, blocked, empty as _empty, row_dot, work_array
 from .op import Op
 from ..kernels import layer_norm as layer_norm_kernels
 from ..kernels._cuda import acc_dtype
@@ -91,7 +91,7 @@ def _block_elements(size, compiled):
     """Elements per row block: from the array's size and kernel only (never the thread count),
     so that dw and db, summed block by block in order, keep their bits."""
     if not compiled:
-        return 1 << 16  # the numpy kernels' temporaries stay in L2
+        return NUMPY_BLOCK_ELEMENTS  # the numpy kernels' temporaries stay in L2
     return BLOCK_ELEMENTS if size >= MIN_PARALLEL else max(size, 1)
 
 

@@ -197,6 +197,7 @@ class EvalHook(HookBase):
             return
         self.pending_iter = None
         self.last_results = results
+        names = []
         if results:
             if not isinstance(results, dict):
                 raise TypeError(f"Eval function must return a dict. Got {results} instead.")
@@ -210,7 +211,8 @@ class EvalHook(HookBase):
                         "instead.") from e
             self.trainer.storage.put_scalars(**flattened, smoothing_hint=False)
             self.trainer.storage.request_write()
-        self.trainer.storage.put_eval_names(sorted(flatten_results_dict(results)) if results else [])
+            names = sorted(flattened)
+        self.trainer.storage.put_eval_names(names)
         dist.synchronize()
 
     def after_step(self):

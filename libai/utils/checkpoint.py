@@ -118,6 +118,18 @@ def checkpoint_config_file(path):
 _TOKENIZER_FILE_KEYS = ("vocab_file", "merges_file", "tokenizer_file")
 
 
+def _tokenizer_files(cfg):
+    """(cfg's `tokenization.tokenizer` node, [(key, path)] of the vocab_file, merges_file and
+    tokenizer_file it names by a non-empty string); (None, []) when it has no tokenizer node."""
+    from libai.config import try_get_key
+
+    tok = try_get_key(cfg, "tokenization.tokenizer", default=None)
+    if tok is None or not hasattr(tok, "keys"):
+        return None, []
+    values = ((key, tok[key] if key in tok else None) for key in _TOKENIZER_FILE_KEYS)
+    return tok, [(key, value) for key, value in values if isinstance(value, str) and value]
+
+
 def load_checkpoint_config(path):
     """The config (a LazyConfig DictConfig) that checkpoint `path` carries (see
     `checkpoint_config_file`), or None. A tokenizer file of `tokenization.tokenizer`
@@ -127,23 +139,19 @@ def load_checkpoint_config(path):
     f = checkpoint_config_file(path)
     if f is None:
         return None
-    from libai.config import LazyConfig, try_get_key
+    from libai.config import LazyConfig
 
     cfg = LazyConfig.load(f)
-    tok = try_get_key(cfg, "tokenization.tokenizer", default=None)
     d = os.path.dirname(os.path.abspath(f))
-    if tok is not None and hasattr(tok, "keys"):
-        for key in _TOKENIZER_FILE_KEYS:
-            value = tok[key] if key in tok else None
-            if not isinstance(value, str) or not value:
-                continue
-            if os.path.isabs(value) and os.path.isfile(value):
-                continue
-            near = [] if os.path.isabs(value) else [os.path.join(d, value)]
-            near.append(os.path.join(d, os.path.basename(value)))
-            found = [c for c in near if os.path.isfile(c)]
-            if found:
-                tok[key] = found[0]
+    tok, files = _tokenizer_files(cfg)
+    for key, value in files:
+        if os.path.isabs(value) and os.path.isfile(value):
+            continue
+        near = [] if os.path.isabs(value) else [os.path.join(d, value)]
+        near.append(os.path.join(d, os.path.basename(value)))
+        found = [c for c in near if os.path.isfile(c)]
+        if found:
+            tok[key] = found[0]
     return cfg
 
 
@@ -416,10 +424,11 @@ class Checkpointer:
             for key, sd in others.items():
                 flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
             flow.save(self._trainer_state(kwargs), os.path.join(tmp, STATE_FILE))
-            config_text = self._config_text()
+            cfg = self._config()
+            config_text = self._config_text(cfg)
             if config_text is not None:
                 _write_text_atomic(os.path.join(tmp, CONFIG_FILE), config_text)
-                self._copy_tokenizer_files(tmp)
+                self._copy_tokenizer_files(cfg, tmp)
         flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
         dist.synchronize()
         if self.save_to_disk:
@@ -449,10 +458,9 @@ class Checkpointer:
                 cfg = None
         return cfg
 
-    def _config_text(self):
-        """The YAML of the config saved with each checkpoint (`_config()`), or None; a config
-        that cannot be written is logged and left out."""
-        cfg = self._config()
+    def _config_text(self, cfg):
+        """The YAML of `cfg`, the config saved with each checkpoint (`_config()`), or None; a
+        config that cannot be written is logged and left out."""
         from omegaconf import OmegaConf
 
         if cfg is None or not (OmegaConf.is_config(cfg) or isinstance(cfg, dict)):
@@ -463,19 +471,13 @@ class Checkpointer:
             self.logger.warning(f"the checkpoint is saved without {CONFIG_FILE}: {e}")
             return None
 
-    def _copy_tokenizer_files(self, directory):
-        """Copy the tokenizer files the config names (tokenization.tokenizer's vocab_file,
-        merges_file, tokenizer_file) beside config.yaml, so that a checkpoint moved to another
-        machine still has its tokenizer (`load_checkpoint_config` looks there when the configured
-        path is gone). A file that cannot be copied is logged; the weights are saved regardless."""
-        from libai.config import try_get_key
-
-        tok = try_get_key(self._config(), "tokenization.tokenizer", default=None)
-        if tok is None or not hasattr(tok, "keys"):
-            return
-        for key in _TOKENIZER_FILE_KEYS:
-            src = tok[key] if key in tok else None
-            if not isinstance(src, str) or not os.path.isfile(src):
+    def _copy_tokenizer_files(self, cfg, directory):
+        """Copy the tokenizer files `cfg` names (tokenization.tokenizer's vocab_file, merges_file,
+        tokenizer_file) beside config.yaml, so that a checkpoint moved to another machine still
+        has its tokenizer (`load_checkpoint_config` looks there when the configured path is
+        gone). A file that cannot be copied is logged; the weights are saved regardless."""
+        for _, src in _tokenizer_files(cfg)[1]:
+            if not os.path.isfile(src):
                 continue
             name = os.path.basename(src)
             if name in (MODEL_FILE, STATE_FILE, CONFIG_FILE) or name.endswith(".safetensors"):
