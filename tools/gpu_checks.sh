@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The checks that need a real NVIDIA GPU, in one go (docs/cuda.md, "What is verified where"):
-#   1. every fused kernel against its numpy reference (tests/test_fused_kernels_gpu.py);
+#   1. every fused kernel against its numpy reference (tests/test_fused_kernels_gpu.py), and the
+#      cuBLAS batched products on strided views against numpy (tests/test_cublas_plan.py);
 #   2. the device-aware tests with ENGINE_TEST_DEVICE=cuda: every op forward and backward against
 #      PyTorch on the GPU, the optimizers, clipping, the device model, the error paths;
 #   3. GPT-2, BERT, ViT and Swin trained through tools/train_net.py on the GPU against the CPU;
 #   4. tools/benchmarks/gpu_gpt2.py: GPT-2 124M, seq 1024, fp16 (bench32: fp32), against PyTorch eager;
-#      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py).
+#      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py);
+#      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py).
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile; default kernels suite train bench)
+# profile attention; default kernels suite train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -37,7 +39,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 
 for s in $STEPS; do
   case $s in
-    kernels) step kernels "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_fused_kernels_gpu.py ;;
+    kernels) step kernels "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_fused_kernels_gpu.py \
+               tests/test_cublas_plan.py ;;
     suite) step suite env ENGINE_TEST_DEVICE=cuda "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
              tests/ops/test_parity.py tests/test_optim.py tests/test_clip_grad.py tests/test_nn_ops_errors.py \
              tests/test_indexing_errors.py tests/test_cuda_device_model.py ;;
@@ -45,8 +48,9 @@ for s in $STEPS; do
              -k real_gpu ;;
     bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" ;;
     profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
+    attention) step attention "$PY" tools/benchmarks/gpu_attention.py ;;
     bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" ;;
-    *) echo "unknown step $s (kernels suite train bench bench32 profile)"; exit 2 ;;
+    *) echo "unknown step $s (kernels suite train bench bench32 profile attention)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}"

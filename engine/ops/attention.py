@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ..backend import mkl, xp_of
+from ..backend import cublas, mkl, xp_of
 from ..backend.fpenv import flush_denormals
 from ..backend.parallel import parallel_map
 from ..backend.random import default_generator
@@ -49,7 +49,8 @@ def _bmm_into(a, b, out):
     block first (it stays in cache) and are copied into place."""
     xp = xp_of(a)
     if xp is not np:
-        xp.matmul(a, b, out=out)
+        if not cublas.gemm_batched(a, b, out):  # float16 on real CuPy: views read and written in place
+            xp.matmul(a, b, out=out)
     elif not (mkl.use_for(a, b) and mkl.gemm_batched(a, b, out)):
         if out.flags.c_contiguous:
             np.matmul(a, b, out=out)
@@ -102,18 +103,20 @@ SPLIT_MIN_ELEMENTS = 1 << 17
 
 
 # Float16 attention computed in float16 on CUDA (float16 probabilities, float32 accumulation in
-# the fused softmax, as PyTorch's autocast keeps them). Off: measured on an H200, CuPy's batched
-# float16 product q k^T (8 x 12 heads of 1024 x 64 x 1024) ran at 13 TFLOP/s against 27 for
-# float32, so the float32 path is faster (GPT-2 124M attention forward + backward 6.4 ms against
-# 7.9 ms per layer; tools/benchmarks/gpu_attention.py measures both). Turn it on once the batched
-# products reach the tensor cores.
-HALF_ATTENTION_ON_GPU = False
+# the products and the fused softmax, as PyTorch's autocast keeps them). None (the default): when
+# the batched products go through engine.backend.cublas (real CuPy with cuBLAS). Through CuPy's
+# matmul they ran at 13 TFLOP/s on an H200 against 27 for float32 (q k^T, 8 x 12 heads of
+# 1024 x 64 x 1024), so without cuBLAS the float32 path is the faster one
+# (tools/benchmarks/gpu_attention.py measures both).
+HALF_ATTENTION_ON_GPU = None
 
 
 def _half_on_gpu(xp, qkv, bias):
     """Whether float16 attention computes in float16 itself (HALF_ATTENTION_ON_GPU): on CUDA
     without a bias. Otherwise, and always on the CPU, it runs in float32."""
-    return HALF_ATTENTION_ON_GPU and xp is not np and bias is None and qkv.dtype == np.float16
+    if xp is np or bias is not None or qkv.dtype != np.float16:
+        return False
+    return cublas.available() if HALF_ATTENTION_ON_GPU is None else HALF_ATTENTION_ON_GPU
 
 
 def _for_row_blocks(xp, n, fn, work, row_elements):

@@ -1,7 +1,8 @@
 """The attention core of GPT-2 124M on a GPU (batch 8, 12 heads, seq 1024, head 64): the engine's
 PackedQKVAttention forward + backward with float16 inputs computed in float16 or upcast to
-float32 (engine.ops.attention.HALF_ATTENTION_ON_GPU), and the CuPy batched products underneath on
-strided head views or contiguous copies.
+float32 (engine.ops.attention.HALF_ATTENTION_ON_GPU), and the batched products underneath on
+strided head views or contiguous copies: CuPy's matmul and engine.backend.cublas (cuBLAS on the
+views in place; its tensor-op and default algorithms).
 
     python tools/benchmarks/gpu_attention.py [--batch 8] [--seq 1024]
     ENGINE_CUPY_DOUBLE=1 PYTHONPATH=tests/cupy_double/shim:tests \\
@@ -41,6 +42,7 @@ def main():
     a = p.parse_args()
     import engine as flow
     from engine import backend
+    from engine.backend import cublas
     from engine.ops import attention as A
 
     cp = backend.cupy()
@@ -52,7 +54,7 @@ def main():
     mask = np.triu(np.ones((s, s), bool), 1)[None, None]
     rows = []
 
-    saved = A.HALF_ATTENTION_ON_GPU
+    saved, saved_algo = A.HALF_ATTENTION_ON_GPU, cublas.HALF_ALGO
     for label, half in (("attention op fwd+bwd, float16 computed in float16", True),
                         ("attention op fwd+bwd, float16 upcast to float32", False)):
         A.HALF_ATTENTION_ON_GPU = half
@@ -85,11 +87,21 @@ def main():
                                                                      sync, a.reps)))
         rows.append((f"copy q and k contiguous {name}", timed(lambda: (cp.ascontiguousarray(q),
                                                                        cp.ascontiguousarray(k)), sync, a.reps)))
+        if dt == np.float16 and cublas.available():
+            for algo_name, algo in (("tensor-op", cublas.GEMM_DEFAULT_TENSOR_OP), ("default", cublas.GEMM_DEFAULT)):
+                cublas.HALF_ALGO = algo
+                rows.append((f"q k^T {name}, engine.backend.cublas, head views, {algo_name} algo",
+                             timed(lambda: cublas.gemm_batched(q, k.transpose(0, 1, 3, 2), out), sync, a.reps)))
+                rows.append((f"q k^T {name}, engine.backend.cublas, contiguous, {algo_name} algo",
+                             timed(lambda: cublas.gemm_batched(qc, kc.transpose(0, 1, 3, 2), out), sync, a.reps)))
+            cublas.HALF_ALGO = saved_algo
     flops = 2 * b * h * s * s * d
     print(f"attention core on {flow.cuda.get_device_name()}: batch {b}, heads {h}, seq {s}, head {d} "
-          f"(one q k^T: {flops / 1e9:.1f} GFLOP)")
+          f"(one q k^T: {flops / 1e9:.1f} GFLOP); engine.backend.cublas: "
+          f"{'in use' if cublas.available() else cublas.why_unavailable()}")
     for label, ms in rows:
-        print(f"  {label:58s} {ms:8.3f} ms")
+        tf = f"{flops / ms / 1e9:.1f} TFLOP/s" if label.startswith("q k^T") else ""
+        print(f"  {label:66s} {tf:>15s} {ms:8.3f} ms")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ tokens/s (micro-batch * seq / step), MFU and peak memory (engine.cuda.max_memory
 CuPy's pool; torch.cuda.max_memory_allocated: PyTorch's caching allocator; both from before the
 model is built). The ratio engine/torch is that of the step times, as in the CPU benchmarks
 (below 1: the engine is faster). Then `--steps` more steps each, synchronised after the forward,
-the backward and the optimizer, give each library's median time per phase.
+the backward and the optimizer, give each library's median time per phase, and `--steps` more
+the time the host takes to issue forward + backward against the time their GPU work ends.
 
 MFU: model FLOPs per token = 6 * N + 12 * layers * hidden * seq (PaLM's estimate, as nanoGPT's
 estimate_mfu: N counts the parameters without the position embeddings, a lookup, and with the
@@ -183,7 +184,21 @@ def _scaled_step(forward, scaler, opt):
         marks.append(time.perf_counter())
         return [b - a for a, b in zip(marks, marks[1:])]
 
+    def issue(sync):
+        """(seconds until forward + backward return, seconds until their GPU work is done): when
+        the two are close, the host's Python is what bounds the step, not the GPU."""
+        sync()
+        t0 = time.perf_counter()
+        loss = forward()
+        backward(loss)
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        update()
+        return t1 - t0, t2 - t0
+
     step.phases = phases
+    step.issue = issue
     return step
 
 
@@ -267,6 +282,12 @@ def median_phases(step, sync, n):
                                                                                          "optimizer"))}
 
 
+def median_issue(step, sync, n):
+    """{host, device: median ms} of forward + backward over `n` steps (see _scaled_step.issue)."""
+    runs = [step.issue(sync) for _ in range(n)]
+    return {"host": 1e3 * statistics.median(r[0] for r in runs), "done": 1e3 * statistics.median(r[1] for r in runs)}
+
+
 def timed_steps(steps, sync_fns, n):
     """`n` timed runs of each step function, alternating, each bracketed by its device's
     synchronisation; per-function lists of seconds."""
@@ -313,15 +334,17 @@ def run(a):
     sync_fns = syncs(torch_device)
     times_f, times_t = timed_steps([step_f, step_t], sync_fns, a.steps)
     phase_f, phase_t = (median_phases(fn, sync, a.steps) for fn, sync in zip((step_f, step_t), sync_fns))
+    issue_f, issue_t = (median_issue(fn, sync, a.steps) for fn, sync in zip((step_f, step_t), sync_fns))
 
     tokens = a.micro_batch * a.seq
     fpt = flops_per_token(n_flops, a.layers, a.hidden, a.seq)
     figures = {}
-    for lib, times, loss, scaler, phases in (("engine", times_f, loss_f, scaler_f, phase_f),
-                                             ("torch", times_t, loss_t, scaler_t, phase_t)):
+    for lib, times, loss, scaler, phases, issue in (("engine", times_f, loss_f, scaler_f, phase_f, issue_f),
+                                                    ("torch", times_t, loss_t, scaler_t, phase_t, issue_t)):
         t = statistics.median(times)
         figures[lib] = dict(ms_per_step=t * 1e3, tokens_per_s=tokens / t, mfu=mfu(tokens / t, fpt, peak),
-                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None, phases_ms=phases)
+                            first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None, phases_ms=phases,
+                            fwd_bwd_issue_ms=issue)
     figures["engine"]["peak_memory_bytes"] = int(flow.cuda.max_memory_allocated())
     figures["torch"]["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated()) if torch_device == "cuda" else None
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
@@ -358,6 +381,8 @@ def report(r):
               f"peak memory {_mib(f['peak_memory_bytes'])}")
         phases = ", ".join(f"{k} {v:.1f} ms" for k, v in f["phases_ms"].items())
         print(f"      phases (synchronised after each): {phases}")
+        print(f"      forward + backward unsynchronised: issued in {f['fwd_bwd_issue_ms']['host']:.1f} ms, GPU done "
+              f"at {f['fwd_bwd_issue_ms']['done']:.1f} ms (close: the host bounds the step)")
     ratio = r["ratio_step_time_engine_over_torch"]
     print(f"  ratio engine/torch = {ratio:.2f} (step time; tokens/s engine/torch {1 / ratio:.2f}); medians of "
           f"{r['steps']} synchronised steps after {r['warmup']} warm-up; MFU against "

@@ -1,0 +1,181 @@
+"""engine.backend.cublas: the arithmetic of cuBLAS batched products on strided views.
+
+On the CPU, `plan` runs through a numpy model of cublasGemmStridedBatchedEx (column-major, as
+cuBLAS's documentation defines it: op(A) is m x k, A[i, j] at A + i + j * lda for OP_N and the
+transpose for OP_T, matrix p of the batch at A + p * strideA) against numpy's matmul, on views of
+every kind the engine hands it: the packed-QKV head views of the attention core, transposed
+views, broadcast batch axes, batch axes that do not merge into one stride, and degenerate sizes.
+The output's buffer is poisoned so that a write outside the view, or an element not written,
+fails. On a GPU (tests/test_fused_kernels_gpu.py style) the real call is checked the same way.
+"""
+import numpy as np
+import pytest
+
+from engine.backend import cublas
+from gpu_helper import real_cupy
+
+
+def _cublas_model(buf_a, buf_b, buf_c, tr_a, tr_b, m, n, k, off_a, lda, sa, off_b, ldb, sb, off_c, ldc, sc, batch):
+    """cublasGemmStridedBatchedEx(handle, tr_a, tr_b, m, n, k, 1, A, lda, sa, B, ldb, sb, 0, C, ldc,
+    sc, batch) on flat numpy buffers (element offsets), in float64."""
+    def operand(buf, off, tr, rows, cols, ld):
+        i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+        idx = off + (i + j * ld if tr == cublas.OP_N else j + i * ld)
+        return buf[idx].astype(np.float64)
+
+    for p in range(batch):
+        a = operand(buf_a, off_a + p * sa, tr_a, m, k, lda)
+        b = operand(buf_b, off_b + p * sb, tr_b, k, n, ldb)
+        i, j = np.meshgrid(np.arange(m), np.arange(n), indexing="ij")
+        buf_c[off_c + p * sc + i + j * ldc] = a @ b
+
+
+def _elements(x):
+    return [s // x.itemsize for s in x.strides]
+
+
+def _offset(view, base):
+    return (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // view.itemsize
+
+
+def _run_plan(a, a_base, b, b_base, out, out_base):
+    """out = a @ b through plan + the cuBLAS model, on the views' own buffers."""
+    p = cublas.plan(a.shape, _elements(a), b.shape, _elements(b), out.shape, _elements(out))
+    if p is None:
+        return False
+    fa, fb, fc = a_base.reshape(-1), b_base.reshape(-1), out_base.reshape(-1)
+    oa, ob, oc = _offset(a, a_base), _offset(b, b_base), _offset(out, out_base)
+    for da, db, dc in p.offsets:
+        _cublas_model(fb, fa, fc, p.trans_b, p.trans_a, p.m, p.n, p.k, ob + db, p.ld_b, p.stride_b,
+                      oa + da, p.ld_a, p.stride_a, oc + dc, p.ld_c, p.stride_c, p.batch)
+    return True
+
+
+def _check(a, a_base, b, b_base, out, out_base):
+    out_base[...] = np.nan
+    assert _run_plan(a, a_base, b, b_base, out, out_base)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+    written = np.zeros(out_base.size, bool)
+    idx = _offset(out, out_base) + sum(np.indices(out.shape)[i] * s for i, s in enumerate(_elements(out)))
+    written[idx.reshape(-1)] = True
+    assert np.isnan(out_base.reshape(-1)[~written]).all(), "wrote outside the output view"
+
+
+def test_attention_head_views():
+    """The attention core's products: q k^T into scores, p v into the [b, s, heads, d] context,
+    and the backward's dv = p^T g, dq = ds k, dk = ds^T q into the dqkv layout."""
+    rng = np.random.default_rng(0)
+    b, s, h, d = 3, 5, 4, 6
+    qkv = rng.standard_normal((b, s, h, 3 * d))
+    heads = [qkv[..., i * d:(i + 1) * d].transpose(0, 2, 1, 3) for i in range(3)]  # [b, h, s, d]
+    q, k, v = heads
+    scores_base = np.empty((b, h, s, s))
+    _check(q, qkv, k.transpose(0, 1, 3, 2), qkv, scores_base, scores_base)
+    p = rng.standard_normal((b, h, s, s))
+    ctx = np.empty((b, s, h, d))
+    _check(p, p, v, qkv, ctx.transpose(0, 2, 1, 3), ctx)
+    dqkv = np.empty((b, s, h, 3 * d))
+    for part, (x, y) in enumerate([(p, k), (p.transpose(0, 1, 3, 2), q), (p.transpose(0, 1, 3, 2), v)]):
+        target = dqkv[..., part * d:(part + 1) * d].transpose(0, 2, 1, 3)
+        _check(x, p, y, qkv, target, dqkv)
+
+
+def test_batch_axes_merge_or_loop():
+    """Contiguous batch axes merge into one strided call; the head views' (batch, heads) axes
+    cannot, and become one call per batch row."""
+    q = np.zeros((3, 4, 5, 6))
+    c = cublas.plan((3, 4, 5, 6), _elements(q), (3, 4, 6, 5), [120, 30, 5, 1], (3, 4, 5, 5), [100, 25, 5, 1])
+    assert c.batch == 12 and len(c.offsets) == 1
+    qkv = np.zeros((3, 5, 4, 18))
+    view = qkv[..., :6].transpose(0, 2, 1, 3)
+    c = cublas.plan(view.shape, _elements(view), (3, 4, 6, 5), [120, 30, 1, 6], (3, 4, 5, 5), [100, 25, 5, 1])
+    assert c.batch == 4 and len(c.offsets) == 3
+    assert c.trans_a == cublas.OP_N and c.trans_b == cublas.OP_T and c.ld_a == 4 * 18
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_views(seed):
+    """Random shapes (sizes 1 included), random axis orders of the buffers, random slicing steps
+    on the batch axes, broadcast batch axes and transposed matrices: where the plan takes a layout
+    its result is numpy's; where it refuses, a matrix has no unit stride or the output is not
+    row-major."""
+    rng = np.random.default_rng(seed)
+    nb = int(rng.integers(0, 3))
+    batch = tuple(int(x) for x in rng.integers(1, 4, nb))
+    m, k, n = (int(x) for x in rng.integers(1, 6, 3))
+
+    def view(shape, broadcast_ok):
+        full = shape
+        if broadcast_ok and nb and rng.random() < 0.3:
+            ax = int(rng.integers(0, nb))
+            full = shape[:ax] + (1,) + shape[ax + 1:]
+        steps = [int(rng.integers(1, 3)) if i < nb else 1 for i in range(len(full))]
+        order = list(range(len(full)))
+        if rng.random() < 0.5:
+            order[-1], order[-2] = order[-2], order[-1]  # a transposed matrix
+        if rng.random() < 0.3:
+            rng.shuffle(order)
+        base_shape = tuple(full[o] * steps[o] for o in order)
+        base = rng.standard_normal(base_shape)
+        x = base.transpose(np.argsort(order))[tuple(slice(None, None, st) for st in steps)]
+        return np.broadcast_to(x, shape), base
+
+    a, a_base = view(batch + (m, k), True)
+    b, b_base = view(batch + (k, n), True)
+    out, out_base = view(batch + (m, n), False)
+    p = cublas.plan(a.shape, _elements(a), b.shape, _elements(b), out.shape, _elements(out))
+
+    def takes(x, rows, cols):  # a unit stride along one axis, the other at least that axis' size
+        r, c = _elements(x)[-2:]
+        return ((cols == 1 or c == 1) and (rows == 1 or r >= cols)) or \
+            ((rows == 1 or r == 1) and (cols == 1 or c >= rows))
+    r, c = _elements(out)[-2:]
+    out_ok = (n == 1 or c == 1) and (m == 1 or r >= n)
+    assert (p is not None) == (takes(a, m, k) and takes(b, k, n) and out_ok)
+    if p is not None:
+        _check(a, a_base, b, b_base, out, out_base)
+
+
+def test_refused_layouts():
+    """No unit stride in a matrix, a column-major output, overlapping rows: no plan."""
+    assert cublas.plan((4, 6), [12, 2], (6, 5), [5, 1], (4, 5), [5, 1]) is None  # a: strides 12, 2
+    assert cublas.plan((4, 6), [6, 1], (6, 5), [5, 1], (4, 5), [1, 4]) is None  # c column-major
+    assert cublas.plan((4, 6), [0, 1], (6, 5), [5, 1], (4, 5), [5, 1]) is None  # a's rows overlap
+    assert cublas.plan((2, 4, 6), [24, 6, 1], (2, 6, 5), [30, 5, 1], (3, 4, 5), [20, 5, 1]) is None
+
+
+def test_unavailable_without_cublas_library():
+    """Without libcublas (this CPU machine, the CuPy double) the engine says why and falls back."""
+    if real_cupy() is not None:
+        pytest.skip("a GPU is present")
+    assert not cublas.available()
+    assert cublas.why_unavailable()
+    a = np.ones((2, 3, 4), np.float16)
+    assert cublas.gemm_batched(a, a.transpose(0, 2, 1), np.empty((2, 3, 3), np.float16)) is False
+
+
+@pytest.mark.skipif(real_cupy() is None, reason="needs CuPy with a CUDA GPU")
+def test_real_cublas_on_head_views():
+    """The real cuBLAS call on the attention core's float16 views against float64 numpy, the
+    poisoned output buffer checked for writes outside the view."""
+    cp = real_cupy()
+    assert cublas.available(), cublas.why_unavailable()
+    rng = np.random.default_rng()
+    b, s, h, d = 2, 33, 3, 16
+    qkv = rng.standard_normal((b, s, h, 3 * d)).astype(np.float16)
+    qkv_d = cp.asarray(qkv)
+    q, k, v = (qkv_d[..., i * d:(i + 1) * d].transpose(0, 2, 1, 3) for i in range(3))
+    scores = cp.full((b, h, s, s), np.nan, np.float16)
+    assert cublas.gemm_batched(q, k.transpose(0, 1, 3, 2), scores)
+    hq, hk, hv = (qkv[..., i * d:(i + 1) * d].transpose(0, 2, 1, 3).astype(np.float64) for i in range(3))
+    want = hq @ hk.transpose(0, 1, 3, 2)
+    got = cp.asnumpy(scores).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+    ctx = cp.full((b, s, h, 2 * d), np.nan, np.float16)  # the output view covers half of it
+    p = rng.standard_normal((b, h, s, s)).astype(np.float16)
+    assert cublas.gemm_batched(cp.asarray(p), v, ctx[..., :d].transpose(0, 2, 1, 3))
+    got = cp.asnumpy(ctx).astype(np.float64)
+    want = (p.astype(np.float64) @ hv).transpose(0, 2, 1, 3)
+    assert np.linalg.norm(got[..., :d] - want) / np.linalg.norm(want) < 2e-3
+    assert np.isnan(got[..., d:]).all()
