@@ -11,6 +11,8 @@ what is missing (torch raises there too).
   `memory_reserved` what it holds from the driver. CuPy keeps no peak: the first call of
   `set_device`, `max_memory_allocated` or `reset_peak_memory_stats` installs an allocator that
   records the pool's used bytes after each allocation, so the peak counts from then on.
+* `CUDAGraph`, `graph`, `is_current_stream_capturing`: CUDA graph capture and replay
+  (engine/cuda_graphs.py; docs/cuda.md).
 * `engine.cuda.amp.autocast` / `GradScaler` are torch.cuda.amp's aliases of engine.amp's on the
   'cuda' device; like torch's they warn and disable themselves when CUDA is not available.
 """
@@ -22,11 +24,12 @@ from . import amp as _amp
 from . import backend
 from .backend import as_device, dtypes, is_cuda_available
 from .backend.random import manual_seed as _manual_seed
+from .cuda_graphs import CUDAGraph, graph, is_current_stream_capturing
 
 __all__ = ["is_available", "device_count", "is_bf16_supported", "set_device", "current_device",
            "get_device_name", "get_device_capability", "synchronize", "empty_cache", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "reset_peak_memory_stats", "manual_seed",
-           "manual_seed_all", "amp"]
+           "manual_seed_all", "amp", "CUDAGraph", "graph", "is_current_stream_capturing"]
 
 
 def is_available():

@@ -234,6 +234,8 @@ class Tensor:
             tracer = _grad_state.tracer
             if tracer is not None:  # nn.Graph is capturing this step
                 tracer.set_grad(self, grad)
+            if _grad_state.cuda_graph is not None:  # a CUDA graph capture: replays give it back
+                _grad_state.cuda_graph.set_grad(self, grad)
         elif _grad_state.tracer is not None:
             from .autograd.trace import GraphTraceError
             raise GraphTraceError(f"nn.Graph: a parameter of shape {list(self.shape)} got two gradients in one "

@@ -65,6 +65,36 @@ def test_gpt2_step_stays_within_launch_and_sync_budgets(cuda_layers):
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
+def test_gpt2_forward_backward_copies_nothing_from_the_host(cuda_layers):
+    """A CUDA graph replays a host-to-device copy from the host buffer the capture saw, so the
+    forward and backward (the part engine.cuda.graph captures: fp16 autocast, the GradScaler's
+    scaled loss) must queue none: positions, the causal mask and scalar constants are made on
+    the device. Counted through the double after a warm-up step (which may build caches)."""
+    from libai.models import GPTForPreTraining
+    from libai.utils import distributed as dist
+
+    flow.manual_seed(0)
+    model = GPTForPreTraining(hidden_layers=2, vocab_size=128, hidden_size=64, ffn_hidden_size=256,
+                              num_attention_heads=4, max_seq_length=32)
+    model.train()
+    scaler = flow.amp.GradScaler("cuda")
+    placement = dist.get_layer_placement(0)
+    ids = np.random.RandomState(0).randint(0, 128, (2, 32))
+    x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
+    y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
+    stats = cuda_layers._double.stats
+    for step in range(2):
+        stats.reset()
+        model.zero_grad(set_to_none=True)
+        with flow.autocast("cuda", dtype=flow.float16):
+            loss = model(x, y)["lm_loss"]
+        scaler.scale(loss).backward()
+        if step:
+            assert stats.h2d == 0, f"{stats.h2d} host-to-device copies in forward + backward"
+            assert stats.syncs == 0
+        assert model.GPT_model.embeddings.token_embeddings.weight.grad is not None
+
+
 def test_the_budget_test_sees_a_sync(cuda_layers, monkeypatch):
     """A host read planted in the step is counted (the budget test can fail)."""
     from engine.ops import elementwise

@@ -7,9 +7,12 @@
 #   3. GPT-2, BERT, ViT and Swin trained through tools/train_net.py on the GPU against the CPU;
 #   4. tools/benchmarks/gpu_gpt2.py: GPT-2 124M, seq 1024, fp16 (bench32: fp32), against PyTorch eager;
 #      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py);
-#      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py).
+#      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py);
+#      graph: the benchmark with the engine's forward + backward replayed as a CUDA graph;
+#      attn32: the benchmark with the engine's attention computed in float32 (the path before cuBLAS).
+#   BENCH_ARGS adds arguments to every benchmark run (e.g. "--micro-batch 16").
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile attention; default kernels suite train bench)
+# profile attention graph attn32; default kernels suite train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -17,6 +20,7 @@ cd "$(dirname "$0")/.."
 LOG=${1:-gpu_checks_logs}
 shift || true
 STEPS=${*:-kernels suite train bench}
+BENCH_ARGS=${BENCH_ARGS:-}
 LIMIT=${GPU_CHECK_LIMIT_S:-240}
 WORKERS=${GPU_CHECK_WORKERS:-8}
 PY=${PYTHON:-python3}
@@ -40,17 +44,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 for s in $STEPS; do
   case $s in
     kernels) step kernels "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_fused_kernels_gpu.py \
-               tests/test_cublas_plan.py ;;
+               tests/test_cublas_plan.py tests/test_cuda_graphs.py ;;
     suite) step suite env ENGINE_TEST_DEVICE=cuda "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
              tests/ops/test_parity.py tests/test_optim.py tests/test_clip_grad.py tests/test_nn_ops_errors.py \
              tests/test_indexing_errors.py tests/test_cuda_device_model.py ;;
     train) step train "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_cuda_double_training.py \
              -k real_gpu ;;
-    bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" ;;
+    bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    graph) step bench_fp16_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --cuda-graph \
+             --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    attn32) step bench_fp16_attn32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention float32 \
+              --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
     attention) step attention "$PY" tools/benchmarks/gpu_attention.py ;;
-    bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" ;;
-    *) echo "unknown step $s (kernels suite train bench bench32 profile attention)"; exit 2 ;;
+    bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph attn32)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}"

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
+from ..ops import _core
 from ..tensor import Tensor
 
 __all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype"]
@@ -121,6 +122,7 @@ class GradScaler:
         self._growth_interval = int(growth_interval)
         self._growth_tracker = 0
         self._unscaled = {}  # id(optimizer) -> found_inf for this step
+        self._device_scales = {}  # (device, global meta or None) -> 0-d float32 tensor holding the scale
 
     def is_enabled(self):
         return self._enabled
@@ -142,10 +144,28 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
-            return outputs * self._scale
+            if outputs._device.type == "cpu":
+                return outputs * self._scale
+            return outputs * self._scale_on(outputs)
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
         raise TypeError(f"GradScaler.scale: expected a tensor or a list/tuple of tensors, got {type(outputs).__name__}")
+
+    def _scale_on(self, like):
+        """The scale as a 0-d float32 tensor on `like`'s device (a constant on its placement when
+        global), kept and refreshed in place by update(): a CUDA graph that captured
+        `scale(loss)` then multiplies by the current scale at every replay, and an eager step
+        copies nothing from the host."""
+        key = (like._device, like._global.placement if like._global is not None else None)
+        t = self._device_scales.get(key)
+        if t is None:
+            t = self._device_scales[key] = _core.scalar_tensor(self._scale, dtypes.float32, like)
+        return t
+
+    def _set_scale(self, value):
+        self._scale = float(value)
+        for t in self._device_scales.values():
+            t._data.fill(self._scale)
 
     def unscale_(self, optimizer):
         """Divide `optimizer`'s gradients by the scale, in place, and record inf/nan."""
@@ -190,15 +210,15 @@ class GradScaler:
         if not self._enabled:
             return
         if new_scale is not None:
-            self._scale = float(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
+            self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         elif self._unscaled:
             if any(self._unscaled.values()):
-                self._scale *= self._backoff_factor
+                self._set_scale(self._scale * self._backoff_factor)
                 self._growth_tracker = 0
             else:
                 self._growth_tracker += 1
                 if self._growth_tracker == self._growth_interval:
-                    self._scale *= self._growth_factor
+                    self._set_scale(self._scale * self._growth_factor)
                     self._growth_tracker = 0
         self._unscaled = {}
 
@@ -217,7 +237,7 @@ class GradScaler:
             return
         if not state:
             raise RuntimeError("GradScaler.load_state_dict: the state is empty (saved from a disabled scaler?)")
-        self._scale = float(state["scale"])
+        self._set_scale(state["scale"])
         self._growth_factor = float(state["growth_factor"])
         self._backoff_factor = float(state["backoff_factor"])
         self._growth_interval = int(state["growth_interval"])

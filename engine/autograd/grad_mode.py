@@ -11,6 +11,8 @@ class _State(threading.local):
     autocast = None
     # engine.autograd.trace.Tracer while nn.Graph captures a step (every kernel door reports to it)
     tracer = None
+    # engine.cuda.CUDAGraph while it captures (the gradients its backward creates are recorded)
+    cuda_graph = None
     # the implicit gradient of a scalar loss (1, or 1/n in an nn.Graph accumulating n micro-batches)
     grad_root_scale = 1.0
 

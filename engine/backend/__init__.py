@@ -134,11 +134,32 @@ def device_of(array):
     return device("cuda", array.device.id)
 
 
+_capture = None  # the engine.cuda.CUDAGraph capturing now, if any (engine/cuda_graphs.py)
+
+
+def capture_state():
+    return _capture
+
+
+def set_capture_state(graph):
+    global _capture
+    _capture = graph
+
+
+def refuse_in_capture(what):
+    """A clear error for `what` (a copy between host and device, a random draw) inside a CUDA
+    graph capture, where a replay would repeat it wrongly."""
+    if _capture is not None:
+        raise RuntimeError(f"{what} inside a CUDA graph capture (engine.cuda.graph): a replay would not redo it "
+                           "with new values; do it before the capture, or outside the graph")
+
+
 def to_device(array, dev):
     """Move an array to `dev` (copying only when the device changes)."""
     src = device_of(array)
     if src == dev:
         return array
+    refuse_in_capture(f"a copy from {src} to {dev}")
     if dev.type == "cpu":
         return array.get()
     check_dtype_on(array.dtype, dev)

@@ -156,6 +156,8 @@ def why_unavailable():
     return _why_not
 
 
+_plans = {}  # (shapes, byte strides, itemsize) -> Plan or None: a training step repeats its shapes
+_PLAN_CACHE = 256
 _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)  # alpha, beta (host pointers)
 
 
@@ -171,8 +173,14 @@ def gemm_batched(a, b, out):
     item = dt.itemsize
     if any(s % item for x in (a, b, out) for s in x.strides):
         return False
-    p = plan(a.shape, [s // item for s in a.strides], b.shape, [s // item for s in b.strides],
-             out.shape, [s // item for s in out.strides])
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, item)
+    p = _plans.get(key, False)
+    if p is False:
+        p = plan(a.shape, [s // item for s in a.strides], b.shape, [s // item for s in b.strides],
+                 out.shape, [s // item for s in out.strides])
+        if len(_plans) >= _PLAN_CACHE:
+            _plans.clear()
+        _plans[key] = p
     if p is None:
         return False
     handle = _get_handle()

@@ -67,6 +67,8 @@ class DevicePhilox:
 
     def _draw(self, kind, n):
         from ..kernels import philox
+        from . import refuse_in_capture
+        refuse_in_capture(f"a random draw on the GPU ({kind}, {n} values: dropout or a random op)")
         out = philox.draw(self.xp, kind, n, self.seed, self.offset)
         self.offset += philox.groups(kind, n)
         return out

@@ -239,7 +239,10 @@ def is_scalar(x):
 def scalar_tensor(value, dtype, like):
     """A constant 0-d tensor on `like`'s device, used for Python scalars in binary ops."""
     xp = xp_of(like._data)
-    t = Tensor._make(xp.asarray(value, dtype=dtype.np), like._device)
+    # on a GPU a fill kernel rather than a host copy: nothing is queued from host memory (a CUDA
+    # graph capture holds it)
+    value = xp.asarray(value, dtype=dtype.np) if xp is np else xp.full((), value, dtype=dtype.np)
+    t = Tensor._make(value, like._device)
     if like._global is not None:  # a constant beside a global tensor is broadcast on its placement
         t._global = like._global.constant(t._data.shape)
     return t

@@ -140,9 +140,16 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     dtype = dtypes.as_dtype(dtype)
     dev = _dev(device)
     n = max(int(np.ceil((vals[1] - vals[0]) / vals[2])), 0)
-    # compute in float64/int64 then cast, as PyTorch does, so float32 ranges don't drift
-    array = (np.arange(n, dtype=np.float64 if dtype.is_floating_point else np.int64) * vals[2] + vals[0])
-    return _finish(to_device(array.astype(dtype.np), dev), dev, requires_grad)
+    # compute in float64/int64 then cast, as PyTorch does, so float32 ranges don't drift; on a GPU
+    # on the device itself (the same IEEE products and sums), so no host copy is queued: a forward
+    # that builds positions or a causal mask can be captured in a CUDA graph
+    xp = _xp(dev, dtype)
+    array = xp.arange(n, dtype=np.float64 if dtype.is_floating_point else np.int64)
+    if vals[2] != 1:  # x * 1 and x + 0 are x: no launches for them on a GPU
+        array = array * vals[2]
+    if vals[0] != 0:
+        array = array + vals[0]
+    return _finish(array.astype(dtype.np, copy=False), dev, requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):

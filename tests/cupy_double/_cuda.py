@@ -8,31 +8,71 @@ MemoryPointer = _double.MemoryPointer
 
 
 class Stream:
-    """A CUDA stream; the double runs everything in order, so streams only count synchronisations."""
+    """A CUDA stream; the double runs everything in order, so streams only count synchronisations
+    and hold the current-stream state. Capture (begin_capture / end_capture) is emulated as far
+    as its rules go: the code between runs eagerly, a host synchronisation inside it is refused
+    as CUDA refuses it, and the graph it returns cannot be replayed (Graph.launch raises), so a
+    replay's semantics are only tested on a real GPU."""
 
     null = None
 
     def __init__(self, null=False, non_blocking=False, ptds=False, priority=None):
         self.ptr = 0 if null else id(self)
+        self._capturing = False
 
     def synchronize(self):
         stats.sync("Stream.synchronize")
 
     def use(self):
+        _current[0] = self
         return self
 
+    def begin_capture(self, mode=None):
+        if self.ptr == 0:
+            raise RuntimeError("cannot capture on the default (legacy) stream")
+        if self._capturing:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is already capturing")
+        self._capturing = True
+        stats.capturing = True
+
+    def end_capture(self):
+        if not self._capturing:
+            raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
+        self._capturing = False
+        stats.capturing = False
+        if stats.capture_broken:
+            stats.capture_broken = False
+            raise CUDARuntimeError("cudaErrorStreamCaptureInvalidated: operation failed due to a previous error "
+                                   "during capture")
+        return Graph()
+
+    def is_capturing(self):
+        return self._capturing
+
     def __enter__(self):
+        self._prev = _current[0]
+        _current[0] = self
         return self
 
     def __exit__(self, *exc):
+        _current[0] = self._prev
         return False
 
 
+class Graph:
+    """cupy.cuda.Graph as the double returns it from end_capture: not replayable."""
+
+    def launch(self, stream=None):
+        raise NotImplementedError("the CuPy double does not replay CUDA graphs (tests/test_cuda_graphs.py checks "
+                                  "replays on a real GPU)")
+
+
 Stream.null = Stream(null=True)
+_current = [Stream.null]
 
 
 def get_current_stream(device_id=None):
-    return Stream.null
+    return _current[0]
 
 
 class MemoryPool:
@@ -105,5 +145,5 @@ class CUDARuntimeError(RuntimeError):
 
 
 runtime.CUDARuntimeError = CUDARuntimeError
-__all__ = ["Device", "Stream", "MemoryPool", "PinnedMemoryPool", "MemoryPointer", "get_current_stream",
+__all__ = ["Device", "Stream", "Graph", "MemoryPool", "PinnedMemoryPool", "MemoryPointer", "get_current_stream",
            "set_allocator", "get_allocator", "is_available", "get_device_id", "runtime"]

@@ -38,8 +38,15 @@ class Stats:
         self.syncs = 0
         self.h2d = 0
         self.sync_sites = []
+        self.capturing = False  # a Stream.begin_capture is open (tests/cupy_double/_cuda.py)
+        self.capture_broken = False
 
     def sync(self, what):
+        if self.capturing:  # CUDA refuses a synchronisation inside a stream capture
+            self.capture_broken = True
+            from ._cuda import CUDARuntimeError
+            raise CUDARuntimeError(f"cudaErrorStreamCaptureUnsupported: {what}: operation not permitted when "
+                                   "stream is capturing")
         self.syncs += 1
         if self.trace:
             self.sync_sites.append((what, _caller()))
@@ -437,6 +444,9 @@ def from_host(x, dtype=None, copy=True, order="K", ndmin=0):
         return wrap(r, dev)
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
         raise TypeError(f"the CuPy double cannot import {type(x)}")
+    if stats.capturing:  # CUDA would capture the copy from this host buffer: a replay re-reads it stale
+        raise RuntimeError("the CuPy double refuses a host-to-device copy inside a CUDA graph capture (a replay "
+                           "would copy from a host buffer that no longer holds this data)")
     stats.h2d += 1
     host = np.array(x, dtype=dtype, copy=True, order=order, ndmin=ndmin)
     if host.dtype == object:

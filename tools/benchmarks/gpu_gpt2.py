@@ -198,7 +198,9 @@ def _scaled_step(forward, scaler, opt):
         return t1 - t0, t2 - t0
 
     step.phases = phases
+    step.phase_names = ("forward", "backward", "optimizer")
     step.issue = issue
+    step.parts = forward, backward, update
     return step
 
 
@@ -275,11 +277,56 @@ def syncs(torch_device):
 
 
 def median_phases(step, sync, n):
-    """{forward, backward, optimizer: median ms} over `n` steps synchronised after each phase."""
+    """{phase: median ms} over `n` steps synchronised after each phase."""
     sync()
     runs = [step.phases(sync) for _ in range(n)]
-    return {name: 1e3 * statistics.median(r[i] for r in runs) for i, name in enumerate(("forward", "backward",
-                                                                                         "optimizer"))}
+    return {name: 1e3 * statistics.median(r[i] for r in runs) for i, name in enumerate(step.phase_names)}
+
+
+def engine_graph_step_fn(model, ids, labels, fp16, warmup):
+    """The engine's step with forward + scaled backward captured once in a CUDA graph
+    (engine.cuda.graph) after `warmup` eager steps, then replayed; the optimizer step and the
+    scaler update stay eager (the scaler's inf/nan read is a host read). Returns (step, scaler,
+    graph); step.first_loss is the loss of the first eager step."""
+    import engine as flow
+
+    eager, scaler = engine_step_fn(model, ids, labels, fp16)
+    first = float(eager())
+    for _ in range(warmup):
+        eager()
+    forward, backward, update = eager.parts
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        loss = forward()
+        backward(loss)
+
+    def step():
+        g.replay()
+        update()
+        return loss
+
+    def phases(sync):
+        marks = [time.perf_counter()]
+        g.replay()
+        sync()
+        marks.append(time.perf_counter())
+        update()
+        sync()
+        marks.append(time.perf_counter())
+        return [b - a for a, b in zip(marks, marks[1:])]
+
+    def issue(sync):
+        sync()
+        t0 = time.perf_counter()
+        g.replay()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        update()
+        return t1 - t0, t2 - t0
+
+    step.phases, step.phase_names, step.issue, step.first_loss = phases, ("replay", "optimizer"), issue, first
+    return step, scaler, g
 
 
 def median_issue(step, sync, n):
@@ -309,6 +356,9 @@ def run(a):
 
     import engine as flow
 
+    from engine.ops import attention
+
+    attention.HALF_ATTENTION_ON_GPU = {"auto": None, "float16": True, "float32": False}[a.attention]
     fp16 = a.dtype == "fp16"
     vocab = padded_vocab(a.smoke)
     real_vocab = SMOKE_VOCAB if a.smoke else GPT2_VOCAB
@@ -323,13 +373,19 @@ def run(a):
     n_params = sum(p.numel() for p in fmodel.parameters())
     n_flops = n_params - fmodel.GPT_model.embeddings.position_embeddings.weight.numel()
     ids, labels = make_batch(a, real_vocab)
-    step_f, scaler_f = engine_step_fn(fmodel, ids, labels, fp16)
+    graph = None
+    if a.cuda_graph:
+        step_f, scaler_f, graph = engine_graph_step_fn(fmodel, ids, labels, fp16, a.warmup - 1)
+        loss_f = step_f.first_loss
+    else:
+        step_f, scaler_f = engine_step_fn(fmodel, ids, labels, fp16)
+        loss_f = float(step_f())
     step_t, scaler_t = torch_step_fn(tmodel, ids, labels, fp16, torch_device)
-
-    loss_f, loss_t = float(step_f()), float(step_t().detach())
+    loss_t = float(step_t().detach())
     rel = check_losses(loss_t, loss_f, a.dtype)
     for _ in range(a.warmup - 1):
-        step_f()
+        if graph is not None:
+            step_f()
         step_t()
     sync_fns = syncs(torch_device)
     times_f, times_t = timed_steps([step_f, step_t], sync_fns, a.steps)
@@ -346,10 +402,13 @@ def run(a):
                             first_loss=loss, loss_scale=scaler.get_scale() if fp16 else None, phases_ms=phases,
                             fwd_bwd_issue_ms=issue)
     figures["engine"]["peak_memory_bytes"] = int(flow.cuda.max_memory_allocated())
+    figures["engine"]["cuda_graph_pool_bytes"] = None if graph is None else graph.pool_bytes()
+    figures["engine"]["last_loss"] = float(step_f())
     figures["torch"]["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated()) if torch_device == "cuda" else None
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
                   layers=a.layers, hidden=a.hidden, heads=a.heads, vocab=vocab, seq=a.seq, micro_batch=a.micro_batch,
-                  warmup=a.warmup, steps=a.steps, hf_attn=a.hf_attn, params=n_params, flops_per_token=fpt,
+                  warmup=a.warmup, steps=a.steps, hf_attn=a.hf_attn,
+                  attention=a.attention, cuda_graph=a.cuda_graph, params=n_params, flops_per_token=fpt,
                   peak_tflops=peak, first_loss_rel_diff=rel,
                   ratio_step_time_engine_over_torch=figures["engine"]["ms_per_step"] / figures["torch"]["ms_per_step"],
                   engine=figures["engine"], torch=figures["torch"])
@@ -372,7 +431,7 @@ def report(r):
           f"vocab {r['vocab']}, seq {r['seq']}, micro-batch {r['micro_batch']}, {r['dtype']}"
           f"{' (autocast float16 + GradScaler)' if r['dtype'] == 'fp16' else ''}, AdamW(lr={LR}, wd={WD})")
     print(f"  {r['params']} parameters, {r['flops_per_token'] / 1e6:.1f} MFLOP/token, torch on {r['torch_device']}, "
-          f"HF attention {r['hf_attn']}")
+          f"HF attention {r['hf_attn']}, engine attention {r.get('attention', 'auto')}")
     print(f"  first-step loss: torch {t['first_loss']:.6f}  engine {e['first_loss']:.6f}  "
           f"rel diff {r['first_loss_rel_diff']:.2e} (agree)")
     for lib, label, f in (("torch", "torch (HF GPT2LMHeadModel)", t), ("engine", "engine (GPTForPreTraining)", e)):
@@ -381,6 +440,9 @@ def report(r):
               f"peak memory {_mib(f['peak_memory_bytes'])}")
         phases = ", ".join(f"{k} {v:.1f} ms" for k, v in f["phases_ms"].items())
         print(f"      phases (synchronised after each): {phases}")
+        if f.get("cuda_graph_pool_bytes"):
+            print(f"      CUDA graph: forward + backward replayed; its private memory pool holds "
+                  f"{_mib(f['cuda_graph_pool_bytes'])} (peak memory above: the default pool, eager warm-up included)")
         print(f"      forward + backward unsynchronised: issued in {f['fwd_bwd_issue_ms']['host']:.1f} ms, GPU done "
               f"at {f['fwd_bwd_issue_ms']['done']:.1f} ms (close: the host bounds the step)")
     ratio = r["ratio_step_time_engine_over_torch"]
@@ -400,6 +462,12 @@ def parse_args(argv=None):
     p.add_argument("--peak-tflops", type=float, help="the GPU's peak dense fp16/bf16 tensor TFLOPS for the MFU "
                                                      "(default: from the table by device name)")
     p.add_argument("--hf-attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="the engine's forward + backward captured once in a CUDA graph (engine.cuda.graph) and "
+                        "replayed; the optimizer step stays eager")
+    p.add_argument("--attention", default="auto", choices=["auto", "float16", "float32"],
+                   help="what the engine's attention core computes float16 inputs in (engine.ops.attention."
+                        "HALF_ATTENTION_ON_GPU: auto = float16 where its products go through cuBLAS)")
     p.add_argument("--json", metavar="PATH", help="append the run's JSON record to PATH")
     p.add_argument("--smoke", action="store_true", help="tiny model, engine on 'cuda', torch on the CPU")
     a = p.parse_args(argv)

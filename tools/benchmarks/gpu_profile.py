@@ -12,7 +12,10 @@ Three views of the same step, without any profiler the machine may lack:
   * per op: every Op's forward and backward (and the optimizer and scaler calls) bracketed by
     device synchronisations, summed by name over one step: the GPU time plus the host time of
     each op, serialised (their total exceeds the step's);
-  * the host's hottest Python functions over one unsynchronised step (cProfile, by own time).
+  * the host's hottest Python functions over one unsynchronised step (cProfile, by own time);
+  * the GPU's busy time in one step: the kernels and copies that CUPTI records (through
+    torch.profiler, which sees every kernel in the process, CuPy's and cuBLAS's too), summed, and
+    the costliest kernels. Busy time far below the step's: the GPU waits for the host.
 """
 import argparse
 import cProfile
@@ -137,6 +140,40 @@ def run(a):
     print(f"  host: {stats.total_calls} Python calls in one step; hottest by own time:")
     stats.sort_stats("tottime").print_stats(a.top)
     print("\n".join("    " + line for line in out.getvalue().splitlines()[-a.top - 2:] if line.strip()))
+    if not a.smoke:
+        device_busy(step, sync, a.top)
+
+
+def device_busy(step, sync, top):
+    """Sum and top entries of the GPU activity (kernels, copies, sets) in one step, from CUPTI via
+    torch.profiler; a line saying why not when PyTorch or its CUDA profiler is missing."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError as e:
+        print(f"  GPU busy time: not measured ({e})")
+        return
+    sync()
+    t0 = time.perf_counter()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            sync()
+    except (AssertionError, RuntimeError) as e:  # a CPU-only PyTorch drops the CUDA activity
+        print(f"  GPU busy time: not measured (torch.profiler: {e})")
+        return
+    wall = 1e3 * (time.perf_counter() - t0)
+    busy = collections.defaultdict(float)
+    calls = collections.Counter()
+    for e in prof.events():
+        if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            busy[e.name] += e.time_range.elapsed_us() / 1e3
+            calls[e.name] += 1
+    total = sum(busy.values())
+    print(f"  GPU busy in one step (CUPTI, kernels and copies summed): {total:.1f} ms of {wall:.1f} ms wall "
+          f"(profiled); costliest:")
+    for name, ms in sorted(busy.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {ms:8.2f} ms {calls[name]:5d}x  {name[:110]}")
 
 
 def parse_args(argv=None):

@@ -1,0 +1,155 @@
+"""CUDA graphs: capture the kernels of a piece of eager code once, replay them with one launch.
+
+Why: the engine's eager step is bound by the host on a GPU. GPT-2 124M (fp16, micro-batch 8) on
+an H100 issues its forward and backward in about as long as the GPU takes to run them (every op
+pays its Python: dispatch, autograd bookkeeping, CuPy's launch), so the GPU waits. A replayed
+graph costs the host one call, whatever the number of kernels in it: the step then runs at the
+GPU's speed. This is torch.cuda.CUDAGraph's interface and contract:
+
+    g = engine.cuda.CUDAGraph()
+    for _ in range(3):                       # warm up eagerly first: kernels compile, state exists
+        step()
+    opt.zero_grad(set_to_none=True)
+    with engine.cuda.graph(g):               # capture: runs nothing, records the kernels
+        loss = model(static_ids, static_labels)
+        scaler.scale(loss).backward()
+    for ids, labels in data:
+        static_ids.copy_(ids); static_labels.copy_(labels)   # new data into the captured inputs
+        g.replay()                           # forward + backward; loss and the .grad arrays refreshed
+        scaler.step(opt); scaler.update()    # eagerly, outside the graph
+
+What a replay does is exactly the captured kernels on the captured memory: inputs are read from
+the tensors that were used during capture (copy new data *into* them), outputs land in the
+tensors the capture made (`loss` above), and every parameter whose `.grad` the captured backward
+created gets that same gradient tensor back at each replay (a `zero_grad(set_to_none=True)`
+between replays would otherwise leave the replayed gradients unreferenced). Gradients that
+existed before capture are accumulated into, as in eager mode: zero them in place
+(`zero_grad(set_to_none=False)`) between replays if that is not what you want.
+
+Memory: everything allocated during capture comes from a private CuPy memory pool that the graph
+keeps (the replays reuse those addresses); `CUDAGraph.pool_bytes()` says how much it holds.
+
+Refused inside a capture, with an error naming the cause (each would replay wrong or not at all):
+host-to-device and device-to-host copies (`.item()`, `.numpy()`, `tensor(...)` of host data,
+`.to('cuda')` of a CPU tensor: the graph would replay a copy from a host buffer that no longer
+holds the data), random draws on the GPU (dropout: the captured draw would repeat the same
+numbers at every replay), and anything else CUDA itself refuses (a synchronisation). Python
+control flow runs once, at capture: a replay cannot take another branch.
+"""
+import contextlib
+
+from . import backend
+from .autograd.grad_mode import _state as _grad_state
+
+__all__ = ["CUDAGraph", "graph", "is_current_stream_capturing"]
+
+
+class CUDAGraph:
+    """A captured sequence of kernels (torch.cuda.CUDAGraph): `capture_begin()` ... `capture_end()`
+    (or the `engine.cuda.graph` context manager), then `replay()` as often as needed."""
+
+    def __init__(self):
+        self._graph = None
+        self._pool = None
+        self._stream = None
+        self._prev_stream = None
+        self._prev_allocator = None
+        self._grads = []  # (parameter, gradient tensor) the captured backward created
+
+    # ---------------------------------------------------------------- capture
+    def capture_begin(self):
+        if self._graph is not None or self._stream is not None:
+            raise RuntimeError("CUDAGraph.capture_begin: this graph already holds a capture; call reset() first")
+        if backend.capture_state() is not None:
+            raise RuntimeError("CUDAGraph.capture_begin: another capture is in progress (captures do not nest)")
+        cp = backend.cupy()
+        cp.cuda.Device().synchronize()  # the capture stream starts after all earlier work
+        self._pool = cp.cuda.MemoryPool()
+        self._prev_allocator = cp.cuda.get_allocator()
+        cp.cuda.set_allocator(self._pool.malloc)
+        self._stream = cp.cuda.Stream(non_blocking=True)
+        self._prev_stream = cp.cuda.get_current_stream()
+        self._stream.use()
+        backend.set_capture_state(self)
+        _grad_state.cuda_graph = self
+        try:
+            self._stream.begin_capture()
+        except Exception:
+            self._restore()
+            raise
+
+    def capture_end(self, error=None):
+        """End the capture. With `error` (the exception that interrupted the captured code) the
+        capture is abandoned and the error re-raised with what CUDA graphs cannot hold."""
+        stream = self._stream
+        if stream is None:
+            raise RuntimeError("CUDAGraph.capture_end: no capture in progress")
+        try:
+            graph = stream.end_capture()
+        except Exception as e:
+            graph = None
+            error = error or e
+        finally:
+            self._restore()
+        if error is not None:
+            self._grads = []
+            self._pool = None
+            raise RuntimeError(
+                "engine.cuda.graph: the captured code did something a CUDA graph cannot hold (a host read such "
+                "as .item()/.numpy()/float(), a host-to-device copy, a random draw on the GPU, a synchronisation); "
+                f"warm the code up eagerly first and keep such calls outside the capture. Cause: {error}") from error
+        self._graph = graph
+
+    def _restore(self):
+        cp = backend.cupy()
+        backend.set_capture_state(None)
+        _grad_state.cuda_graph = None
+        cp.cuda.set_allocator(self._prev_allocator)
+        self._prev_stream.use()
+        self._stream = None
+
+    def set_grad(self, param, grad):
+        """Called by autograd when the captured backward gives `param` its first gradient."""
+        self._grads.append((param, grad))
+
+    # ---------------------------------------------------------------- replay
+    def replay(self):
+        """Launch the captured kernels on the current stream (after the work already queued there)
+        and give each parameter its captured gradient tensor back."""
+        if self._graph is None:
+            raise RuntimeError("CUDAGraph.replay: nothing captured (use engine.cuda.graph(g) first)")
+        self._graph.launch(stream=backend.cupy().cuda.get_current_stream())
+        for param, grad in self._grads:
+            if param.grad is not grad:
+                param.grad = grad
+
+    def reset(self):
+        """Drop the captured graph and its memory pool."""
+        self._graph = None
+        self._pool = None
+        self._grads = []
+
+    def pool_bytes(self):
+        """Bytes the graph's private memory pool holds (0 before capture)."""
+        return 0 if self._pool is None else int(self._pool.total_bytes())
+
+    def pool(self):
+        return self._pool
+
+
+@contextlib.contextmanager
+def graph(cuda_graph):
+    """Capture the block's kernels into `cuda_graph` (torch.cuda.graph): nothing in the block
+    runs on the GPU until `cuda_graph.replay()`."""
+    cuda_graph.capture_begin()
+    try:
+        yield cuda_graph
+    except BaseException as e:
+        cuda_graph.capture_end(error=e)
+        raise
+    cuda_graph.capture_end()
+
+
+def is_current_stream_capturing():
+    """Whether an engine.cuda.graph capture is in progress (torch.cuda.is_current_stream_capturing)."""
+    return backend.capture_state() is not None

@@ -1,0 +1,161 @@
+"""engine.cuda.CUDAGraph / engine.cuda.graph: capture once, replay with one launch.
+
+On the CPU the capture's rules run through the CuPy double (tests/cupy_double/_cuda.py): the
+private memory pool is installed for the capture and the previous allocator restored, the
+gradients the captured backward creates are recorded, host copies, GPU random draws and host
+reads inside a capture are refused with an error that says why, and a failed capture leaves
+nothing behind. The double cannot replay a graph; the replays (new inputs copied into the
+captured ones, a GPT-2 fp16 training step replayed against the same steps run eagerly) run on a
+real GPU below.
+"""
+import numpy as np
+import pytest
+
+import engine as flow
+from engine import backend
+from gpu_helper import real_cupy
+
+
+def _small_capture(cp_module):
+    x = flow.randn(4, 8, device="cuda")
+    w = flow.randn(8, 3, device="cuda", requires_grad=True)
+    g = flow.cuda.CUDAGraph()
+    before = cp_module.cuda.get_allocator()
+    with flow.cuda.graph(g):
+        assert flow.cuda.is_current_stream_capturing()
+        assert cp_module.cuda.get_allocator() is not before  # the graph's private pool
+        loss = (x @ w).sum()
+        loss.backward()
+    assert cp_module.cuda.get_allocator() == before
+    assert not flow.cuda.is_current_stream_capturing()
+    return g, w, loss
+
+
+def test_capture_installs_a_private_pool_and_records_new_gradients(cuda_double):
+    g, w, _ = _small_capture(cuda_double)
+    assert [p for p, _ in g._grads] == [w] and g._grads[0][1] is w.grad
+    assert g.pool() is not None
+    with pytest.raises(NotImplementedError, match="does not replay"):  # the double's limit, stated
+        g.replay()
+
+
+@pytest.mark.parametrize("what", ["host copy", "dropout", "item"])
+def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double, what):
+    x = flow.randn(16, device="cuda")
+    g = flow.cuda.CUDAGraph()
+    before = cuda_double.cuda.get_allocator()
+    expect = {"host copy": "copy from cpu to cuda", "dropout": "random draw", "item": "host read"}[what]
+    with pytest.raises(RuntimeError, match=expect):
+        with flow.cuda.graph(g):
+            if what == "host copy":
+                flow.tensor(np.ones(3), device="cuda")
+            elif what == "dropout":
+                flow.nn.functional.dropout(x, 0.5, training=True)
+            else:
+                (x * 2).sum().item()
+    assert backend.capture_state() is None and not flow.cuda.is_current_stream_capturing()
+    assert cuda_double.cuda.get_allocator() == before
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    _small_capture(cuda_double)  # a fresh capture works after a failed one
+
+
+def test_captures_do_not_nest_and_a_graph_captures_once(cuda_double):
+    g, _, _ = _small_capture(cuda_double)
+    with pytest.raises(RuntimeError, match="already holds a capture"):
+        g.capture_begin()
+    g.reset()
+    outer = flow.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="do not nest"):
+        with flow.cuda.graph(outer):
+            flow.cuda.CUDAGraph().capture_begin()
+    assert backend.capture_state() is None
+
+
+# ------------------------------------------------------------------ on a real GPU
+gpu = pytest.mark.skipif(real_cupy() is None, reason="needs CuPy with a CUDA GPU (the double cannot replay)")
+
+
+@gpu
+def test_replay_recomputes_from_new_inputs_copied_in():
+    rng = np.random.default_rng()
+    x = flow.tensor(rng.standard_normal((64, 32)).astype(np.float32), device="cuda")
+    w = flow.tensor(rng.standard_normal((32, 16)).astype(np.float32), device="cuda", requires_grad=True)
+    ((x @ w).relu().sum()).backward()  # warm-up
+    w.grad = None
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        out = (x @ w).relu()
+        out.sum().backward()
+    captured_grad = w.grad
+    for _ in range(3):
+        new = rng.standard_normal((64, 32)).astype(np.float32)
+        x.copy_(flow.tensor(new, device="cuda"))
+        w.grad = None  # replay gives the captured gradient tensor back
+        g.replay()
+        want = np.maximum(new.astype(np.float64) @ w.detach().cpu().numpy(), 0)
+        np.testing.assert_allclose(out.detach().cpu().numpy(), want, rtol=1e-4, atol=1e-4)
+        assert w.grad is captured_grad
+        want_g = new.T.astype(np.float64) @ (want > 0)
+        np.testing.assert_allclose(w.grad.cpu().numpy(), want_g, rtol=1e-4, atol=1e-3)
+
+
+def _gpt2_fp16_losses(graphed, steps=6, warmup=2):
+    """Losses and final weights of `steps` fp16 training steps (autocast, GradScaler, AdamW) of a
+    small GPT-2 on the GPU: all eager, or `warmup` eager then forward + backward replayed."""
+    from libai.models import GPTForPreTraining
+    from libai.utils import distributed as dist
+
+    dist.set_device_type("cuda")
+    try:
+        flow.manual_seed(0)
+        model = GPTForPreTraining(hidden_layers=2, vocab_size=256, hidden_size=64, ffn_hidden_size=256,
+                                  num_attention_heads=4, max_seq_length=64, embedding_dropout_prob=0.0,
+                                  attention_dropout_prob=0.0, output_dropout_prob=0.0)
+        model.train()
+        opt = flow.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        scaler = flow.amp.GradScaler("cuda", init_scale=2.0 ** 10)
+        placement = dist.get_layer_placement(0)
+        ids = np.random.RandomState(0).randint(0, 256, (4, 64))
+        x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
+        y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
+
+        def forward_backward():
+            opt.zero_grad(set_to_none=True)
+            with flow.autocast("cuda", dtype=flow.float16):
+                loss = model(x, y)["lm_loss"]
+            scaler.scale(loss).backward()
+            return loss
+
+        losses = []
+        g = None
+        for i in range(steps):
+            if graphed and i == warmup:
+                g = flow.cuda.CUDAGraph()
+                with flow.cuda.graph(g):
+                    static_loss = forward_backward()
+            if g is not None:
+                g.replay()
+                loss = static_loss
+            else:
+                loss = forward_backward()
+            scaler.step(opt)
+            scaler.update()
+            losses.append(float(loss))
+        weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        return losses, weights, scaler.get_scale()
+    finally:
+        dist.set_device_type("cpu")
+
+
+@gpu
+def test_gpt2_fp16_step_replayed_equals_eager():
+    """The replayed forward + backward gives the eager steps' losses and weights: the same
+    kernels on the same data (the scaler's scale, refreshed in place, is read by the replay)."""
+    eager_losses, eager_w, eager_scale = _gpt2_fp16_losses(graphed=False)
+    graph_losses, graph_w, graph_scale = _gpt2_fp16_losses(graphed=True)
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-6)
+    assert graph_scale == eager_scale
+    for k in eager_w:
+        np.testing.assert_allclose(graph_w[k], eager_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    assert eager_losses[-1] < eager_losses[0]
