@@ -153,6 +153,16 @@ def build_torch(engine_model, a, vocab, device):
     return model.to(device)
 
 
+def timed_phases(sync, *parts):
+    """Seconds of each of `parts` (callables run in order), synchronised after each."""
+    marks = [time.perf_counter()]
+    for part in parts:
+        part()
+        sync()
+        marks.append(time.perf_counter())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
 def _scaled_step(forward, scaler, opt):
     """The training step around `forward` (zero_grad + forward, returning the loss): backward of
     the scaled loss, scaled optimizer step, scaler update; returns the loss. `.phases(sync)` runs
@@ -172,17 +182,8 @@ def _scaled_step(forward, scaler, opt):
         return loss
 
     def phases(sync):
-        marks = [time.perf_counter()]
-        loss = forward()
-        sync()
-        marks.append(time.perf_counter())
-        backward(loss)
-        sync()
-        marks.append(time.perf_counter())
-        update()
-        sync()
-        marks.append(time.perf_counter())
-        return [b - a for a, b in zip(marks, marks[1:])]
+        held = []
+        return timed_phases(sync, lambda: held.append(forward()), lambda: backward(held[0]), update)
 
     def issue(sync):
         """(seconds until forward + backward return, seconds until their GPU work is done): when
@@ -306,14 +307,7 @@ def engine_graph_step_fn(model, ids, labels, fp16, warmup):
         return loss
 
     def phases(sync):
-        marks = [time.perf_counter()]
-        g.replay()
-        sync()
-        marks.append(time.perf_counter())
-        update()
-        sync()
-        marks.append(time.perf_counter())
-        return [b - a for a, b in zip(marks, marks[1:])]
+        return timed_phases(sync, g.replay, update)
 
     def issue(sync):
         sync()
