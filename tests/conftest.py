@@ -27,6 +27,10 @@ if os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
     sys.path.insert(0, _DOUBLE_SHIM)
     _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([_DOUBLE_SHIM, os.path.dirname(__file__)] + _inherited)
+    from cupy_double.cublas import DoubleCublas  # noqa: E402
+    from engine.backend import cublas as _engine_cublas  # noqa: E402
+
+    _engine_cublas.install_api(DoubleCublas())  # the engine's direct cuBLAS calls, on the double's memory
 
 
 @pytest.fixture
@@ -36,14 +40,19 @@ def cuda_double():
     import cupy_double
     from engine import backend
 
+    from cupy_double.cublas import DoubleCublas
+    from engine.backend import cublas
+
     saved_modules = cupy_double.install()
     saved = backend._cupy
     backend._cupy = cupy_double
+    saved_api = cublas.install_api(DoubleCublas())
     cupy_double._double.stats.reset()
     try:
         yield cupy_double
     finally:
         backend._cupy = saved
+        cublas.restore_api(saved_api)
         cupy_double.uninstall(saved_modules)
 
 

@@ -159,3 +159,44 @@ def test_gpt2_fp16_step_replayed_equals_eager():
     for k in eager_w:
         np.testing.assert_allclose(graph_w[k], eager_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
     assert eager_losses[-1] < eager_losses[0]
+
+
+def test_gpt2_fp16_forward_backward_captures_through_the_double(cuda_layers):
+    """The whole fp16 GPT-2 forward + scaled backward goes through a capture under the double's
+    rules: no CuPy cuBLAS call (the products go through engine.backend.cublas, run here on the
+    double's memory by its numpy model of cuBLAS), no host copy, no host read. The captured values
+    are the eager ones (the double runs the captured code as it goes)."""
+    from libai.models import GPTForPreTraining
+    from libai.utils import distributed as dist
+
+    flow.manual_seed(0)
+    model = GPTForPreTraining(hidden_layers=2, vocab_size=128, hidden_size=64, ffn_hidden_size=256,
+                              num_attention_heads=4, max_seq_length=32, embedding_dropout_prob=0.0,
+                              attention_dropout_prob=0.0, output_dropout_prob=0.0)
+    model.train()
+    scaler = flow.amp.GradScaler("cuda")
+    placement = dist.get_layer_placement(0)
+    ids = np.random.RandomState(0).randint(0, 128, (2, 32))
+    x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
+    y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
+
+    def forward_backward():
+        model.zero_grad(set_to_none=True)
+        with flow.autocast("cuda", dtype=flow.float16):
+            loss = model(x, y)["lm_loss"]
+        scaler.scale(loss).backward()
+        return loss
+
+    eager = float(forward_backward())
+    eager_grad = model.GPT_model.embeddings.token_embeddings.weight.grad.cpu().numpy()
+    products = cuda_layers._double.stats.by_name["cublasGemm"]
+    assert products > 0  # the products went through engine.backend.cublas
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        loss = forward_backward()
+    assert float(loss) == eager
+    grads = dict((id(p), t) for p, t in g._grads)
+    weight = model.GPT_model.embeddings.token_embeddings.weight
+    assert id(weight) in grads
+    np.testing.assert_array_equal(grads[id(weight)].cpu().numpy(), eager_grad)
+    assert len(g._grads) == len([p for p in model.parameters() if p.requires_grad])

@@ -1,22 +1,26 @@
-"""cuBLAS batched products on strided views: the attention core's products on CUDA.
+"""cuBLAS called directly: the engine's matrix products on CUDA, CUDA-graph capturable.
 
-Why: CuPy's `matmul` makes every operand that is not C-contiguous contiguous first (the q, k and
-v heads of the packed QKV projection are strided views, k^T a transposed one), writes a strided
-output through a temporary, and calls cublasGemmStridedBatchedEx with CUBLAS_GEMM_DEFAULT. On an
-H200 its float16 q k^T (96 x 1024 x 64 x 1024) measured 13 TFLOP/s where PyTorch's bmm of the same
-shapes measured 134 (tools/benchmarks/gpu_matmul.py), so the engine computed float16 attention
-in float32. Here one cublasGemmStridedBatchedEx call per group of batch rows reads each operand
-in place (any view whose matrices have a unit stride along their rows or their columns: the
-transpose is cuBLAS's op flag, the row stride its leading dimension) and writes the output in
-place (the context straight into its [b, s, heads, d] layout, the gradients into dqkv).
+Why not CuPy's matmul: (1) CuPy refuses any cuBLAS call while a stream is being captured
+("calling cuBLAS API during stream capture is currently unsupported"), so no training step that
+multiplies matrices could be a CUDA graph (engine/cuda_graphs.py); (2) it makes every operand
+that is not C-contiguous contiguous first (the q, k and v heads of the packed QKV projection are
+strided views, k^T a transposed one), writes a strided output through a temporary, and calls its
+batched products with CUBLAS_GEMM_DEFAULT: on an H200 its float16 q k^T (96 x 1024 x 64 x 1024)
+measured 13 TFLOP/s where PyTorch's bmm measured 134, and here 47 on the head views in place
+(78 on contiguous copies; an H100, tools/benchmarks/gpu_attention.py).
 
-`plan` is the arithmetic of the call (flags, leading dimensions, batch strides, the offsets of
-the calls when the batch axes do not merge into one stride) and needs no GPU: the tests run it
-through a numpy model of the cuBLAS call against numpy's matmul on arbitrary views. `gemm_batched`
-issues the calls on real CuPy for float16 (float32 accumulation, as PyTorch's bmm), and returns
-False where it cannot (no cuBLAS, as under the CuPy double; another dtype: CuPy's float32 batched
-products measured at PyTorch's rate; a layout it does not take): the caller uses CuPy's matmul.
+How: libcublas through ctypes, with the engine's own handle per device and a workspace it
+allocates once (cuBLAS's condition for running inside a capture; PyTorch does the same), the
+handle bound to the current stream before each call. `plan` is the arithmetic of a call (op
+flags, leading dimensions, batch strides, the offsets of the calls when the batch axes do not
+merge into one stride, and batch rows folded into the rows of one product when the right
+operand is shared) and needs no GPU: the tests run it through a numpy model of the cuBLAS call
+against numpy's matmul on arbitrary views, and the CuPy double runs the whole path through the
+same model (tests/cupy_double/cublas.py). float16 accumulates in float32 (as PyTorch's),
+float32 follows engine.backends' TF32 setting, float64 is exact; other dtypes, and layouts with
+no unit stride in a matrix, return None/False and the caller uses CuPy.
 """
+import ctypes
 import itertools
 from typing import NamedTuple
 
@@ -24,17 +28,21 @@ import numpy as np
 
 _INT_MAX = 2 ** 31 - 1
 
-# cuBLAS constants (cublas_api.h, library_types.h), as CuPy's cupy_backends wrappers take them
+# cuBLAS constants (cublas_api.h, library_types.h)
 OP_N, OP_T = 0, 1
-_CUDA_R_16F, _COMPUTE_32F = 2, 68
+_CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F = 0, 1, 2
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
 GEMM_DEFAULT, GEMM_DEFAULT_TENSOR_OP = -1, 99
+WORKSPACE_BYTES = 32 * 2 ** 20  # cuBLAS's recommendation for Hopper
 
-# the algorithm asked for float16 products (float32 accumulation either way). CuPy's own batched
-# call passes GEMM_DEFAULT; tools/benchmarks/gpu_matmul.py measures both on the GPU.
+# the algorithm asked for float16 products (float32 accumulation either way). Measured on an H100
+# for q k^T on the head views: 47 TFLOP/s with GEMM_DEFAULT_TENSOR_OP, 23 with GEMM_DEFAULT (the
+# algorithm CuPy passes); tools/benchmarks/gpu_attention.py measures both.
 HALF_ALGO = GEMM_DEFAULT_TENSOR_OP
 
-_lib = _ndarray = _get_handle = None
+_api = None  # the cuBLAS entry points in use: _CtypesCublas, or a stand-in a test installs
 _why_not = None
+_tf32 = False  # engine.backends: float32 products may use TF32 (set_float32_matmul_precision)
 
 
 class Plan(NamedTuple):
@@ -120,6 +128,9 @@ def plan(a_shape, a_strides, b_shape, b_strides, c_shape, c_strides):
         outer = merged[:-1]
     else:
         batch, stride_a, stride_b, stride_c, outer = 1, 0, 0, 0, []
+    if batch > 1 and stride_b == 0 and op_a[0] == OP_N and stride_a == m * op_a[1] and stride_c == m * ld_c:
+        # a shared right operand (x @ W over a batch): the batch's rows are rows of one product
+        m, batch, stride_a, stride_c = m * batch, 1, 0, 0
     if max(m, n, k, batch, op_a[1], op_b[1], ld_c) > _INT_MAX:
         return None
     offsets = tuple(
@@ -129,22 +140,107 @@ def plan(a_shape, a_strides, b_shape, b_strides, c_shape, c_strides):
     return Plan(op_b[0], op_a[0], n, m, k, op_b[1], op_a[1], ld_c, stride_b, stride_a, stride_c, batch, offsets)
 
 
-def _load():
-    """CuPy's cuBLAS wrappers, once; None (and why) without real CuPy or its cuBLAS library (the
-    CuPy double has neither: its arrays are numpy's, and the isinstance check in gemm_batched
-    keeps them away from cuBLAS where a test swaps the double in beside real CuPy)."""
-    global _lib, _why_not, _ndarray, _get_handle
-    if _lib is None and _why_not is None:
-        try:
-            from cupy_backends.cuda.libs import cublas
-            from cupy._core.core import _ndarray_base
-            from cupy.cuda.device import get_cublas_handle
-            cublas.gemmStridedBatchedEx  # loads libcublas: fails here when it is missing
-        except Exception as e:  # ImportError, or the library loader's own error
-            _why_not = f"{type(e).__name__}: {e}"
+def set_tf32(allowed):
+    """Whether float32 products may compute in TF32 (engine.backends sets it with the precision)."""
+    global _tf32
+    _tf32 = bool(allowed)
+
+
+class _CtypesCublas:
+    """libcublas through ctypes: the engine's handle per device, with its own workspace, bound to
+    the current stream before each call."""
+
+    def __init__(self, lib):
+        c_int, vp, ll = ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong
+        self.lib = lib
+        lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
+        lib.cublasSetStream_v2.argtypes = [vp, vp]
+        lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
+        lib.cublasGemmEx.argtypes = [vp, c_int, c_int, c_int, c_int, c_int, vp, vp, c_int, c_int, vp, c_int, c_int,
+                                     vp, vp, c_int, c_int, c_int, c_int]
+        lib.cublasGemmStridedBatchedEx.argtypes = [vp, c_int, c_int, c_int, c_int, c_int, vp, vp, c_int, c_int, ll,
+                                                   vp, c_int, c_int, ll, vp, vp, c_int, c_int, ll, c_int, c_int, c_int]
+        for fn in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasGemmEx",
+                   "cublasGemmStridedBatchedEx"):
+            getattr(lib, fn).restype = c_int
+        self.handles = {}  # device -> [handle, stream it is bound to]
+
+    @staticmethod
+    def _check(status, what):
+        if status != 0:
+            raise RuntimeError(f"cuBLAS {what} failed with status {status}")
+
+    def handle(self, cp):
+        dev = cp.cuda.runtime.getDevice()
+        entry = self.handles.get(dev)
+        if entry is None:
+            h = ctypes.c_void_p()
+            self._check(self.lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate")
+            # never freed: cuBLAS keeps using it for the life of the handle (and of any graph)
+            workspace = cp.cuda.runtime.malloc(WORKSPACE_BYTES)
+            self._check(self.lib.cublasSetWorkspace_v2(h, workspace, WORKSPACE_BYTES), "cublasSetWorkspace")
+            entry = self.handles[dev] = [h, None]
+        stream = cp.cuda.get_current_stream().ptr
+        if entry[1] != stream:
+            self._check(self.lib.cublasSetStream_v2(entry[0], stream), "cublasSetStream")
+            entry[1] = stream
+        return entry[0]
+
+    def gemm(self, handle, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc, sc,
+             batch, compute, algo):
+        if batch == 1:
+            self._check(self.lib.cublasGemmEx(handle, ta, tb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta,
+                                              c, ctype, ldc, compute, algo), "cublasGemmEx")
         else:
-            _lib, _ndarray, _get_handle = cublas, _ndarray_base, get_cublas_handle
-    return _lib
+            self._check(self.lib.cublasGemmStridedBatchedEx(
+                handle, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc, sc,
+                batch, compute, algo), "cublasGemmStridedBatchedEx")
+
+
+def _find_library():
+    """libcublas: the copy CuPy loads (cuda.pathfinder), else by its usual names."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        path = load_nvidia_dynamic_lib("cublas").abs_path
+        if path:
+            return ctypes.CDLL(path)
+    except Exception:
+        pass
+    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("libcublas not found (it comes with the [cuda] extra: nvidia-cublas)")
+
+
+def _load():
+    """The cuBLAS entry points, once; None (and why) without libcublas."""
+    global _api, _why_not
+    if _api is None and _why_not is None:
+        from . import _cupy
+        if _cupy is not None and not hasattr(_cupy.cuda.runtime, "malloc"):
+            _why_not = "the CuPy module in use has no device memory to hand cuBLAS (the CuPy double)"
+            return None
+        try:
+            _api = _CtypesCublas(_find_library())
+        except Exception as e:  # OSError, or a missing symbol in an old library
+            _why_not = f"{type(e).__name__}: {e}"
+    return _api
+
+
+def install_api(api):
+    """Use `api` (an object with handle(cp) and gemm(...) as _CtypesCublas) for the calls; returns
+    the previous state for `restore_api`. The CuPy double's tests install a numpy model here."""
+    global _api, _why_not
+    saved = (_api, _why_not)
+    _api, _why_not = api, None
+    return saved
+
+
+def restore_api(saved):
+    global _api, _why_not
+    _api, _why_not = saved
 
 
 def available():
@@ -158,17 +254,29 @@ def why_unavailable():
 
 _plans = {}  # (shapes, byte strides, itemsize) -> Plan or None: a training step repeats its shapes
 _PLAN_CACHE = 256
-_ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)  # alpha, beta (host pointers)
+_F32 = (np.ones(1, np.float32), np.zeros(1, np.float32))  # alpha, beta as host pointers
+_F64 = (np.ones(1, np.float64), np.zeros(1, np.float64))
+
+
+def _types(dtype):
+    """(cuda data type, compute type, (alpha, beta), algorithm) of a product in `dtype`, or None."""
+    if dtype == np.float16:
+        return _CUDA_R_16F, _COMPUTE_32F, _F32, HALF_ALGO
+    if dtype == np.float32:
+        return _CUDA_R_32F, _COMPUTE_32F_FAST_TF32 if _tf32 else _COMPUTE_32F, _F32, GEMM_DEFAULT
+    if dtype == np.float64:
+        return _CUDA_R_64F, _COMPUTE_64F, _F64, GEMM_DEFAULT
+    return None
 
 
 def gemm_batched(a, b, out):
-    """out[...] = a @ b on CUDA through cuBLAS, reading and writing the views in place; False
-    (nothing written) where it cannot, and the caller uses CuPy's matmul. `out` must not overlap
-    a or b."""
+    """out[...] = a @ b on CUDA through cuBLAS, for arrays of equal rank >= 2, reading and writing
+    the views in place; False (nothing written) where it cannot. `out` must not overlap a or b."""
     dt = out.dtype
-    if dt != np.float16 or a.dtype != dt or b.dtype != dt or a.ndim != out.ndim or b.ndim != out.ndim:
+    if a.dtype != dt or b.dtype != dt or a.ndim != out.ndim or b.ndim != out.ndim or a.ndim < 2:
         return False
-    if _load() is None or not all(isinstance(x, _ndarray) for x in (a, b, out)):
+    types = _types(dt)
+    if types is None or _load() is None:
         return False
     item = dt.itemsize
     if any(s % item for x in (a, b, out) for s in x.strides):
@@ -183,13 +291,64 @@ def gemm_batched(a, b, out):
         _plans[key] = p
     if p is None:
         return False
-    handle = _get_handle()
+    if out.size == 0:
+        return True
+    cuda_type, compute, (one, zero), algo = types
+    from . import cupy
+    handle = _api.handle(cupy())
     pa, pb, pc = a.data.ptr, b.data.ptr, out.data.ptr
     for off_a, off_b, off_c in p.offsets:
-        _lib.gemmStridedBatchedEx(
-            handle, p.trans_b, p.trans_a, p.m, p.n, p.k, _ONE.ctypes.data,
-            pb + off_b * item, _CUDA_R_16F, p.ld_b, p.stride_b,
-            pa + off_a * item, _CUDA_R_16F, p.ld_a, p.stride_a,
-            _ZERO.ctypes.data, pc + off_c * item, _CUDA_R_16F, p.ld_c, p.stride_c,
-            p.batch, _COMPUTE_32F, HALF_ALGO)
+        _api.gemm(handle, p.trans_b, p.trans_a, p.m, p.n, p.k, one.ctypes.data,
+                  pb + off_b * item, cuda_type, p.ld_b, p.stride_b,
+                  pa + off_a * item, cuda_type, p.ld_a, p.stride_a,
+                  zero.ctypes.data, pc + off_c * item, cuda_type, p.ld_c, p.stride_c,
+                  p.batch, compute, algo)
     return True
+
+
+def matmul(a, b):
+    """a @ b (numpy's matmul rules for operands of rank >= 2) into a new array through cuBLAS,
+    operands without a unit stride made contiguous first; None for what it does not take (rank
+    1, a dtype other than float16/32/64, no cuBLAS)."""
+    if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or _types(a.dtype) is None or _load() is None:
+        return None
+    if a.shape[-1] != b.shape[-2]:
+        return None
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    nd = len(lead) + 2
+    a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+    b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+    from . import cupy
+    xp = cupy()
+    out = xp.empty(lead + (a.shape[-2], b.shape[-1]), a.dtype)
+    if 0 in a.shape or 0 in b.shape:
+        out[...] = 0
+        return out
+    if not gemm_batched(a, b, out):
+        if not gemm_batched(xp.ascontiguousarray(a), xp.ascontiguousarray(b), out):
+            return None
+    return out
+
+
+_ones = {}  # (device, rows, dtype) -> a [1, rows] array of ones, for column sums
+
+
+def column_sum(x2):
+    """x2 [m, n] summed over its rows as ones[1, m] @ x2 (float32 accumulation for float16): a
+    bias gradient. Measured on an H100: CuPy's sum over axis 0 of GPT-2 124M's [8192, n] float16
+    gradients took 7.9 ms per step for 49 of them (a reduction kernel that reads columns with a
+    stride). None where gemm_batched declines."""
+    if x2.ndim != 2 or _types(x2.dtype) is None or _load() is None:
+        return None
+    from . import capture_state, cupy
+    xp = cupy()
+    key = (x2.device.id, x2.shape[0], x2.dtype)
+    ones = _ones.get(key)
+    if ones is None:
+        ones = xp.ones((1, x2.shape[0]), x2.dtype)
+        if capture_state() is None:  # one made inside a capture lives in the graph's pool only
+            _ones[key] = ones
+    out = xp.empty((1, x2.shape[1]), x2.dtype)
+    if not gemm_batched(ones, x2, out):
+        return None
+    return out.reshape(x2.shape[1])

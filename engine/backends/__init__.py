@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 
 from .. import backend as _backend
+from ..backend import cublas as _cublas
 from ..backend import mkl as _mkl
 
 __all__ = ["cuda", "cudnn", "mps", "mkldnn", "mkl", "set_float32_matmul_precision",
@@ -64,6 +65,7 @@ def get_float32_matmul_precision():
 def _apply_to_cupy():
     """Make CuPy's float32 matmul compute type follow the precision."""
     tf32 = _precision[0] != "highest"
+    _cublas.set_tf32(tf32)
     if _backend._cupy is None:
         os.environ["CUPY_TF32"] = "1" if tf32 else "0"
         return

@@ -139,7 +139,8 @@ def mask_layout(xp, mask, shape):
     """(mask as the kernel reads it, l1, l2, t0, t1, t2, tl): element strides of `mask` broadcast to
     `shape`, the leading dims folded into three (l0 x l1 x l2; the kernel derives l0)."""
     nd = len(shape)
-    mask = xp.ascontiguousarray(mask).reshape((1,) * (nd - mask.ndim) + tuple(mask.shape))
+    mask = xp.ascontiguousarray(unbroadcast(mask))
+    mask = mask.reshape((1,) * (nd - mask.ndim) + tuple(mask.shape))
     dims = _fold(shape[:-1], _broadcast_strides(mask.shape)[:-1])
     if len(dims) > 3:  # a broadcast pattern three dims cannot express: the mask written out
         mask = xp.ascontiguousarray(xp.broadcast_to(mask, shape))
@@ -147,6 +148,16 @@ def mask_layout(xp, mask, shape):
     dims = [(1, 0)] * (3 - len(dims)) + dims
     tl = _broadcast_strides(mask.shape)[-1]
     return mask, dims[1][0], dims[2][0], dims[0][1], dims[1][1], dims[2][1], tl
+
+
+def unbroadcast(a):
+    """`a` with each broadcast axis (stride 0) cut to size 1: a view that broadcasts back to `a`,
+    so that making it contiguous copies the data, not its broadcast (measured on an H100: a
+    causal mask broadcast to GPT-2 124M's [8, 12, 1024, 1024] scores was copied out, 100 MB,
+    twice per layer: 11 ms of a 76 ms step)."""
+    if 0 not in a.strides:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 and n > 1 else slice(None) for n, st in zip(a.shape, a.strides))]
 
 
 def _broadcast_strides(shape):

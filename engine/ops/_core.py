@@ -100,7 +100,8 @@ def sum_to_array(x, shape):
     if x.shape == shape:
         return x
     n = shape[-1] if shape else 0
-    if (x.ndim >= 2 and shape and x.shape[-1] == n and all(s == 1 for s in shape[:-1]) and x.dtype in _SUM_DTYPES
+    summable = x.dtype in _SUM_DTYPES or (x.dtype == np.float16 and not isinstance(x, np.ndarray))  # GPU: cuBLAS
+    if (x.ndim >= 2 and shape and x.shape[-1] == n and all(s == 1 for s in shape[:-1]) and summable
             and x.flags.c_contiguous and x.size):
         # every axis but the last summed away (a bias gradient): one column sum
         from ._kernels import column_sum

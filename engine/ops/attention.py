@@ -49,7 +49,7 @@ def _bmm_into(a, b, out):
     block first (it stays in cache) and are copied into place."""
     xp = xp_of(a)
     if xp is not np:
-        if not cublas.gemm_batched(a, b, out):  # float16 on real CuPy: views read and written in place
+        if not cublas.gemm_batched(a, b, out):  # the views read and written in place
             xp.matmul(a, b, out=out)
     elif not (mkl.use_for(a, b) and mkl.gemm_batched(a, b, out)):
         if out.flags.c_contiguous:

@@ -137,7 +137,10 @@ def view(ptr, dtype, count):
     offset = int(ptr) - _sorted_addrs[i]
     if offset < 0 or offset + count * dtype.itemsize > root.nbytes:
         raise ValueError(f"{count} x {dtype} at {ptr:#x} runs past its allocation of {root.nbytes} bytes")
-    flat = root.reshape(-1).view(np.uint8) if root.flags.c_contiguous else None
+    # an allocation owns one block of memory, in C or in F order (the transpose of an F-ordered
+    # array is that block in C order)
+    block = root if root.flags.c_contiguous else root.T if root.flags.f_contiguous else None
+    flat = block.reshape(-1).view(np.uint8) if block is not None else None
     if flat is None:
         raise ValueError("address lookup into a non-contiguous allocation")
     return flat[offset: offset + count * dtype.itemsize].view(dtype)
@@ -486,10 +489,18 @@ def _arrays_in(args):
             yield from _arrays_in(x)
 
 
+# routines CuPy computes with cuBLAS (its wrappers refuse to run while a stream captures)
+_CUBLAS_ROUTINES = {"matmul", "dot", "vdot", "inner", "outer", "tensordot", "einsum", "kron"}
+
+
 def routine(name, fn, scope="cupy"):
     """A CuPy routine computing with numpy function `fn`."""
     def call(*args, **kwargs):
         stats.names.add(f"{scope}.{name}")
+        if stats.capturing and (name in _CUBLAS_ROUTINES or scope == "cupy.linalg") and not (
+                name == "einsum" and len(list(_arrays_in(args[1:]))) < 2):  # a one-operand einsum reduces
+            raise NotImplementedError(f"cupy.{name}: calling cuBLAS API during stream capture is currently "
+                                      "unsupported (as CuPy's cuBLAS wrappers)")
         dev = current_device()
         host_ok = name in _HOST_OK
         a = unwrap(args, dev, name, host_ok)
