@@ -100,65 +100,102 @@ def test_replay_recomputes_from_new_inputs_copied_in():
         np.testing.assert_allclose(w.grad.cpu().numpy(), want_g, rtol=1e-4, atol=1e-3)
 
 
-def _gpt2_fp16_losses(graphed, steps=6, warmup=2):
-    """Losses and final weights of `steps` fp16 training steps (autocast, GradScaler, AdamW) of a
-    small GPT-2 on the GPU: all eager, or `warmup` eager then forward + backward replayed."""
+def _tiny_gpt2_fp16(vocab=256, seq=64, batch=4):
+    """(model, forward_backward, optimizer, scaler) of a 2-layer GPT-2 on 'cuda' layers (the
+    caller sets them), dropout off: forward_backward() = zero_grad(set_to_none) + fp16 autocast
+    forward + GradScaler-scaled backward on a fixed batch, returning the loss."""
     from libai.models import GPTForPreTraining
     from libai.utils import distributed as dist
 
+    flow.manual_seed(0)
+    model = GPTForPreTraining(hidden_layers=2, vocab_size=vocab, hidden_size=64, ffn_hidden_size=256,
+                              num_attention_heads=4, max_seq_length=seq, embedding_dropout_prob=0.0,
+                              attention_dropout_prob=0.0, output_dropout_prob=0.0)
+    model.train()
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    scaler = flow.amp.GradScaler("cuda", init_scale=2.0 ** 10)
+    placement = dist.get_layer_placement(0)
+    ids = np.random.RandomState(0).randint(0, vocab, (batch, seq))
+    x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
+    y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
+
+    def forward_backward():
+        opt.zero_grad(set_to_none=True)
+        with flow.autocast("cuda", dtype=flow.float16):
+            loss = model(x, y)["lm_loss"]
+        scaler.scale(loss).backward()
+        return loss
+
+    return model, forward_backward, opt, scaler
+
+
+@pytest.fixture
+def cuda_gpu_layers():
+    from libai.utils import distributed as dist
     dist.set_device_type("cuda")
     try:
-        flow.manual_seed(0)
-        model = GPTForPreTraining(hidden_layers=2, vocab_size=256, hidden_size=64, ffn_hidden_size=256,
-                                  num_attention_heads=4, max_seq_length=64, embedding_dropout_prob=0.0,
-                                  attention_dropout_prob=0.0, output_dropout_prob=0.0)
-        model.train()
-        opt = flow.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-        scaler = flow.amp.GradScaler("cuda", init_scale=2.0 ** 10)
-        placement = dist.get_layer_placement(0)
-        ids = np.random.RandomState(0).randint(0, 256, (4, 64))
-        x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
-        y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
-
-        def forward_backward():
-            opt.zero_grad(set_to_none=True)
-            with flow.autocast("cuda", dtype=flow.float16):
-                loss = model(x, y)["lm_loss"]
-            scaler.scale(loss).backward()
-            return loss
-
-        losses = []
-        g = None
-        for i in range(steps):
-            if graphed and i == warmup:
-                g = flow.cuda.CUDAGraph()
-                with flow.cuda.graph(g):
-                    static_loss = forward_backward()
-            if g is not None:
-                g.replay()
-                loss = static_loss
-            else:
-                loss = forward_backward()
-            scaler.step(opt)
-            scaler.update()
-            losses.append(float(loss))
-        weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-        return losses, weights, scaler.get_scale()
+        yield
     finally:
         dist.set_device_type("cpu")
 
 
+def _train(graphed, steps, warmup=2):
+    """Losses of `steps` fp16 training steps of the tiny GPT-2: all eager, or `warmup` eager and
+    then forward + backward replayed from a capture (the optimizer step eager)."""
+    model, forward_backward, opt, scaler = _tiny_gpt2_fp16()
+    losses, g = [], None
+    for i in range(steps):
+        if graphed and i == warmup:
+            g = flow.cuda.CUDAGraph()
+            with flow.cuda.graph(g):
+                static_loss = forward_backward()
+        if g is not None:
+            g.replay()
+            loss = static_loss
+        else:
+            loss = forward_backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(float(loss))
+    return np.array(losses)
+
+
 @gpu
-def test_gpt2_fp16_step_replayed_equals_eager():
-    """The replayed forward + backward gives the eager steps' losses and weights: the same
-    kernels on the same data (the scaler's scale, refreshed in place, is read by the replay)."""
-    eager_losses, eager_w, eager_scale = _gpt2_fp16_losses(graphed=False)
-    graph_losses, graph_w, graph_scale = _gpt2_fp16_losses(graphed=True)
-    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-6)
-    assert graph_scale == eager_scale
-    for k in eager_w:
-        np.testing.assert_allclose(graph_w[k], eager_w[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    assert eager_losses[-1] < eager_losses[0]
+def test_gpt2_fp16_replay_is_an_eager_step_from_the_same_state(cuda_gpu_layers):
+    """One replay computes what an eager forward + backward computes from the same weights: the
+    same loss (the forward has no atomics: bitwise or within 1e-6) and the same gradients, every
+    parameter's given back (float16 products, embedding gradients summed with atomics: their
+    order varies, so within 1e-3 of each gradient's norm)."""
+    model, forward_backward, opt, scaler = _tiny_gpt2_fp16()
+    for _ in range(2):
+        forward_backward()
+        scaler.step(opt)
+        scaler.update()
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        static_loss = forward_backward()
+    g.replay()
+    replayed = float(static_loss)
+    graph_grads = {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}
+    eager = float(forward_backward())
+    assert abs(replayed - eager) <= 1e-6 * abs(eager), (replayed, eager)
+    for name, p in model.named_parameters():
+        want = p.grad.cpu().numpy().astype(np.float64)
+        got = graph_grads[name].astype(np.float64)
+        assert np.linalg.norm(got - want) <= 1e-3 * np.linalg.norm(want) + 1e-12, name
+
+
+@gpu
+def test_gpt2_fp16_training_replayed_tracks_eager(cuda_gpu_layers):
+    """Eight training steps, the last six replayed, against the same steps eager: the losses agree
+    within 5e-5 relative. Eager itself is not bit-reproducible on a GPU (atomics in the embedding
+    gradient; AdamW turns their last-bit differences in near-zero gradients into whole-step
+    differences): measured on an H100 over 20 steps, eager against eager up to 9e-6 relative in
+    the loss, replay against eager up to 6e-6, so the weights are not compared element-wise."""
+    eager = _train(graphed=False, steps=8)
+    graph = _train(graphed=True, steps=8)
+    np.testing.assert_allclose(graph, eager, rtol=5e-5)
+    assert eager[-1] < eager[0]
 
 
 def test_gpt2_fp16_forward_backward_captures_through_the_double(cuda_layers):
@@ -166,27 +203,7 @@ def test_gpt2_fp16_forward_backward_captures_through_the_double(cuda_layers):
     rules: no CuPy cuBLAS call (the products go through engine.backend.cublas, run here on the
     double's memory by its numpy model of cuBLAS), no host copy, no host read. The captured values
     are the eager ones (the double runs the captured code as it goes)."""
-    from libai.models import GPTForPreTraining
-    from libai.utils import distributed as dist
-
-    flow.manual_seed(0)
-    model = GPTForPreTraining(hidden_layers=2, vocab_size=128, hidden_size=64, ffn_hidden_size=256,
-                              num_attention_heads=4, max_seq_length=32, embedding_dropout_prob=0.0,
-                              attention_dropout_prob=0.0, output_dropout_prob=0.0)
-    model.train()
-    scaler = flow.amp.GradScaler("cuda")
-    placement = dist.get_layer_placement(0)
-    ids = np.random.RandomState(0).randint(0, 128, (2, 32))
-    x = flow.tensor(ids, placement=placement, sbp=flow.sbp.broadcast)
-    y = flow.tensor(np.roll(ids, -1, 1), placement=placement, sbp=flow.sbp.broadcast)
-
-    def forward_backward():
-        model.zero_grad(set_to_none=True)
-        with flow.autocast("cuda", dtype=flow.float16):
-            loss = model(x, y)["lm_loss"]
-        scaler.scale(loss).backward()
-        return loss
-
+    model, forward_backward, _, _ = _tiny_gpt2_fp16(vocab=128, seq=32, batch=2)
     eager = float(forward_backward())
     eager_grad = model.GPT_model.embeddings.token_embeddings.weight.grad.cpu().numpy()
     products = cuda_layers._double.stats.by_name["cublasGemm"]
