@@ -2,6 +2,8 @@
 GPT2LMHeadModel (PyTorch eager), side by side in one process on the same GPU and the same weights.
 
     python tools/benchmarks/gpu_gpt2.py [--micro-batch 8] [--dtype fp16|fp32] [--json out.jsonl]
+    python tools/benchmarks/gpu_gpt2.py --cuda-graph      # engine forward + backward replayed as a CUDA graph
+    python tools/benchmarks/gpu_gpt2.py --attention float32   # the engine's attention upcast (the old path)
     python tools/benchmarks/gpu_gpt2.py --peak-tflops 756             # a GPU missing from the table
     ENGINE_CUPY_DOUBLE=1 PYTHONPATH=tests/cupy_double/shim:tests \\
         python tools/benchmarks/gpu_gpt2.py --smoke                    # CPU check through the CuPy double
@@ -28,6 +30,11 @@ model is built). The ratio engine/torch is that of the step times, as in the CPU
 (below 1: the engine is faster). Then `--steps` more steps each, synchronised after the forward,
 the backward and the optimizer, give each library's median time per phase, and `--steps` more
 the time the host takes to issue forward + backward against the time their GPU work ends.
+
+`--cuda-graph`: after the warm-up, the engine's forward + scaled backward are captured once with
+engine.cuda.graph and replayed each step (the optimizer step and the scaler update stay eager:
+the scaler reads its inf/nan flag); the phases are then replay and optimizer, and the graph's
+private memory pool is reported beside the default pool's peak.
 
 MFU: model FLOPs per token = 6 * N + 12 * layers * hidden * seq (PaLM's estimate, as nanoGPT's
 estimate_mfu: N counts the parameters without the position embeddings, a lookup, and with the
