@@ -21,7 +21,7 @@ GPU's speed. This is torch.cuda.CUDAGraph's interface and contract:
 What a replay does is exactly the captured kernels on the captured memory: inputs are read from
 the tensors that were used during capture (copy new data *into* them), outputs land in the
 tensors the capture made (`loss` above), and every parameter whose `.grad` the captured backward
-created gets that same gradient tensor back at each replay (a `zero_grad(set_to_none=True)`
+writes gets that same gradient tensor back at each replay (a `zero_grad(set_to_none=True)`
 between replays would otherwise leave the replayed gradients unreferenced). Gradients that
 existed before capture are accumulated into, as in eager mode: zero them in place
 (`zero_grad(set_to_none=False)`) between replays if that is not what you want.
@@ -54,7 +54,7 @@ class CUDAGraph:
         self._stream = None
         self._prev_stream = None
         self._prev_allocator = None
-        self._grads = []  # (parameter, gradient tensor) the captured backward created
+        self._grads = {}  # id(parameter) -> (parameter, gradient tensor the captured backward writes)
 
     # ---------------------------------------------------------------- capture
     def capture_begin(self):
@@ -92,8 +92,13 @@ class CUDAGraph:
         finally:
             self._restore()
         if error is not None:
-            self._grads = []
+            for param, grad in self._grads.values():  # never computed: not left behind as gradients
+                if param.grad is grad:
+                    param.grad = None
+            self._grads = {}
             self._pool = None
+            if not isinstance(error, Exception):  # KeyboardInterrupt and the like: as they are
+                raise error
             raise RuntimeError(
                 "engine.cuda.graph: the captured code did something a CUDA graph cannot hold (a host read such "
                 "as .item()/.numpy()/float(), a host-to-device copy, a random draw on the GPU, a synchronisation); "
@@ -109,8 +114,9 @@ class CUDAGraph:
         self._stream = None
 
     def set_grad(self, param, grad):
-        """Called by autograd when the captured backward gives `param` its first gradient."""
-        self._grads.append((param, grad))
+        """Called by autograd when the captured backward writes `param`'s gradient: a new tensor, or
+        one that existed before capture (accumulated into; kept alive by the graph that writes it)."""
+        self._grads[id(param)] = (param, grad)
 
     # ---------------------------------------------------------------- replay
     def replay(self):
@@ -119,7 +125,7 @@ class CUDAGraph:
         if self._graph is None:
             raise RuntimeError("CUDAGraph.replay: nothing captured (use engine.cuda.graph(g) first)")
         self._graph.launch(stream=backend.cupy().cuda.get_current_stream())
-        for param, grad in self._grads:
+        for param, grad in self._grads.values():
             if param.grad is not grad:
                 param.grad = grad
 
@@ -127,7 +133,7 @@ class CUDAGraph:
         """Drop the captured graph and its memory pool."""
         self._graph = None
         self._pool = None
-        self._grads = []
+        self._grads = {}
 
     def pool_bytes(self):
         """Bytes the graph's private memory pool holds (0 before capture)."""

@@ -243,8 +243,12 @@ class Tensor:
         elif grad.grad_fn is None and self.grad.grad_fn is None:
             self.grad._data += grad._data
             self.grad._vc[0] += 1
+            if _grad_state.cuda_graph is not None:  # the graph writes this buffer: it keeps it alive
+                _grad_state.cuda_graph.set_grad(self, self.grad)
         else:
             self.grad = self.grad + grad
+            if _grad_state.cuda_graph is not None:
+                _grad_state.cuda_graph.set_grad(self, self.grad)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's `.grad` (see engine.autograd.backward)."""

@@ -136,3 +136,13 @@ def test_cuda_unavailable_is_a_clear_error():
         pytest.skip("a GPU is present: the missing-GPU message cannot be produced here")
     with pytest.raises(RuntimeError, match="CuPy|GPU"):
         flow.zeros(2, device="cuda")
+
+
+def test_arange_gives_positive_zero_like_torch():
+    """0 * negative step is -0.0; torch's arange starts at +0.0 (start + i * step), and so must
+    ours on every path (the CUDA path skips only exact no-ops)."""
+    import torch
+    for args in ((0, -3, -1.0), (0.0, 2.0, 0.5), (0, 5)):
+        got, want = flow.arange(*args).numpy(), torch.arange(*args).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert np.signbit(got).tolist() == np.signbit(want).tolist()

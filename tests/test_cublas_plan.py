@@ -25,6 +25,8 @@ def _cublas_model(buf_a, buf_b, buf_c, tr_a, tr_b, m, n, k, off_a, lda, sa, off_
         idx = off + (i + j * ld if tr == cublas.OP_N else j + i * ld)
         return buf[idx].astype(np.float64)
 
+    assert lda >= max(1, m if tr_a == cublas.OP_N else k) and ldb >= max(1, k if tr_b == cublas.OP_N else n)
+    assert ldc >= max(1, m), "cuBLAS refuses these leading dimensions"
     for p in range(batch):
         a = operand(buf_a, off_a + p * sa, tr_a, m, k, lda)
         b = operand(buf_b, off_b + p * sb, tr_b, k, n, ldb)
@@ -139,12 +141,34 @@ def test_random_views(seed):
         _check(a, a_base, b, b_base, out, out_base)
 
 
+@pytest.mark.parametrize("case", ["3d", "4d-outer", "one-row", "padded-columns", "gap-between-batches"])
+def test_shared_right_operand_folds_the_batch_into_rows(case):
+    """x[B, T, C] @ W (W broadcast over the batch): one product of B*T rows when the rows of x
+    and of the output follow each other across the batch (padded columns included: the row
+    stride is the leading dimension); with a gap between batches, a strided batched call."""
+    rng = np.random.default_rng(1)
+    shape_a = {"3d": (3, 5, 4), "4d-outer": (2, 3, 5, 4), "one-row": (3, 1, 4), "padded-columns": (3, 5, 4),
+               "gap-between-batches": (3, 5, 4)}[case]
+    base_a = rng.standard_normal({"padded-columns": (3, 5, 6), "gap-between-batches": (3, 6, 4)}.get(case, shape_a))
+    a = base_a[..., :5, :4]
+    w = rng.standard_normal((1,) * (len(shape_a) - 2) + (4, 7))
+    b = np.broadcast_to(w, shape_a[:-2] + (4, 7))
+    out = np.empty(shape_a[:-1] + (7,))
+    p = cublas.plan(a.shape, _elements(a), b.shape, _elements(b), out.shape, _elements(out))
+    folded = case != "gap-between-batches"
+    assert (p.batch == 1 and len(p.offsets) == 1) == folded
+    if folded:
+        assert p.n == int(np.prod(shape_a[:-1]))  # cuBLAS's n: all the rows
+    _check(a, base_a, b, w, out, out)
+
+
 def test_refused_layouts():
     """No unit stride in a matrix, a column-major output, overlapping rows: no plan."""
     assert cublas.plan((4, 6), [12, 2], (6, 5), [5, 1], (4, 5), [5, 1]) is None  # a: strides 12, 2
     assert cublas.plan((4, 6), [6, 1], (6, 5), [5, 1], (4, 5), [1, 4]) is None  # c column-major
     assert cublas.plan((4, 6), [0, 1], (6, 5), [5, 1], (4, 5), [5, 1]) is None  # a's rows overlap
     assert cublas.plan((2, 4, 6), [24, 6, 1], (2, 6, 5), [30, 5, 1], (3, 4, 5), [20, 5, 1]) is None
+    assert cublas.plan((2, 4, 6), [24, 6, 1], (2, 6, 5), [30, 5, 1], (2, 4, 5), [0, 5, 1]) is None  # outputs overlap
 
 
 def test_unavailable_without_cublas_library():

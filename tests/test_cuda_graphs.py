@@ -33,7 +33,7 @@ def _small_capture(cp_module):
 
 def test_capture_installs_a_private_pool_and_records_new_gradients(cuda_double):
     g, w, _ = _small_capture(cuda_double)
-    assert [p for p, _ in g._grads] == [w] and g._grads[0][1] is w.grad
+    assert [(p, t) for p, t in g._grads.values()] == [(w, w.grad)]
     assert g.pool() is not None
     with pytest.raises(NotImplementedError, match="does not replay"):  # the double's limit, stated
         g.replay()
@@ -44,7 +44,8 @@ def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double,
     x = flow.randn(16, device="cuda")
     g = flow.cuda.CUDAGraph()
     before = cuda_double.cuda.get_allocator()
-    expect = {"host copy": "copy from cpu to cuda", "dropout": "random draw", "item": "host read"}[what]
+    expect = {"host copy": "Cause: a copy from cpu to cuda", "dropout": "Cause: a random draw on the GPU",
+              "item": "Cause: cudaErrorStreamCaptureUnsupported"}[what]
     with pytest.raises(RuntimeError, match=expect):
         with flow.cuda.graph(g):
             if what == "host copy":
@@ -58,6 +59,33 @@ def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double,
     with pytest.raises(RuntimeError, match="nothing captured"):
         g.replay()
     _small_capture(cuda_double)  # a fresh capture works after a failed one
+
+
+def test_a_failed_capture_leaves_no_uncomputed_gradient(cuda_double):
+    """The gradients a failed capture created were never computed: they are not left on the
+    parameters (an eager step after the failure would accumulate into garbage)."""
+    x = flow.randn(4, 8, device="cuda")
+    w = flow.randn(8, 3, device="cuda", requires_grad=True)
+    g = flow.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="Cause"):
+        with flow.cuda.graph(g):
+            (x @ w).sum().backward()
+            (x * 2).sum().item()
+    assert w.grad is None
+
+
+def test_grad_scaler_refuses_to_make_its_scale_inside_a_capture(cuda_double):
+    """The scale tensor must exist before capture (a fill recorded in the graph would reset it at
+    every replay); once it does, scaling inside a capture is fine."""
+    scaler = flow.amp.GradScaler("cuda")
+    loss = flow.randn((), device="cuda")
+    with pytest.raises(RuntimeError, match="call it once eagerly before capturing"):
+        with flow.cuda.graph(flow.cuda.CUDAGraph()):
+            scaler.scale(loss)
+    scaler.scale(loss)
+    with flow.cuda.graph(flow.cuda.CUDAGraph()):
+        scaled = scaler.scale(loss)
+    assert float(scaled) == float(loss) * scaler.get_scale()
 
 
 def test_captures_do_not_nest_and_a_graph_captures_once(cuda_double):
@@ -212,7 +240,7 @@ def test_gpt2_fp16_forward_backward_captures_through_the_double(cuda_layers):
     with flow.cuda.graph(g):
         loss = forward_backward()
     assert float(loss) == eager
-    grads = dict((id(p), t) for p, t in g._grads)
+    grads = {key: t for key, (_, t) in g._grads.items()}
     weight = model.GPT_model.embeddings.token_embeddings.weight
     assert id(weight) in grads
     np.testing.assert_array_equal(grads[id(weight)].cpu().numpy(), eager_grad)

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..autograd.grad_mode import _state
-from ..backend import dtypes, xp_of
+from ..backend import capture_state, dtypes, xp_of
 from ..ops import _core
 from ..tensor import Tensor
 
@@ -159,6 +159,9 @@ class GradScaler:
         key = (like._device, like._global.placement if like._global is not None else None)
         t = self._device_scales.get(key)
         if t is None:
+            if capture_state() is not None:  # its fill would be a node of the graph, redone at each replay
+                raise RuntimeError("GradScaler.scale: first used inside a CUDA graph capture; call it once eagerly "
+                                   "before capturing (warm-up steps do), so that its scale lives outside the graph")
             t = self._device_scales[key] = _core.scalar_tensor(self._scale, dtypes.float32, like)
         return t
 

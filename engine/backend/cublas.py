@@ -128,6 +128,8 @@ def plan(a_shape, a_strides, b_shape, b_strides, c_shape, c_strides):
         outer = merged[:-1]
     else:
         batch, stride_a, stride_b, stride_c, outer = 1, 0, 0, 0, []
+    if any(ax[3] == 0 for ax in merged):  # output matrices on top of each other: cuBLAS would race
+        return None
     if batch > 1 and stride_b == 0 and op_a[0] == OP_N and stride_a == m * op_a[1] and stride_c == m * ld_c:
         # a shared right operand (x @ W over a batch): the batch's rows are rows of one product
         m, batch, stride_a, stride_c = m * batch, 1, 0, 0
@@ -163,7 +165,7 @@ class _CtypesCublas:
         for fn in ("cublasCreate_v2", "cublasSetStream_v2", "cublasSetWorkspace_v2", "cublasGemmEx",
                    "cublasGemmStridedBatchedEx"):
             getattr(lib, fn).restype = c_int
-        self.handles = {}  # device -> [handle, stream it is bound to]
+        self.handles = {}  # device -> [handle, stream it is bound to, workspace pointer]
 
     @staticmethod
     def _check(status, what):
@@ -176,13 +178,16 @@ class _CtypesCublas:
         if entry is None:
             h = ctypes.c_void_p()
             self._check(self.lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate")
-            # never freed: cuBLAS keeps using it for the life of the handle (and of any graph)
+            # never freed: cuBLAS keeps using it for the life of the handle (and of any graph). One
+            # per device: the engine queues its work on one stream at a time (the current one, or
+            # a capture's, whose graph is replayed on the current one), so calls never overlap
             workspace = cp.cuda.runtime.malloc(WORKSPACE_BYTES)
-            self._check(self.lib.cublasSetWorkspace_v2(h, workspace, WORKSPACE_BYTES), "cublasSetWorkspace")
-            entry = self.handles[dev] = [h, None]
+            entry = self.handles[dev] = [h, None, workspace]
         stream = cp.cuda.get_current_stream().ptr
         if entry[1] != stream:
             self._check(self.lib.cublasSetStream_v2(entry[0], stream), "cublasSetStream")
+            # cublasSetStream resets the workspace to cuBLAS's own pool: set ours again after it
+            self._check(self.lib.cublasSetWorkspace_v2(entry[0], entry[2], WORKSPACE_BYTES), "cublasSetWorkspace")
             entry[1] = stream
         return entry[0]
 
@@ -206,7 +211,14 @@ def _find_library():
             return ctypes.CDLL(path)
     except Exception:
         pass
-    for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+    names = ["libcublas.so.13", "libcublas.so.12"]
+    try:
+        from . import _cupy
+        if _cupy is not None and _cupy.cuda.runtime.runtimeGetVersion() < 13000:
+            names.reverse()  # the cuBLAS of the CUDA runtime CuPy was built for first
+    except Exception:
+        pass
+    for name in names + ["libcublas.so"]:
         try:
             return ctypes.CDLL(name)
         except OSError:
@@ -258,24 +270,26 @@ _F32 = (np.ones(1, np.float32), np.zeros(1, np.float32))  # alpha, beta as host 
 _F64 = (np.ones(1, np.float64), np.zeros(1, np.float64))
 
 
-def _types(dtype):
-    """(cuda data type, compute type, (alpha, beta), algorithm) of a product in `dtype`, or None."""
+def _types(dtype, exact=False):
+    """(cuda data type, compute type, (alpha, beta), algorithm) of a product in `dtype`, or None;
+    `exact`: float32 in float32 whatever the TF32 setting (a sum, not a matrix product)."""
     if dtype == np.float16:
         return _CUDA_R_16F, _COMPUTE_32F, _F32, HALF_ALGO
     if dtype == np.float32:
-        return _CUDA_R_32F, _COMPUTE_32F_FAST_TF32 if _tf32 else _COMPUTE_32F, _F32, GEMM_DEFAULT
+        return _CUDA_R_32F, _COMPUTE_32F_FAST_TF32 if _tf32 and not exact else _COMPUTE_32F, _F32, GEMM_DEFAULT
     if dtype == np.float64:
         return _CUDA_R_64F, _COMPUTE_64F, _F64, GEMM_DEFAULT
     return None
 
 
-def gemm_batched(a, b, out):
+def gemm_batched(a, b, out, exact=False):
     """out[...] = a @ b on CUDA through cuBLAS, for arrays of equal rank >= 2, reading and writing
-    the views in place; False (nothing written) where it cannot. `out` must not overlap a or b."""
+    the views in place; False (nothing written) where it cannot. `out` must not overlap a or b.
+    `exact`: no TF32 for float32 (see _types)."""
     dt = out.dtype
     if a.dtype != dt or b.dtype != dt or a.ndim != out.ndim or b.ndim != out.ndim or a.ndim < 2:
         return False
-    types = _types(dt)
+    types = _types(dt, exact)
     if types is None or _load() is None:
         return False
     item = dt.itemsize
@@ -291,8 +305,6 @@ def gemm_batched(a, b, out):
         _plans[key] = p
     if p is None:
         return False
-    if out.size == 0:
-        return True
     cuda_type, compute, (one, zero), algo = types
     from . import cupy
     handle = _api.handle(cupy())
@@ -330,25 +342,26 @@ def matmul(a, b):
     return out
 
 
-_ones = {}  # (device, rows, dtype) -> a [1, rows] array of ones, for column sums
+_ones = {}  # (device, dtype) -> the longest [1, rows] ones vector made so far, sliced for fewer rows
 
 
 def column_sum(x2):
-    """x2 [m, n] summed over its rows as ones[1, m] @ x2 (float32 accumulation for float16): a
-    bias gradient. Measured on an H100: CuPy's sum over axis 0 of GPT-2 124M's [8192, n] float16
-    gradients took 7.9 ms per step for 49 of them (a reduction kernel that reads columns with a
-    stride). None where gemm_batched declines."""
+    """x2 [m, n] summed over its rows as ones[1, m] @ x2 (float32 accumulation for float16, never
+    TF32): a bias gradient. Measured on an H100: CuPy's sum over axis 0 of GPT-2 124M's [8192, n]
+    float16 gradients took 7.9 ms per step for 49 of them (a reduction kernel that reads columns
+    with a stride). None where gemm_batched declines."""
     if x2.ndim != 2 or _types(x2.dtype) is None or _load() is None:
         return None
     from . import capture_state, cupy
     xp = cupy()
-    key = (x2.device.id, x2.shape[0], x2.dtype)
+    rows = x2.shape[0]
+    key = (x2.device.id, x2.dtype)
     ones = _ones.get(key)
-    if ones is None:
-        ones = xp.ones((1, x2.shape[0]), x2.dtype)
+    if ones is None or ones.shape[1] < rows:
+        ones = xp.ones((1, rows), x2.dtype)
         if capture_state() is None:  # one made inside a capture lives in the graph's pool only
             _ones[key] = ones
     out = xp.empty((1, x2.shape[1]), x2.dtype)
-    if not gemm_batched(ones, x2, out):
+    if not gemm_batched(ones[:, :rows], x2, out, exact=True):
         return None
     return out.reshape(x2.shape[1])

@@ -145,9 +145,9 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     # that builds positions or a causal mask can be captured in a CUDA graph
     xp = _xp(dev, dtype)
     array = xp.arange(n, dtype=np.float64 if dtype.is_floating_point else np.int64)
-    if vals[2] != 1:  # x * 1 and x + 0 are x: no launches for them on a GPU
+    if vals[2] != 1:  # x * 1 is x, and so is x + 0 for integers: no launches for them on a GPU
         array = array * vals[2]
-    if vals[0] != 0:
+    if vals[0] != 0 or dtype.is_floating_point:  # (0 * step < 0 is -0.0; + 0 makes it +0.0, as torch)
         array = array + vals[0]
     return _finish(array.astype(dtype.np, copy=False), dev, requires_grad)
 
