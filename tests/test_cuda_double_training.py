@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gpt2"))
 
 from gpt2_helpers import TINY, trained_losses  # noqa: E402
-from gpu_helper import real_cupy  # noqa: E402
+from gpu_helper import double_env, real_cupy  # noqa: E402
 
 # per-step budgets for the 2-layer model below, counted through the double (see docs/cuda.md)
 # measured 153 (it was about 850 before the fused kernels, 139 before the attention products went
@@ -116,11 +116,6 @@ def test_the_budget_test_sees_a_sync(cuda_layers, monkeypatch):
     assert stats.syncs == 1
 
 
-def _double_env():
-    shim = os.path.join(HERE, "cupy_double", "shim")
-    return {"ENGINE_CUPY_DOUBLE": "1", "PYTHONPATH": os.pathsep.join([shim, HERE])}
-
-
 def _recipe(name):
     """(config file, tiny overrides with dropout off) of each recipe."""
     sys.path.insert(0, os.path.join(HERE, "bert"))
@@ -141,7 +136,7 @@ def test_train_net_on_cuda_through_the_double_matches_cpu(tmp_path, monkeypatch,
     common = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False",
               "train.checkpointer.period=3", *tiny]
     cpu = trained_losses(str(tmp_path / "cpu"), *common, iters=3, config=config)
-    for k, v in _double_env().items():
+    for k, v in double_env().items():
         monkeypatch.setenv(k, v)
     gpu = trained_losses(str(tmp_path / "cuda"), *common, "train.input_placement_device=cuda", iters=3,
                          config=config)

@@ -26,7 +26,7 @@ finally:
 
 def double_env():
     """The environment of a process whose `import cupy` is the CuPy double (as in
-    test_cuda_double_training._double_env)."""
+    gpu_helper.double_env, plus this process's environment, threads and the repository root)."""
     shim = os.path.join(HERE, "cupy_double", "shim")
     return dict(os.environ, **THREADS, ENGINE_CUPY_DOUBLE="1", PYTHONPATH=os.pathsep.join([shim, HERE, ROOT]))
 

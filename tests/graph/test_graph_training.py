@@ -7,6 +7,7 @@ import os
 import pytest
 
 from graph_helpers import CONFIGS, NO_DROPOUT, SMALL, records, run, train_net
+from gpu_helper import double_env
 
 ACC = ["train.num_accumulation_steps=2"]
 GRAPH = ["train.graph.enabled=True"]
@@ -37,6 +38,18 @@ def test_graph_mode_trains_the_eager_losses(tmp_path, name, dropout):
     check(graph, eager, name)
     print(f"{name} ({'dropout' if dropout else 'no dropout'}): graph vs eager max relative loss error "
           f"{rel_err(graph, eager):.1e} over 20 iterations")
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_graph_mode_on_cuda_through_the_double_trains_the_eager_losses(tmp_path, monkeypatch, name):
+    """nn.Graph on CUDA placements: traced and replayed through the CuPy double (numpy under
+    CuPy's rules), dropout on, against the same recipe eager on CUDA (not yet run on a real GPU)."""
+    for k, v in double_env().items():
+        monkeypatch.setenv(k, v)
+    extra = ["train.input_placement_device=cuda"]
+    eager = run(str(tmp_path / "eager"), name, *extra, iters=5)
+    graph = run(str(tmp_path / "graph"), name, *extra, *GRAPH, iters=5)
+    check(graph, eager, name)
 
 
 def vocab(name):
