@@ -27,10 +27,6 @@ if os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
     sys.path.insert(0, _DOUBLE_SHIM)
     _inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([_DOUBLE_SHIM, os.path.dirname(__file__)] + _inherited)
-    from cupy_double.cublas import DoubleCublas  # noqa: E402
-    from engine.backend import cublas as _engine_cublas  # noqa: E402
-
-    _engine_cublas.install_api(DoubleCublas())  # the engine's direct cuBLAS calls, on the double's memory
 
 
 @pytest.fixture

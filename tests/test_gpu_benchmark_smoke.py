@@ -48,10 +48,12 @@ def gpt2_params(layers, hidden, vocab, seq):
     return layers * (12 * hidden * hidden + 13 * hidden) + vocab * hidden + seq * hidden + 2 * hidden
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_smoke_prints_every_figure_finite(tmp_path, dtype):
+@pytest.mark.parametrize("dtype,graph", [("fp16", False), ("fp32", False), ("fp16", True)],
+                         ids=["fp16", "fp32", "fp16-cuda-graph"])
+def test_smoke_prints_every_figure_finite(tmp_path, dtype, graph):
     out_json = tmp_path / "gpu.jsonl"
-    proc = run_script(double_env(), "--smoke", "--dtype", dtype, "--peak-tflops", "0.001", "--json", str(out_json))
+    proc = run_script(double_env(), "--smoke", "--dtype", dtype, "--peak-tflops", "0.001", "--json", str(out_json),
+                      *(["--cuda-graph"] if graph else []))
     out = proc.stdout
     print(out)
     assert proc.returncode == 0, out + proc.stderr
@@ -78,6 +80,11 @@ def test_smoke_prints_every_figure_finite(tmp_path, dtype):
     assert r["ratio_step_time_engine_over_torch"] == pytest.approx(
         r["engine"]["ms_per_step"] / r["torch"]["ms_per_step"])
     assert abs(r["engine"]["first_loss"] - r["torch"]["first_loss"]) <= 1e-2 * r["torch"]["first_loss"]
+    assert r["cuda_graph"] == graph
+    assert sorted(r["engine"]["phases_ms"]) == (["optimizer", "replay"] if graph else
+                                                ["backward", "forward", "optimizer"])
+    # the replayed steps train: the loss after the timed steps is below the first one
+    assert r["engine"]["last_loss"] < r["engine"]["first_loss"]
 
 
 def test_without_a_gpu_it_says_it_needs_one():
@@ -127,7 +134,8 @@ def test_profile_and_attention_tools_run_through_the_double():
     att = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_attention.py"), "--batch", "1", "--seq", "8",
                           "--reps", "1"], cwd=ROOT, env=double_env(), capture_output=True, text=True, timeout=300)
     assert att.returncode == 0, att.stdout + att.stderr
-    assert len(re.findall(r"\s[\d.]+ ms$", att.stdout, re.M)) == 12, att.stdout
+    # 12 rows, and 4 of engine.backend.cublas (the double's numpy model of cuBLAS stands in for it)
+    assert len(re.findall(r"\s[\d.]+ ms$", att.stdout, re.M)) == 16, att.stdout
     mm = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_matmul.py"), "--tiny"], cwd=ROOT, env=double_env(),
                         capture_output=True, text=True, timeout=300)
     assert mm.returncode == 0, mm.stdout + mm.stderr

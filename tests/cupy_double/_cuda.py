@@ -11,8 +11,8 @@ class Stream:
     """A CUDA stream; the double runs everything in order, so streams only count synchronisations
     and hold the current-stream state. Capture (begin_capture / end_capture) is emulated as far
     as its rules go: the code between runs eagerly, a host synchronisation inside it is refused
-    as CUDA refuses it, and the graph it returns cannot be replayed (Graph.launch raises), so a
-    replay's semantics are only tested on a real GPU."""
+    as CUDA refuses it, and the work done in between is recorded so that the graph it returns
+    replays it (Graph)."""
 
     null = None
 
@@ -34,17 +34,19 @@ class Stream:
             raise CUDARuntimeError("cudaErrorIllegalState: the stream is already capturing")
         self._capturing = True
         stats.capturing = True
+        stats.captured = []
 
     def end_capture(self):
         if not self._capturing:
             raise CUDARuntimeError("cudaErrorIllegalState: the stream is not capturing")
         self._capturing = False
         stats.capturing = False
+        work, stats.captured = stats.captured, []
         if stats.capture_broken:
             stats.capture_broken = False
             raise CUDARuntimeError("cudaErrorStreamCaptureInvalidated: operation failed due to a previous error "
                                    "during capture")
-        return Graph()
+        return Graph(work)
 
     def is_capturing(self):
         return self._capturing
@@ -60,11 +62,19 @@ class Stream:
 
 
 class Graph:
-    """cupy.cuda.Graph as the double returns it from end_capture: not replayable."""
+    """cupy.cuda.Graph as the double returns it from end_capture: `launch` re-runs the captured
+    work in order (tests/cupy_double/_double.record), each piece on the memory it used during
+    capture and with the parameters it had then, as a CUDA graph replays its kernels."""
+
+    def __init__(self, work=()):
+        self._work = list(work)
 
     def launch(self, stream=None):
-        raise NotImplementedError("the CuPy double does not replay CUDA graphs (tests/test_cuda_graphs.py checks "
-                                  "replays on a real GPU)")
+        if stats.capturing:
+            raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported: a graph launch inside a capture")
+        for piece in self._work:
+            piece()
+        stats.launches += len(self._work) and 1  # one graph launch
 
 
 Stream.null = Stream(null=True)

@@ -40,6 +40,7 @@ class Stats:
         self.sync_sites = []
         self.capturing = False  # a Stream.begin_capture is open (tests/cupy_double/_cuda.py)
         self.capture_broken = False
+        self.captured = []  # the capture's work, as thunks a Graph.launch re-runs (see record)
 
     def sync(self, what):
         if self.capturing:  # CUDA refuses a synchronisation inside a stream capture
@@ -316,6 +317,9 @@ class ndarray:
         r = self._a[k]
         if advanced:
             stats.launches += 1
+            out, src = wrap(r, self._dev), self._a
+            record(lambda: refill([out._a], src[k]))
+            return out
         return wrap(r, self._dev)
 
     def __setitem__(self, key, value):
@@ -328,6 +332,8 @@ class ndarray:
         check_dtype(np.asarray(v).dtype if not isinstance(v, np.ndarray) else v.dtype)
         self._a[k] = v
         stats.launches += 1
+        dst = self._a
+        record(lambda: dst.__setitem__(k, v))
 
     # ---------------------------------------------------------- numpy protocol
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -356,18 +362,24 @@ class ndarray:
     # ---------------------------------------------------------- cupy-only methods
     def scatter_add(self, slices, value):
         k, _ = unwrap_index(slices, self._dev)
-        np.add.at(self._a, k, unwrap(value, self._dev, "scatter_add"))
+        v, dst = unwrap(value, self._dev, "scatter_add"), self._a
+        np.add.at(dst, k, v)
         stats.launches += 1
+        record(lambda: np.add.at(dst, k, v))
 
     def scatter_max(self, slices, value):
         k, _ = unwrap_index(slices, self._dev)
-        np.maximum.at(self._a, k, unwrap(value, self._dev, "scatter_max"))
+        v, dst = unwrap(value, self._dev, "scatter_max"), self._a
+        np.maximum.at(dst, k, v)
         stats.launches += 1
+        record(lambda: np.maximum.at(dst, k, v))
 
     def scatter_min(self, slices, value):
         k, _ = unwrap_index(slices, self._dev)
-        np.minimum.at(self._a, k, unwrap(value, self._dev, "scatter_min"))
+        v, dst = unwrap(value, self._dev, "scatter_min"), self._a
+        np.minimum.at(dst, k, v)
         stats.launches += 1
+        record(lambda: np.minimum.at(dst, k, v))
 
 
 def _from_host(host, dev):
@@ -444,6 +456,7 @@ def from_host(x, dtype=None, copy=True, order="K", ndmin=0):
         r = np.array(a, dtype=dtype, copy=copy or None, order=order, ndmin=ndmin)
         if r is not a and not np.may_share_memory(r, a):
             stats.launches += 1
+            record(lambda: refill([r], a.reshape(r.shape)))
         return wrap(r, dev)
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):
         raise TypeError(f"the CuPy double cannot import {type(x)}")
@@ -489,6 +502,33 @@ def _arrays_in(args):
             yield from _arrays_in(x)
 
 
+def record(thunk):
+    """Inside a capture, keep `thunk` (the work just done, re-doable on the same memory: inputs
+    read from the arrays they were read from, outputs written into the arrays the capture made),
+    so that Graph.launch replays it as a CUDA graph replays its kernels: the same parameters, the
+    same addresses, no Python of the engine's in between."""
+    if stats.capturing:
+        stats.captured.append(thunk)
+
+
+def _arrays_of(res):
+    """The numpy arrays behind a wrapped routine result (an ndarray or a tuple/list of them)."""
+    if isinstance(res, ndarray):
+        return [res._a]
+    if isinstance(res, (tuple, list)):
+        return [a for x in res for a in _arrays_of(x)]
+    return []
+
+
+def refill(dsts, result):
+    """Write a re-run's `result` (array, scalar or tuple of them) into the captured outputs."""
+    srcs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for d, src in zip(dsts, srcs):
+        # a view result (read-only broadcast, reshape, slice) aliases its input: nothing to write
+        if d is not src and d.flags.writeable and not (isinstance(src, np.ndarray) and np.may_share_memory(d, src)):
+            d[...] = src
+
+
 # routines CuPy computes with cuBLAS (its wrappers refuse to run while a stream captures)
 _CUBLAS_ROUTINES = {"matmul", "dot", "vdot", "inner", "outer", "tensordot", "einsum", "kron"}
 
@@ -514,7 +554,15 @@ def routine(name, fn, scope="cupy"):
         stats.by_name[name] += n
         if name in _NO_LAUNCH and name not in ("empty", "empty_like"):
             return r
-        return wrap_result(r, dev)
+        res = wrap_result(r, dev)
+        if stats.capturing and name not in _NO_LAUNCH:
+            dsts = _arrays_of(res)
+
+            def again():
+                with np.errstate(all="ignore"):
+                    refill(dsts, fn(*a, **kw))
+            record(again)
+        return res
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"cupy.{name} (numpy underneath, CuPy's rules on top)"
@@ -542,11 +590,10 @@ class ufunc:
         stats.names.add(f"cupy.{self.name}.at")
         dev = current_device()
         k, _ = unwrap_index(indices, dev)
-        if b is None:
-            self._u.at(unwrap(a, dev, "at"), k)
-        else:
-            self._u.at(unwrap(a, dev, "at"), k, unwrap(b, dev, "at"))
+        args = (unwrap(a, dev, "at"), k) + (() if b is None else (unwrap(b, dev, "at"),))
+        self._u.at(*args)
         stats.launches += 1
+        record(lambda: self._u.at(*args))
 
     def __repr__(self):
         return f"<ufunc 'cupy_double.{self.name}'>"

@@ -61,7 +61,9 @@ class RawKernel:
             else:
                 raise TypeError(f"{self.name}: argument {i} is a Python {type(a).__name__}; pass a numpy "
                                 "scalar of the kernel's C type (np.int32, np.float32, ...)")
-        _emulator(self.name, "RawKernel")(self.name, grid, block, tuple(views), shared_mem)
+        emulate, args = _emulator(self.name, "RawKernel"), (self.name, grid, block, tuple(views), shared_mem)
+        emulate(*args)
+        _double.record(lambda: emulate(*args))
         stats.launches += 1
         stats.by_name[self.name] += 1
         stats.names.add("cupy.RawKernel")
@@ -94,7 +96,8 @@ class ElementwiseKernel:
                             f"{self.nout} outputs)")
         dev = _double.current_device()
         inputs = [_double.unwrap(a, dev, self.name) for a in args[: self.nin]]
-        result = _emulator(self.name, "ElementwiseKernel")(*inputs)
+        emulate = _emulator(self.name, "ElementwiseKernel")
+        result = emulate(*inputs)
         stats.launches += 1
         results = result if isinstance(result, tuple) else (result,)
         if len(results) != self.nout:
@@ -105,6 +108,8 @@ class ElementwiseKernel:
                 o._a[...] = r
         else:
             outs = tuple(_double.wrap(np.asarray(r), dev) for r in results)
+        dsts = [o._a for o in outs]
+        _double.record(lambda: _double.refill(dsts, emulate(*inputs)))
         return outs if (self.return_tuple or self.nout > 1) else outs[0]
 
 
@@ -116,9 +121,12 @@ class ReductionKernel:
     def __call__(self, *args, out=None, axis=None, keepdims=False, stream=None):
         dev = _double.current_device()
         inputs = [_double.unwrap(a, dev, self.name) for a in args[: self.nin]]
-        r = np.asarray(_emulator(self.name, "ReductionKernel")(*inputs, axis=axis, keepdims=keepdims))
+        emulate = _emulator(self.name, "ReductionKernel")
+        r = np.asarray(emulate(*inputs, axis=axis, keepdims=keepdims))
         stats.launches += 1
+        result = out if out is not None else _double.wrap(r, dev)
         if out is not None:
             out._a[...] = r
-            return out
-        return _double.wrap(r, dev)
+        dst = result._a
+        _double.record(lambda: _double.refill([dst], emulate(*inputs, axis=axis, keepdims=keepdims)))
+        return result

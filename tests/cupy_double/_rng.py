@@ -7,11 +7,17 @@ from ._double import stats
 from ._names import NAMES
 
 
+def _refuse_in_capture():
+    if stats.capturing:  # a replay would repeat the captured numbers: the double does not emulate it
+        raise RuntimeError("the CuPy double does not capture cupy.random draws in a CUDA graph")
+
+
 class BitGenerator:
     def __init__(self, seed=None, *, size=None):
         self._np = np.random.Philox(seed)
 
     def random_raw(self, size=None, output=True):
+        _refuse_in_capture()
         stats.launches += 1
         return _double.wrap(self._np.random_raw(size).astype(np.uint64))
 
@@ -39,6 +45,7 @@ def _method(name):
         stats.names.add(f"cupy.random.Generator.{name}")
         if kwargs.get("dtype") is not None:
             _double.check_dtype(kwargs["dtype"])
+        _refuse_in_capture()
         stats.launches += 1
         return _double.wrap(np.asarray(getattr(self._g, name)(*args, **kwargs)))
 

@@ -6,7 +6,7 @@ alpha 1 and beta 0 read from their host pointers) on the double's memory, found 
 raw kernel's would be. So the CPU suite runs the engine's products on CUDA through the same
 plans, pointers and offsets a GPU gets, and a plan that reads or writes outside its operands
 fails here. A launch is counted as one; a call with the current stream capturing is allowed (it
-is why the engine calls cuBLAS itself: CuPy's wrappers refuse it).
+is why the engine calls cuBLAS itself: CuPy's wrappers refuse it) and recorded for the graph.
 """
 import ctypes
 
@@ -44,11 +44,16 @@ class DoubleCublas:
         if not (lda >= max(1, m if ta == 0 else k) and ldb >= max(1, k if tb == 0 else n) and ldc >= max(1, m)):
             raise ValueError(f"cuBLAS would refuse the leading dimensions lda {lda} ldb {ldb} ldc {ldc} "
                              f"for m {m} n {n} k {k}")
-        for p in range(batch):
-            opa = _matrix(a + p * sa * dt.itemsize, dt, m, k, lda, ta).astype(acc)
-            opb = _matrix(b + p * sb * dt.itemsize, dt, k, n, ldb, tb).astype(acc)
-            cm = _matrix(c + p * sc * dt.itemsize, dt, m, n, ldc, 0)
-            cm[...] = (opa @ opb).astype(dt)
+        # the operands resolved now (a replay of a captured call uses these same arrays)
+        mats = [(_matrix(a + p * sa * dt.itemsize, dt, m, k, lda, ta), _matrix(b + p * sb * dt.itemsize, dt, k, n, ldb, tb),
+                 _matrix(c + p * sc * dt.itemsize, dt, m, n, ldc, 0)) for p in range(batch)]
+
+        def run():
+            for opa, opb, cm in mats:
+                cm[...] = (opa.astype(acc) @ opb.astype(acc)).astype(dt)
+
+        run()
+        _double.record(run)
         self.calls += 1
         _double.stats.launches += 1
         _double.stats.by_name["cublasGemm"] += 1
