@@ -64,6 +64,13 @@ train = dict(
     # activation checkpointing or ZeRO (refused at start). See docs/graph.md.
     graph=dict(enabled=False, debug=-1),
 
+    # CUDA graphs (engine.cuda.graph): after `warmup_iters` eager iterations, each iteration's
+    # forward and backward replay one captured CUDA graph (no per-op Python: a GPU step bound by
+    # the host runs at the GPU's speed); the optimizer, clipping and the loss scaler stay eager.
+    # One GPU only, input device 'cuda', dropout off, no accumulation, activation checkpointing or
+    # ZeRO (refused at start). See docs/cuda.md.
+    cuda_graph=dict(enabled=False, warmup_iters=3),
+
     # NCCL fusion threshold in megabytes / maximum number of fused ops (OneFlow options, not
     # implemented: only these defaults are accepted)
     nccl_fusion_threshold_mb=16,

@@ -250,7 +250,7 @@ class PowScalar(Op):
                 return xp.reciprocal(x)
             if e == -0.5:
                 return rsqrt_array(xp, x)
-            return xp.power(x, xp.asarray(e, dtype=x.dtype))
+            return xp.power(x, x.dtype.type(e))  # a scalar operand: nothing copied to a GPU
 
     @staticmethod
     def backward(ctx, g):

@@ -53,16 +53,22 @@ def _key_item(k, xp, dev):
                 a = a.astype(np.int64)
             else:
                 raise IndexError(f"indices must be integers or bools, got an array of {a.dtype}")
-        return xp.asarray(a) if xp is not np else a
+        return a  # host data stays on the host until its bounds are checked (_normalize_key)
     raise IndexError(f"unsupported index type {type(k).__name__}")
 
 
 def _normalize_key(key, x):
-    """The key as a tuple of ints/slices/None/Ellipsis/backend arrays, and whether it is basic."""
+    """The key as a tuple of ints/slices/None/Ellipsis/backend arrays, and whether it is basic
+    (IndexError for indices out of bounds, with PyTorch's message)."""
     xp = xp_of(x._data)
     if not isinstance(key, tuple):
         key = (key,)
     items = tuple(_key_item(k, xp, x._device) for k in key)
+    # bounds checked on what is on the host (ints, lists, numpy arrays); index tensors on a GPU
+    # only in the debug mode (a read back: backend.host_checks), as CuPy would not raise
+    _check_bounds(items, x.shape)
+    if xp is not np:
+        items = tuple(xp.asarray(k) if isinstance(k, np.ndarray) else k for k in items)
     basic = all(k is None or k is Ellipsis or isinstance(k, (int, slice)) for k in items)
     if basic and Ellipsis not in items:
         items = items + (Ellipsis,)  # all-int keys then give a 0-d view, not a numpy scalar
@@ -97,7 +103,7 @@ def _check_bounds(items, shape):
                     f"of the indexed tensor {list(shape)}")
             dim += k.ndim
             continue
-        elif hasattr(k, "dtype") and k.size:
+        elif hasattr(k, "dtype") and k.size and host_checks(k):  # on a GPU only in the debug mode (a read)
             lo, hi = int(k.min()), int(k.max())
             bad = hi if hi >= size else lo
             if hi >= size or lo < -size:
@@ -155,7 +161,6 @@ def _is_row_key(key):
 
 def _getitem(self, key):
     items, basic = _normalize_key(key, self)
-    _check_bounds(items, self.shape)
     return Index.apply(self, key=items, basic=basic)
 
 
@@ -226,7 +231,6 @@ def _as_value_tensor(value, like):
 def _setitem(self, key, value):
     inplace.check_inplace_allowed(self, "index_put_")
     items, basic = _normalize_key(key, self)
-    _check_bounds(items, self.shape)
     v = _as_value_tensor(value, self)
     if inplace.records(self, v):
         inplace.rebind(self, IndexPut.apply(self, v, key=items, basic=basic), "index_put_")

@@ -129,7 +129,7 @@ class Mean(Op):
         s = x.sum(axis=axes, keepdims=keepdim, dtype=_acc_dtype(x.dtype))
         if n == 0:
             return xp.full(xp.shape(s), xp.nan, dtype=x.dtype)
-        return _arr(xp, s / xp.asarray(n, dtype=s.dtype), x.dtype)
+        return _arr(xp, s / s.dtype.type(n), x.dtype)  # a scalar operand: nothing copied to a GPU
 
     @staticmethod
     def backward(ctx, g):
@@ -166,7 +166,7 @@ def _var_kernel(x, axes, correction, keepdim):
     d *= d
     s = d.sum(axis=axes, keepdims=keepdim)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _arr(xp, s / xp.asarray(_builtin_max(n - correction, 0), dtype=acc))
+        return _arr(xp, s / np.dtype(acc).type(_builtin_max(n - correction, 0)))
 
 
 class Var(Op):

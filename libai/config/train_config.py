@@ -107,6 +107,8 @@ VALUE_CHECKS = {
     "activation_checkpoint.enabled": _BOOL,
     "graph.enabled": _BOOL,
     "graph.debug": _INT,
+    "cuda_graph.enabled": _BOOL,
+    "cuda_graph.warmup_iters": _COUNT,
     "amp.enabled": _BOOL,
     "amp.dtype": ((lambda v: v in (None, "float16", "bfloat16")), "'float16', 'bfloat16' or None"),
     "zero_optimization.enabled": _BOOL,

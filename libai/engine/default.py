@@ -24,7 +24,7 @@ from libai.utils.output_dir import (OutputDirError, check_previous_run, describe
                                     previous_run_artifacts)
 
 from . import hooks
-from .trainer import EagerTrainer, GraphTrainer, TrainerBase
+from .trainer import CUDAGraphTrainer, EagerTrainer, GraphTrainer, TrainerBase
 
 __all__ = ["default_argument_parser", "default_setup", "DefaultTrainer", "write_eval_results", "save_config",
            "eval_result_prefixes"]
@@ -84,6 +84,7 @@ def default_setup(cfg, args):
     """
     resolve_train_config(cfg)
     check_graph_mode(cfg)
+    check_cuda_graph_mode(cfg)
     train = cfg.train
     eval_only = bool(getattr(args, "eval_only", False))
     if hasattr(args, "resume"):
@@ -162,13 +163,38 @@ def check_graph_mode(cfg):
         refused.append("train.dist.pipeline_parallel_size > 1")
     if DefaultTrainer.float16_training(cfg):
         refused.append("train.amp float16 (loss scaling)")
-    if train.activation_checkpoint.enabled:
-        refused.append("train.activation_checkpoint.enabled=True")
-    if train.zero_optimization.enabled:
-        refused.append("train.zero_optimization.enabled=True")
+    refused += _checkpointing_and_zero(train)
+    _refuse(refused, "graph mode (train.graph.enabled=True)", "run that configuration eagerly "
+            "(train.graph.enabled=False)")
+
+
+def _checkpointing_and_zero(train):
+    return [f"train.{k}.enabled=True" for k in ("activation_checkpoint", "zero_optimization") if train[k].enabled]
+
+
+def _refuse(refused, mode, advice):
     if refused:
-        raise NotImplementedError(f"graph mode (train.graph.enabled=True) with {', '.join(refused)} is not "
-                                  "implemented; run that configuration eagerly (train.graph.enabled=False)")
+        raise NotImplementedError(f"{mode} with {', '.join(refused)} is not implemented; {advice}")
+
+
+def check_cuda_graph_mode(cfg):
+    """train.cuda_graph.enabled=True (CUDAGraphTrainer): refuse, at the start, what a captured
+    forward + backward does not hold yet."""
+    train = cfg.train
+    if not train.cuda_graph.enabled:
+        return
+    refused = []
+    if graph_mode(cfg):
+        refused.append("graph mode (train.graph.enabled=True)")
+    if str(train.input_placement_device) != "cuda":
+        refused.append(f"train.input_placement_device={train.input_placement_device} (a CUDA graph needs 'cuda')")
+    if any((train.dist.get(k) or 1) > 1 for k in ("data_parallel_size", "tensor_parallel_size",
+                                                   "pipeline_parallel_size")) or dist.get_world_size() > 1:
+        refused.append("several ranks (collectives inside a capture are not verified)")
+    if (train.num_accumulation_steps or 1) > 1:
+        refused.append("train.num_accumulation_steps > 1")
+    refused += _checkpointing_and_zero(train)
+    _refuse(refused, "train.cuda_graph.enabled=True", "run that configuration without it")
 
 
 def save_config(cfg):
@@ -244,6 +270,7 @@ class DefaultTrainer(TrainerBase):
 
         resolve_train_config(cfg)
         check_graph_mode(cfg)
+        check_cuda_graph_mode(cfg)
         prepare_output_dir(cfg.train.output_dir, resume=cfg.train.resume, overwrite=cfg.train.overwrite_output_dir)
         resolve_batch_sizes(cfg.train, dist.get_data_parallel_size())
         self.tokenizer = self.build_tokenizer(cfg)
@@ -270,6 +297,10 @@ class DefaultTrainer(TrainerBase):
                 graph.debug(debug)
             self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
                                          optimizer=self.optimizer)
+        elif cfg.train.cuda_graph.enabled:
+            self._trainer = CUDAGraphTrainer(self.model, self.train_loader, self.optimizer,
+                                             autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler,
+                                             warmup_iters=cfg.train.cuda_graph.warmup_iters)
         else:
             self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
                                          cfg.train.num_accumulation_steps, pipeline=self.pipeline,

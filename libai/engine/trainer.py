@@ -471,6 +471,48 @@ def micro_batch_step(model, data, m, autocast, grad_scaler):
 SimpleTrainer = EagerTrainer
 
 
+class CUDAGraphTrainer(EagerTrainer):
+    """`train.cuda_graph.enabled=True`: after `warmup_iters` eager iterations, the micro-batch's
+    forward and (scaled) backward are captured once as a CUDA graph (engine.cuda.graph) and
+    replayed at every later iteration; gradient sync, clipping, the GradScaler's step and update
+    and the optimizer stay eager (docs/cuda.md). Each batch is copied into the tensors the
+    capture read; a batch of other shapes or dtypes (or other non-tensor arguments) is captured
+    anew. The replayed forward draws no random numbers: dropout must be off (a capture refuses a
+    draw, since every replay would repeat it)."""
+
+    def __init__(self, model, data_loader, optimizer, autocast=None, grad_scaler=None, warmup_iters=3):
+        super().__init__(model, data_loader, optimizer, 1, autocast=autocast, grad_scaler=grad_scaler)
+        self.warmup_iters = int(warmup_iters)
+        self.graph = None
+        self._calls = 0
+        self._signature = None
+        self._static = None  # the batch the capture read
+        self._static_loss_dict = None
+
+    @staticmethod
+    def _signature_of(data):
+        return tuple(sorted((k, (tuple(v.shape), v.dtype, v.is_global) if isinstance(v, flow.Tensor) else ("value", v))
+                            for k, v in data.items()))
+
+    def forward_backward(self, data):
+        self._calls += 1
+        if self._calls <= self.warmup_iters:
+            return super().forward_backward(data)
+        signature = self._signature_of(data)
+        if self.graph is None or signature != self._signature:
+            self.graph = flow.cuda.CUDAGraph()
+            with flow.cuda.graph(self.graph):
+                self._static_loss_dict = micro_batch_step(self.model, data, 1, self.autocast, self.grad_scaler)
+            self._static, self._signature = data, signature
+        else:
+            with flow.no_grad():
+                for k, v in data.items():
+                    if isinstance(v, flow.Tensor):
+                        self._static[k].copy_(v)
+        self.graph.replay()
+        return self._static_loss_dict
+
+
 class GraphTrainer(EagerTrainer):
     """LiBai's trainer for graph mode (`train.graph.enabled=True`): each micro-batch's forward and
     backward run through an nn.Graph (libai.models.utils.GraphBase), traced at the first

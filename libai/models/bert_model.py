@@ -336,9 +336,11 @@ class BertForPreTraining(nn.Module):
         return [(self.bert.word_embeddings_weight, -1)]
 
     def _heads(self, sequence_output, pooled, ns_labels, lm_labels, loss_mask):
-        if self.training and lm_labels is not None and not flow.nn.graph.is_tracing():
+        if self.training and lm_labels is not None and not (flow.nn.graph.is_tracing()
+                                                             or flow.cuda.is_current_stream_capturing()):
             # score the masked positions only (the loss reads nothing else); eval scores every
-            # position, and so does graph mode, whose shapes cannot depend on the mask's count
+            # position, and so do graph mode and a CUDA graph capture, whose shapes cannot depend
+            # on the mask's count
             positions, valid = masked_positions(lm_labels, loss_mask)
             prediction_scores, binary = self.cls_head(sequence_output, pooled, self.bert.word_embeddings_weight,
                                                       flow.tensor(positions))
