@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import gpu_helper
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BENCH = os.path.join(ROOT, "tools", "benchmarks")
@@ -25,10 +27,11 @@ finally:
 
 
 def double_env():
-    """The environment of a process whose `import cupy` is the CuPy double (as in
-    gpu_helper.double_env, plus this process's environment, threads and the repository root)."""
-    shim = os.path.join(HERE, "cupy_double", "shim")
-    return dict(os.environ, **THREADS, ENGINE_CUPY_DOUBLE="1", PYTHONPATH=os.pathsep.join([shim, HERE, ROOT]))
+    """The environment of a process whose `import cupy` is the CuPy double (gpu_helper.double_env),
+    with this process's environment, one thread and the repository root on the path."""
+    env = gpu_helper.double_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], ROOT])
+    return dict(os.environ, **THREADS, **env)
 
 
 def plain_env():
