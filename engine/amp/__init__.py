@@ -26,7 +26,7 @@ from ..backend import capture_state, dtypes, xp_of
 from ..ops import _core
 from ..tensor import Tensor
 
-__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype"]
+__all__ = ["autocast", "GradScaler", "StaticGradScaler", "is_autocast_enabled", "get_autocast_dtype"]
 
 _DEFAULT_DTYPES = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
 
@@ -144,8 +144,10 @@ class GradScaler:
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
-            if outputs._device.type == "cpu":
+            if outputs._device.type == "cpu" and _state.tracer is None:
                 return outputs * self._scale
+            # on a GPU, and inside an nn.Graph trace: a tensor that update() refreshes in place,
+            # so a replay multiplies by the current scale, not the traced one
             return outputs * self._scale_on(outputs)
         if isinstance(outputs, (list, tuple)):
             return type(outputs)(self.scale(o) for o in outputs)
@@ -154,15 +156,19 @@ class GradScaler:
     def _scale_on(self, like):
         """The scale as a 0-d float32 tensor on `like`'s device (a constant on its placement when
         global), kept and refreshed in place by update(): a CUDA graph that captured
-        `scale(loss)` then multiplies by the current scale at every replay, and an eager step
-        copies nothing from the host."""
+        `scale(loss)`, or an nn.Graph that traced it, then multiplies by the current scale at
+        every replay, and an eager GPU step copies nothing from the host."""
         key = (like._device, like._global.placement if like._global is not None else None)
         t = self._device_scales.get(key)
         if t is None:
             if capture_state() is not None:  # its fill would be a node of the graph, redone at each replay
                 raise RuntimeError("GradScaler.scale: first used inside a CUDA graph capture; call it once eagerly "
                                    "before capturing (warm-up steps do), so that its scale lives outside the graph")
-            t = self._device_scales[key] = _core.scalar_tensor(self._scale, dtypes.float32, like)
+            tracer, _state.tracer = _state.tracer, None  # made outside the step: a trace reads it, never remakes it
+            try:
+                t = self._device_scales[key] = _core.scalar_tensor(self._scale, dtypes.float32, like)
+            finally:
+                _state.tracer = tracer
         return t
 
     def _set_scale(self, value):
@@ -245,6 +251,24 @@ class GradScaler:
         self._backoff_factor = float(state["backoff_factor"])
         self._growth_interval = int(state["growth_interval"])
         self._growth_tracker = int(state["_growth_tracker"])
+
+
+class StaticGradScaler(GradScaler):
+    """OneFlow's `flow.amp.StaticGradScaler(scale_factor)`: loss scaling by a constant. The
+    gradients are unscaled before clipping and a step whose gradients hold inf/nan is skipped,
+    as with GradScaler, but the scale never changes."""
+
+    def __init__(self, scale_factor, device="cpu"):
+        scale_factor = float(scale_factor)
+        if not scale_factor > 0.0 or not np.isfinite(scale_factor):
+            raise ValueError(f"StaticGradScaler: scale_factor must be a positive finite number, got {scale_factor}")
+        super().__init__(device, init_scale=scale_factor)
+
+    def update(self, new_scale=None):
+        """Ends the step (the next unscale_ is allowed); the scale stays, unless `new_scale` sets it."""
+        if new_scale is not None:
+            self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
+        self._unscaled = {}
 
 
 def _host_sum(a):

@@ -31,6 +31,11 @@ def _default_grads(outputs, grad_outputs):
                     f"{tuple(o.shape)}: pass the gradient explicitly (`gradient=` to backward())"
                 )
             g = o._constant_like(1 if _state.grad_root_scale == 1.0 else _state.grad_root_scale)
+            if _state.loss_scale is not None:
+                # as `(scaler.scale(loss)).backward()` seeds it: the product in float32, in the loss's dtype
+                g = g * _state.loss_scale(o)
+                if g.dtype != o.dtype:
+                    g = g.to(o.dtype)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(
                 f"gradient of shape {tuple(g.shape)} does not match tensor of shape {tuple(o.shape)}"

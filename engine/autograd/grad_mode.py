@@ -15,6 +15,9 @@ class _State(threading.local):
     cuda_graph = None
     # the implicit gradient of a scalar loss (1, or 1/n in an nn.Graph accumulating n micro-batches)
     grad_root_scale = 1.0
+    # nn.Graph.set_grad_scaler: fn(loss) -> the 0-d scale tensor that multiplies the implicit
+    # gradient of a scalar loss (OneFlow's graph scales `loss.backward()` itself), else None
+    loss_scale = None
 
 
 _state = _State()

@@ -32,6 +32,7 @@ every replay (dropout, rand/randn), in the order eager draws them, so a graph an
 from the same generator state compute the same bits.
 """
 import collections
+import contextlib
 import sys
 
 from ..autograd.grad_mode import _state, is_grad_enabled
@@ -62,6 +63,7 @@ class GraphConfig:
 
     def __init__(self):
         self.grad_acc_steps = 1
+        self.amp_dtype = None
 
     def set_gradient_accumulation_steps(self, value):
         """Split each call's tensor inputs along dim 0 into `value` micro-batches; the backward of
@@ -72,10 +74,19 @@ class GraphConfig:
             raise ValueError(f"set_gradient_accumulation_steps: expected a positive number, got {value}")
         self.grad_acc_steps = value
 
-    def enable_amp(self, mode=True, **_):
-        if mode:
-            raise NotImplementedError("graph.config.enable_amp: automatic mixed precision is not implemented in "
-                                      "graph mode; call build() under engine.amp.autocast (bfloat16) instead")
+    def enable_amp(self, mode=True, *, dtype=None):
+        """Run `build` under autocast in `dtype` (OneFlow's default: float16; bfloat16 is the CPU's
+        other choice) on the device of the call's inputs (else of the parameters). float16
+        training also wants loss scaling: `graph.set_grad_scaler(flow.amp.GradScaler())`."""
+        if not mode:
+            self.amp_dtype = None
+            return
+        from .. import amp
+        from ..backend import dtypes
+
+        dtype = dtypes.float16 if dtype is None else dtypes.as_dtype(dtype)
+        amp.autocast("cpu", dtype)  # the same checks as autocast's (float16 or bfloat16)
+        self.amp_dtype = dtype
 
     def allow_fuse_add_to_output(self, mode=True):
         """Accepted: the engine's kernels already add residuals in place where they can."""
@@ -96,6 +107,7 @@ class Graph:
         object.__setattr__(self, "num_traces", 0)
         object.__setattr__(self, "last_tape", None)
         object.__setattr__(self, "_name", type(self).__name__)
+        object.__setattr__(self, "_grad_scaler", None)
 
     def __setattr__(self, name, value):
         if isinstance(value, Module):
@@ -120,6 +132,15 @@ class Graph:
             raise NotImplementedError("add_optimizer(is_sparse=True): sparse updates are not implemented")
         self._optimizers.append((optim, lr_sch))
 
+    def set_grad_scaler(self, grad_scaler):
+        """OneFlow's loss scaling in a graph (`flow.amp.GradScaler` or `StaticGradScaler`):
+        `loss.backward()` in `build` is seeded with the scaler's current scale (read at every
+        replay, not frozen at the trace); with optimizers added, each call then unscales their
+        gradients, clips, steps unless a gradient is inf/nan, and updates the scale. Without
+        an optimizer the gradients are left scaled, as after `scaler.scale(loss).backward()`.
+        Do not also call `scaler.scale` in `build`: the loss would be scaled twice."""
+        object.__setattr__(self, "_grad_scaler", grad_scaler)
+
     def debug(self, v_level=0, *, ranks=None, max_py_stack_depth=2, only_user_py_stack=True):
         """Print the captured graph (kernels, shapes, SBP, planned memory) of every trace from now
         on, and of the last one now if there is one. `v_level`: 0 a summary, >= 1 every kernel.
@@ -133,19 +154,39 @@ class Graph:
         n = self.config.grad_acc_steps
         params = self._parameters()
         stash = [(p, p.grad) for p in params if p.grad is not None]
-        if n == 1:
-            out = self._run_once(params, stash, args, kwargs)
-        else:
-            out = self._run_accumulated(params, stash, n, args, kwargs)
+        scaler = self._grad_scaler
+        with self._amp(params, args, kwargs), _loss_scaled_by(scaler):
+            if n == 1:
+                out = self._run_once(params, stash, args, kwargs)
+            else:
+                out = self._run_accumulated(params, stash, n, args, kwargs)
         if self._optimizers:
             for optim, lr_sch in self._optimizers:
+                if scaler is not None:
+                    scaler.unscale_(optim)  # true gradients for clipping; notes inf/nan
                 if any(g.get("clip_grad_max_norm") is not None for g in optim.param_groups):
                     optim.clip_grad()
-                optim.step()
+                if scaler is not None:
+                    scaler.step(optim)  # skipped when a gradient is inf/nan
+                else:
+                    optim.step()
                 optim.zero_grad(set_to_none=True)
                 if lr_sch is not None:
                     lr_sch.step()
+            if scaler is not None:
+                scaler.update()
         return out
+
+    def _amp(self, params, args, kwargs):
+        """The autocast of graph.config.enable_amp on the inputs' device (else the parameters')."""
+        dtype = self.config.amp_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        from ..amp import autocast
+
+        on = _tensors_of((args, kwargs)) or params
+        device = on[0]._device.type if on else "cpu"
+        return autocast(device, dtype)
 
     def _run_once(self, params, stash, args, kwargs):
         for p, _ in stash:
@@ -221,7 +262,7 @@ class Graph:
     def _signature(self, args, kwargs):
         modes = tuple(m.training for top in self._modules.values() for m in top.modules())
         return (_value_key(args), _value_key(kwargs), modes, is_grad_enabled(), _state.autocast,
-                _context["deferred_grad_sync"](), _state.grad_root_scale)
+                _context["deferred_grad_sync"](), _state.grad_root_scale, _state.loss_scale is not None)
 
     # ------------------------------------------------------------ debugging
     def summary(self, tape=None, v_level=0):
@@ -253,6 +294,21 @@ class Graph:
 
 
 # ------------------------------------------------------------------ helpers
+@contextlib.contextmanager
+def _loss_scaled_by(scaler):
+    """While a graph with a grad scaler runs: an implicit `loss.backward()` gradient is the
+    scaler's scale tensor (engine.autograd reads _state.loss_scale)."""
+    if scaler is None or not scaler.is_enabled():
+        yield
+        return
+    prev = _state.loss_scale
+    _state.loss_scale = scaler._scale_on
+    try:
+        yield
+    finally:
+        _state.loss_scale = prev
+
+
 def _reader(t):
     return lambda: t._data
 

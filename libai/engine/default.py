@@ -161,8 +161,6 @@ def check_graph_mode(cfg):
     refused = []
     if train.dist.pipeline_parallel_size not in (None, 1):
         refused.append("train.dist.pipeline_parallel_size > 1")
-    if DefaultTrainer.float16_training(cfg):
-        refused.append("train.amp float16 (loss scaling)")
     refused += _checkpointing_and_zero(train)
     _refuse(refused, "graph mode (train.graph.enabled=True)", "run that configuration eagerly "
             "(train.graph.enabled=False)")
@@ -290,13 +288,13 @@ class DefaultTrainer(TrainerBase):
         self.grad_scaler = self.build_grad_scaler(cfg)
         # run_step passes get_batch and the input device, as LiBai's DefaultTrainer
         if graph_mode(cfg):
-            graph = self.build_graph(cfg, self.model, is_train=True)
+            graph = self.build_graph(cfg, self.model, is_train=True, grad_scaler=self.grad_scaler)
             debug = cfg.train.graph.debug if cfg.train.graph.debug >= 0 else \
                 try_get_key(cfg, "graph.debug", default=-1)  # LiBai's key
             if debug >= 0:
                 graph.debug(debug)
             self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
-                                         optimizer=self.optimizer)
+                                         optimizer=self.optimizer, grad_scaler=self.grad_scaler)
         elif cfg.train.cuda_graph.enabled:
             self._trainer = CUDAGraphTrainer(self.model, self.train_loader, self.optimizer,
                                              autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler,
@@ -500,16 +498,18 @@ class DefaultTrainer(TrainerBase):
                               kind=cfg.train.dist.pipeline_schedule, device_type=device)
 
     @classmethod
-    def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True):
+    def build_graph(cls, cfg, model, optimizer=None, lr_scheduler=None, is_train=True, grad_scaler=None):
         """The nn.Graph of graph mode (libai.models.utils.GraphBase). Training: each call is one
-        micro-batch's forward and backward under the config's autocast; the trainer runs the
-        eager update around it (so the optimizer and scheduler are not given to the graph).
-        Evaluation (`is_train=False`): the model's forward without gradients."""
+        micro-batch's forward and backward under the config's autocast (float16: its backward
+        scaled by `grad_scaler`, the trainer's); the trainer runs the eager update around it (so
+        the optimizer and scheduler are not given to the graph). Evaluation (`is_train=False`):
+        the model's forward without gradients."""
         from libai.models.utils import GraphBase
 
-        return GraphBase(model, optimizer, lr_scheduler, is_train=is_train,
+        fp16 = is_train and cls.float16_training(cfg)
+        return GraphBase(model, optimizer, lr_scheduler, is_train=is_train, fp16=fp16,
                          grad_acc_steps=cfg.train.num_accumulation_steps if is_train else 1,
-                         autocast=cls.autocast_of(cfg))
+                         autocast=cls.autocast_of(cfg), grad_scaler=grad_scaler if fp16 else None)
 
     @classmethod
     def autocast_of(cls, cfg):

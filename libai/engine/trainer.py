@@ -526,10 +526,12 @@ class GraphTrainer(EagerTrainer):
     optimizer itself, and each loader batch holds all `grad_acc_steps` micro-batches, which the
     graph splits."""
 
-    def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None):
+    def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None, grad_scaler=None):
         own = [opt for opt, _ in graph.optimizers]
+        # float16: the graph scales the backward; the eager update unscales, skips and updates
+        scaler = None if own else (grad_scaler or getattr(graph, "grad_scaler", None))
         super().__init__(graph.model, data_loader, optimizer or (own[0] if own else None), grad_acc_steps,
-                         get_batch=get_batch)
+                         get_batch=get_batch, grad_scaler=scaler)
         self.graph = graph
         self.graph_steps = bool(own)
 

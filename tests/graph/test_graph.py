@@ -324,3 +324,103 @@ def test_what_a_kernel_does_inside_itself_is_replayed_once():
         np.testing.assert_array_equal(got, (NoisyKernel.apply(x) * 2).numpy())
         assert not np.array_equal(got, graph(x).numpy())  # and the next replay draws anew
     assert graph.num_traces == 1 and len(graph.last_tape.entries) == 2
+
+
+class AmpGraph(TrainGraph):
+    """OneFlow's float16 pattern: enable_amp + set_grad_scaler, a plain `loss.backward()` in build."""
+
+    def __init__(self, model, optimizer, scaler, dtype=None):
+        super().__init__(model, optimizer)
+        self.config.enable_amp(True, dtype=dtype)
+        self.set_grad_scaler(scaler)
+
+
+@pytest.mark.parametrize("clip", [False, True], ids=["no-clip", "clip"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # float16 overflows are the point
+def test_float16_with_loss_scaling_replays_the_eager_scaler_steps(clip):
+    """A start scale that overflows the float16 gradients: the first steps are skipped and the
+    scale backs off, later ones grow it again (growth_interval=3). The graph seeds its backward
+    with the scaler's *current* scale at every replay (a scale frozen at the trace would unscale
+    wrongly once it changed), so losses, scales and parameters follow the eager loop bit for
+    bit."""
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-2)
+    opt2 = flow.optim.AdamW(twin.parameters(), lr=1e-2)
+    if clip:
+        for o in (opt, opt2):
+            o.param_groups[0]["clip_grad_max_norm"] = 0.5
+            o.param_groups[0]["clip_grad_norm_type"] = 2.0
+    scaler, scaler2 = (flow.amp.GradScaler(init_scale=2.0 ** 19, growth_interval=3) for _ in range(2))
+    graph = AmpGraph(model, opt, scaler)
+    rng = np.random.default_rng(0)
+    scales, skipped = [], 0
+    for step in range(12):
+        x, y = batch(rng, 16)
+        got = graph(x, y)
+        with flow.autocast("cpu", dtype=flow.float16):
+            want = flow.nn.functional.cross_entropy(twin(x), y)
+        scaler2.scale(want).backward()
+        scaler2.unscale_(opt2)
+        if clip:
+            opt2.clip_grad()
+        scaler2.step(opt2)
+        skipped += scaler2.found_inf(opt2)
+        scaler2.update()
+        opt2.zero_grad(set_to_none=True)
+        assert got.item() == want.item(), step
+        assert scaler.get_scale() == scaler2.get_scale(), step
+        assert same_params(model, twin), step
+        scales.append(scaler.get_scale())
+    assert 0 < skipped < 12 and len(set(scales)) >= 3, (skipped, scales)  # both paths were exercised
+    assert graph.num_traces == 1
+
+
+def test_amp_config_traces_under_autocast_and_static_scaler_keeps_its_scale():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    opt, opt2 = flow.optim.SGD(model.parameters(), lr=0.1), flow.optim.SGD(twin.parameters(), lr=0.1)
+    scaler, scaler2 = flow.amp.StaticGradScaler(1024.0), flow.amp.StaticGradScaler(1024.0)
+    graph = AmpGraph(model, opt, scaler, dtype=flow.bfloat16)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x, y = batch(rng)
+        got = graph(x, y)
+        with flow.autocast("cpu", dtype=flow.bfloat16):
+            want = flow.nn.functional.cross_entropy(twin(x), y)
+        scaler2.scale(want).backward()
+        scaler2.step(opt2)
+        scaler2.update()
+        opt2.zero_grad()
+        assert got.item() == want.item()
+    assert same_params(model, twin) and scaler.get_scale() == 1024.0
+    assert any(e.label == "ToCopy" or "Cast" in e.label for e in graph.last_tape.entries)  # the autocast casts
+    graph.config.enable_amp(False)
+    graph(*batch(rng))  # a new autocast mode is a new signature
+    assert graph.num_traces == 2
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        graph.config.enable_amp(True, dtype=flow.float32)
+    with pytest.raises(ValueError, match="scale_factor must be a positive finite number"):
+        flow.amp.StaticGradScaler(0.0)
+
+
+def test_a_grad_scaler_without_optimizer_leaves_the_gradients_scaled():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+
+    class G(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.set_grad_scaler(flow.amp.StaticGradScaler(8.0))
+
+        def build(self, x, y):
+            loss = flow.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            return loss
+
+    x, y = batch(np.random.default_rng(2))
+    G()(x, y)
+    (flow.nn.functional.cross_entropy(twin(x), y) * 8.0).backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert np.array_equal(p.grad.numpy(), q.grad.numpy())

@@ -43,13 +43,17 @@ def test_graph_mode_trains_the_eager_losses(tmp_path, name, dropout):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_graph_mode_on_cuda_through_the_double_trains_the_eager_losses(tmp_path, monkeypatch, name):
     """nn.Graph on CUDA placements: traced and replayed through the CuPy double (numpy under
-    CuPy's rules), dropout on, against the same recipe eager on CUDA (not yet run on a real GPU)."""
+    CuPy's rules), dropout on, against the same recipe eager on CUDA (not yet run on a real GPU).
+    GPT-2 also in float16 with loss scaling (the scale a device tensor read at every replay)."""
     for k, v in double_env().items():
         monkeypatch.setenv(k, v)
     extra = ["train.input_placement_device=cuda"]
-    eager = run(str(tmp_path / "eager"), name, *extra, iters=5)
-    graph = run(str(tmp_path / "graph"), name, *extra, *GRAPH, iters=5)
-    check(graph, eager, name)
+    runs = [extra] + ([extra + ["train.amp.enabled=True", "train.amp.dtype=float16"]] if name == "gpt2_pretrain"
+                      else [])
+    for i, args in enumerate(runs):
+        eager = run(str(tmp_path / f"eager{i}"), name, *args, iters=5)
+        graph = run(str(tmp_path / f"graph{i}"), name, *args, *GRAPH, iters=5)
+        check(graph, eager, name)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -131,3 +135,16 @@ def test_graph_mode_under_bfloat16_autocast_trains_the_eager_losses(tmp_path):
     eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *amp, iters=8)
     graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *amp, *GRAPH, iters=8)
     assert graph == eager
+
+
+def test_graph_mode_under_float16_loss_scaling_trains_the_eager_losses(tmp_path):
+    """float16 autocast with dynamic loss scaling: the graph scales each micro-batch's backward
+    by the scaler's current scale (read at every replay), the trainer's eager update unscales,
+    skips inf/nan steps and adjusts the scale. Losses and the logged scales equal eager's."""
+    amp = ["train.amp.enabled=True", "train.amp.dtype=float16", *ACC]
+    runs = {}
+    for mode, extra in (("eager", []), ("graph", GRAPH)):
+        out = str(tmp_path / mode)
+        run(out, "gpt2_pretrain", *amp, *extra, iters=8)
+        runs[mode] = [(r["iteration"], r["total_loss"], r["loss_scale"]) for r in records(out) if "total_loss" in r]
+    assert runs["graph"] == runs["eager"] and len(runs["eager"]) == 8

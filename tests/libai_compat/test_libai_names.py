@@ -92,7 +92,7 @@ def test_build_model_and_graph_names():
         assert isinstance(graph, GraphBase) and isinstance(graph, flow.nn.Graph) and graph.model is model
     assert isinstance(GraphTrainer(GraphBase(model), [], optimizer=flow.optim.SGD(model.parameters(), lr=0.1)),
                       GraphTrainer)
-    for kwargs, what in ((dict(fp16=True), "fp16=True"), (dict(zero_optim=True), r"zero_optim=True \(ZeRO\)"),
+    for kwargs, what in ((dict(zero_optim=True), r"zero_optim=True \(ZeRO\)"),
                          (dict(activation_checkpoint=True), "activation_checkpoint=True")):
         with pytest.raises(NotImplementedError, match=f"GraphBase: {what}.*not implemented in graph mode"):
             GraphBase(model, **kwargs)
@@ -135,15 +135,60 @@ def test_libai_style_graph_with_its_optimizer_steps_as_eager():
     assert graph.num_traces == 1
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # float16 overflows are the point
+def test_libai_style_float16_graph_scales_unscales_and_skips_as_eager():
+    """LiBai's GraphBase(model, optimizer, fp16=True): float16 autocast (graph.config.enable_amp)
+    and the graph's own loss scaling. A start scale that overflows makes some steps skip and the
+    scale move both ways; the graph follows the eager GradScaler loop bit for bit."""
+    import copy
+
+    import numpy as np
+    from libai.models.mlp_classifier import MLPClassifier
+    from libai.models.utils import GraphBase
+
+    flow.manual_seed(0)
+    model = MLPClassifier(in_features=4, hidden_size=64, num_classes=3)
+    twin = copy.deepcopy(model)
+    opt, opt2 = (flow.optim.AdamW(m.parameters(), lr=0.05) for m in (model, twin))
+    scaler = flow.amp.GradScaler(init_scale=2.0 ** 22, growth_interval=2)
+    scaler2 = flow.amp.GradScaler(init_scale=2.0 ** 22, growth_interval=2)
+    graph = GraphBase(model, opt, fp16=True, grad_scaler=scaler)
+    rng = np.random.default_rng(0)
+    skipped, scales = 0, set()
+    for step in range(10):
+        x = flow.tensor(rng.standard_normal((8, 4)).astype("float32"))
+        y = flow.tensor(rng.integers(0, 3, 8))
+        got = graph(images=x, labels=y)
+        with flow.autocast("cpu", dtype=flow.float16):
+            loss = twin(images=x, labels=y)["loss"]
+        scaler2.scale(loss).backward()
+        scaler2.step(opt2)
+        skipped += scaler2.found_inf(opt2)
+        scaler2.update()
+        opt2.zero_grad()
+        assert got["loss"].item() == loss.item() and scaler.get_scale() == scaler2.get_scale(), step
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert np.array_equal(p.detach().numpy(), q.detach().numpy()), step
+        scales.add(scaler.get_scale())
+    assert 0 < skipped < 10 and len(scales) >= 3, (skipped, scales)
+    assert graph.num_traces == 1
+    with pytest.raises(ValueError, match="a grad_scaler is for float16 training"):
+        GraphBase(model, grad_scaler=scaler)
+
+
 def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_lacks(tmp_path):
     from libai.engine import DefaultTrainer, GraphTrainer
 
     cfg = LazyConfig.load(MLP_CONFIG)
     LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / 'ok'}", "+graph.enabled=true"])
     assert isinstance(DefaultTrainer(cfg)._trainer, GraphTrainer)
+    cfg = LazyConfig.load(MLP_CONFIG)
+    LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / 'fp16'}", "train.graph.enabled=True",
+                                     "train.amp.enabled=True", "train.amp.dtype=float16"])
+    trainer = DefaultTrainer(cfg)._trainer  # float16: the graph scales, the eager update unscales
+    assert isinstance(trainer, GraphTrainer) and trainer.grad_scaler is trainer.graph.grad_scaler is not None
     for overrides, what in ((["+graph.auto_parallel.enabled=true"], "auto_parallel"),
                             (["train.activation_checkpoint.enabled=True"], "activation_checkpoint"),
-                            (["train.amp.enabled=True", "train.amp.dtype=float16"], "float16"),
                             (["+graph.global_mode.enabled=true"], "global_mode"),
                             (["+graph.train_graph.fp16=true"], "train_graph")):
         cfg = LazyConfig.load(MLP_CONFIG)

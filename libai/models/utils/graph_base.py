@@ -17,29 +17,43 @@ class GraphBase(flow.nn.Graph):
     micro-batches and its loss is divided by that number, as EagerTrainer divides it.
     Evaluation (`is_train=False`): the model's outputs, without gradients.
 
-    Not implemented in graph mode (refused): float16 (`fp16=True`: loss scaling reads the scale
-    on the host), activation checkpointing (its recomputation restores RNG states on the host),
-    ZeRO, LiBai's auto-parallel."""
+    float16 (`fp16=True`, LiBai's flag): the step runs under a float16 autocast (`autocast`, or
+    `graph.config.enable_amp` when none is given) with dynamic loss scaling by `grad_scaler`
+    (default: LiBai's GradScaler(init_scale=2**30, growth_interval=2000)). With an optimizer the
+    graph unscales, skips inf/nan steps and updates the scale itself (`set_grad_scaler`);
+    without one the backward is scaled and `self.grad_scaler` is left to the caller's update.
+
+    Not implemented in graph mode (refused): activation checkpointing (its recomputation
+    restores RNG states on the host), ZeRO, LiBai's auto-parallel."""
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
                  grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True, auto_parallel_conf=None,
-                 autocast=None):
+                 autocast=None, grad_scaler=None):
         super().__init__()
-        for flag, what in ((fp16, "fp16=True (float16 loss scaling)"),
-                           (activation_checkpoint, "activation_checkpoint=True"),
+        for flag, what in ((activation_checkpoint, "activation_checkpoint=True"),
                            (zero_optim, "zero_optim=True (ZeRO)"),
                            (auto_parallel_conf is not None and auto_parallel_conf.get("enabled", False),
                             "auto_parallel.enabled=True")):
             if flag:
                 raise NotImplementedError(f"GraphBase: {what} is not implemented in graph mode; train eagerly "
                                           "(graph.enabled=False) to use it")
+        if grad_scaler is not None and not fp16:
+            raise ValueError("GraphBase: a grad_scaler is for float16 training; pass fp16=True with it")
         self.model = model
         self.is_train = is_train
         self.autocast = autocast or contextlib.nullcontext
+        if fp16 and autocast is None:
+            self.config.enable_amp(True, dtype=flow.float16)
         self.grad_acc_steps = int(grad_acc_steps or 1)
         self.loss_divisor = self.grad_acc_steps
+        self.grad_scaler = None
+        if is_train and fp16:
+            self.grad_scaler = grad_scaler or flow.amp.GradScaler(init_scale=2.0 ** 30, growth_factor=2.0,
+                                                                  backoff_factor=0.5, growth_interval=2000)
         if is_train and optimizer is not None:
             self.add_optimizer(optimizer, lr_sch=lr_scheduler)
+            if self.grad_scaler is not None:
+                self.set_grad_scaler(self.grad_scaler)  # the graph scales, unscales, skips and updates
             if self.grad_acc_steps > 1:
                 self.config.set_gradient_accumulation_steps(self.grad_acc_steps)
                 self.loss_divisor = 1  # the graph scales each micro-batch's backward by 1/n
@@ -50,5 +64,7 @@ class GraphBase(flow.nn.Graph):
                 return self.model(**kwargs)
         from libai.engine.trainer import micro_batch_step
 
-        loss_dict = micro_batch_step(self.model, kwargs, self.loss_divisor, self.autocast, None)
+        # the caller's update unscales when the graph does not step the optimizer itself
+        scaler = self.grad_scaler if not self.optimizers else None
+        loss_dict = micro_batch_step(self.model, kwargs, self.loss_divisor, self.autocast, scaler)
         return {k: v.detach() for k, v in loss_dict.items()}
