@@ -210,12 +210,8 @@ class Tensor:
             self._acc_ref = weakref.ref(acc)
         return (acc, 0)
 
-    def _accumulate_grad(self, grad, adoptable=False):
-        if self._leaf_hooks:
-            for hook in list(self._leaf_hooks):
-                res = hook(grad)
-                if res is not None:
-                    grad = res
+    def _as_own_gradient(self, grad):
+        """`grad` in this leaf's global layout and dtype, as `.grad` holds it."""
         if self._global is not None:
             grad = self._global.leaf_gradient(self, grad)
         elif grad._global is not None:
@@ -224,6 +220,15 @@ class Tensor:
             # as PyTorch's engine: a gradient takes its leaf's dtype (a float32 parameter used by
             # a float16 op under autocast gets a float32 gradient)
             grad = grad.to(self.dtype)
+        return grad
+
+    def _accumulate_grad(self, grad, adoptable=False):
+        if self._leaf_hooks:
+            for hook in list(self._leaf_hooks):
+                res = hook(grad)
+                if res is not None:
+                    grad = res
+        grad = self._as_own_gradient(grad)
         if self.grad is None:
             # A gradient may share its array with another leaf's gradient, a retained output or
             # a user's tensor: then .grad gets its own copy. A fresh array that nothing else

@@ -140,21 +140,23 @@ def _sole_owner(g):
             and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
 
 
-def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None):
+def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None, accumulate_others=False):
     """Backpropagate from `roots` (tensors) seeded with `grad_roots`.
 
     With `capture` (a list of edges) the gradients flowing into those edges are returned instead
-    of being accumulated into leaves, which is what `autograd.grad` needs. Autocast is off while
-    it runs: each backward computes in the dtypes its forward saw.
+    of being accumulated into leaves, which is what `autograd.grad` needs; with
+    `accumulate_others` the other leaves still accumulate theirs (activation checkpointing's
+    recomputation: its inputs' gradients go on, the parameters' land in `.grad`). Autocast is
+    off while it runs: each backward computes in the dtypes its forward saw.
     """
     saved_autocast, _state.autocast = _state.autocast, None
     try:
-        return _run_backward(roots, grad_roots, retain_graph, create_graph, capture)
+        return _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others)
     finally:
         _state.autocast = saved_autocast
 
 
-def _run_backward(roots, grad_roots, retain_graph, create_graph, capture):
+def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others=False):
     root_edges = []
     for t, g in zip(roots, grad_roots):
         edge = t._grad_edge()
@@ -178,7 +180,7 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture):
             captured.collect(node, grads)
         if isinstance(node, AccumulateGrad):
             g = grads[0]
-            if capture is None and g is not None:
+            if g is not None and (capture is None or (accumulate_others and not captured.holds(node))):
                 if create_graph:
                     node.accumulate(g)
                 else:
@@ -259,6 +261,9 @@ class _Capture:
         for i, edge in enumerate(edges):
             self.where.setdefault((id(edge[0]), edge[1]), []).append(i)
         self.grads = [None] * len(edges)
+
+    def holds(self, node):
+        return any((id(node), nr) in self.where for nr in range(node.num_outputs))
 
     def collect(self, node, grads):
         for nr in range(node.num_outputs):

@@ -58,7 +58,7 @@ class _Entry:
 
     __slots__ = ("kind", "fn", "label", "args", "arg_patch", "kwargs", "kw_patch", "outs", "single",
                  "ctx_pre", "ctx_index", "ctx_bind", "ctx_static", "frees", "ctx_frees", "keep_ctx", "info", "leaf",
-                 "meta", "device")
+                 "meta", "device", "input_index")
 
     def __init__(self, kind, fn, label):
         self.kind, self.fn, self.label = kind, fn, label
@@ -67,7 +67,7 @@ class _Entry:
         self.ctx_pre = self.ctx_index = None
         self.ctx_bind, self.ctx_static = (), None
         self.frees, self.ctx_frees, self.keep_ctx, self.info = (), (), False, ""
-        self.leaf = self.meta = self.device = None
+        self.leaf = self.meta = self.device = self.input_index = None
 
 
 class Tracer:
@@ -88,6 +88,7 @@ class Tracer:
             self.keep.append(arr)  # parameters and buffers: alive anyway
         self.used_ctxvals = set()
         self.inputs = []       # (slot) per traced input array
+        self.input_leaves = {}  # id(input tensor) -> its index: a replay gives its gradient to that call's tensor
         self.depth = 0         # > 0 while a recorded kernel runs: what it does inside is its own
         self._prev = None
 
@@ -121,8 +122,11 @@ class Tracer:
         s = self.slot_of.get(id(arr))
         return s if s is not None and self.refs[s]() is arr else None
 
-    def add_input(self, arr):
+    def add_input(self, arr, tensor=None):
         s = self.new_slot(arr)
+        if tensor is not None:
+            self.input_leaves[id(tensor)] = len(self.inputs)
+            self.keep.append(tensor)
         self.inputs.append(s)
         return s
 
@@ -260,7 +264,9 @@ class Tracer:
             raise GraphTraceError("nn.Graph: a kernel set a parameter's gradient inside itself")
         entry = _Entry("grad", None, "AccumulateGrad")
         self._fill(entry, (grad._data,), {}, "AccumulateGrad")
-        entry.leaf, entry.meta, entry.device = leaf, (type(grad), grad._global), grad._device
+        entry.input_index = self.input_leaves.get(id(leaf))
+        entry.leaf = leaf if entry.input_index is None else None  # an input: the replayed call's own
+        entry.meta, entry.device = (type(grad), grad._global), grad._device
         entry.info = f"{list(leaf.shape)}"
         self.entries.append(entry)
 
@@ -380,8 +386,9 @@ class Tape:
         self.planned_peak_bytes = peak
         self.traced_bytes = sum(sizes[s][0] for s in produced_at if sizes[s][1])
 
-    def replay(self, input_arrays):
-        """Run the entries on `input_arrays`; returns the output arrays."""
+    def replay(self, input_arrays, input_tensors=None):
+        """Run the entries on `input_arrays` (the data of `input_tensors`, which get the
+        gradients of inputs that require one); returns the output arrays."""
         from .function import Context
 
         table = [None] * self.n_slots
@@ -419,7 +426,7 @@ class Tape:
             elif kind == "call":
                 out = e.fn(*args)
             else:
-                _set_grad(e, args[0])
+                _set_grad(e, args[0], input_tensors)
                 out = None
             if e.outs:
                 if e.single:
@@ -484,8 +491,8 @@ def _same(a, b):
         return False
 
 
-def _set_grad(e, arr):
-    leaf = e.leaf
+def _set_grad(e, arr, input_tensors=None):
+    leaf = e.leaf if e.input_index is None else input_tensors[e.input_index]
     if leaf.grad is not None:
         raise GraphTraceError(f"graph replay: the parameter of shape {list(leaf.shape)} already has a gradient "
                               "(the graph adopts fresh gradients; its caller stashes older ones)")

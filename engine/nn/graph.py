@@ -154,6 +154,11 @@ class Graph:
         n = self.config.grad_acc_steps
         params = self._parameters()
         stash = [(p, p.grad) for p in params if p.grad is not None]
+        grad_inputs = [t for t in _tensors_of((args, kwargs)) if t.requires_grad and is_grad_enabled()]
+        if grad_inputs:
+            _check_grad_inputs(grad_inputs, n)
+            # an input leaf that requires grad gets its gradient as eagerly: added to what it holds
+            stash += [(t, t.grad) for t in grad_inputs if t.grad is not None and all(t is not p for p, _ in stash)]
         scaler = self._grad_scaler
         with self._amp(params, args, kwargs), _loss_scaled_by(scaler):
             if n == 1:
@@ -219,7 +224,7 @@ class Graph:
         in_tensors = _tensors_of((args, kwargs))
         if tape is None:
             return self._trace(key, args, kwargs, in_tensors)
-        arrays = tape.replay([t._data for t in in_tensors])
+        arrays = tape.replay([t._data for t in in_tensors], in_tensors)
         template, metas = tape.output_template
         return _unflatten(template, [_output_tensor(a, m) for a, m in zip(arrays, metas)])
 
@@ -230,7 +235,7 @@ class Graph:
                 dynamic.append((t._data, _reader(t)))
         tracer = Tracer(dynamic)
         for t in in_tensors:
-            tracer.add_input(t._data)
+            tracer.add_input(t._data, t)
         with tracer:
             out = self.build(*args, **kwargs)
         template, tensors = _flatten(out)
@@ -294,6 +299,18 @@ class Graph:
 
 
 # ------------------------------------------------------------------ helpers
+def _check_grad_inputs(tensors, n):
+    for t in tensors:
+        if t.grad_fn is not None:
+            raise GraphTraceError(f"nn.Graph: an input of shape {list(t.shape)} requires grad and was computed outside "
+                                  "the graph (it has a grad_fn): the captured backward cannot run into that code. "
+                                  "Pass a leaf (detach().requires_grad_()) or move the computation into build")
+    if n > 1:
+        raise GraphTraceError("nn.Graph: inputs that require grad with gradient accumulation "
+                              f"({n} micro-batches) are not implemented: the micro-batches are views made outside "
+                              "the graph")
+
+
 @contextlib.contextmanager
 def _loss_scaled_by(scaler):
     """While a graph with a grad scaler runs: an implicit `loss.backward()` gradient is the

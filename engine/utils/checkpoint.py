@@ -15,10 +15,9 @@ then released), and inputs need not require grad. `use_reentrant` is accepted fo
 compatibility and changes nothing. The recomputed outputs must have the shapes and dtypes of
 the first run (PyTorch's default determinism check); a mismatch is an error.
 """
-from ..autograd import backward as _backward
 from ..autograd.function import Context, is_tensor
-from ..autograd.grad_mode import enable_grad, is_grad_enabled
-from ..autograd.graph import Node
+from ..autograd.grad_mode import _state, enable_grad, is_grad_enabled
+from ..autograd.graph import Node, run_backward
 from ..backend.random import get_rng_state, set_rng_state
 
 __all__ = ["checkpoint"]
@@ -47,6 +46,45 @@ def _flatten(out):
     return [], lambda ts: out
 
 
+class _RngKeeper:
+    """The random state of the first run, put back for the recomputation and taken away after.
+
+    Inside a step that nn.Graph captures, the three moves (save at the first run, swap in and
+    back around the recomputation) are also recorded as calls of the trace, at the points where
+    they happen: a replay saves and restores the generator's state *of that replay*, so its
+    recomputed dropout masks are the ones its forward drew, as eagerly."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled
+        self.first = self.now = None
+        self._do("SaveRNGState", self._save)
+
+    def _do(self, label, move):
+        if not self.enabled:
+            return
+        move()
+        tracer = _state.tracer
+        if tracer is not None:
+            tracer.call(move, (), None, label)
+
+    def _save(self):
+        self.first = get_rng_state()
+
+    def _in(self):
+        self.now = get_rng_state()
+        set_rng_state(self.first)
+
+    def _back(self):
+        set_rng_state(self.now)
+        self.now = None
+
+    def swap_in(self):
+        self._do("RestoreRNGState", self._in)
+
+    def swap_back(self):
+        self._do("ResumeRNGState", self._back)
+
+
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, context_fn=None,
                determinism_check="default", debug=False, **kwargs):
     """`function(*args, **kwargs)`, with its activations recomputed in backward instead of kept
@@ -58,13 +96,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
         raise ValueError(f"determinism_check must be 'default' or 'none', got {determinism_check!r}")
     if not is_grad_enabled():
         return function(*args, **kwargs)
-    from ..autograd.grad_mode import _state
-
-    if _state.tracer is not None:
-        from ..autograd.trace import GraphTraceError
-        raise GraphTraceError("activation checkpointing inside a step that nn.Graph captures is not implemented "
-                              "(its recomputation restores random states on the host); run it eagerly")
-    rng = get_rng_state() if preserve_rng_state else None
+    rng = _RngKeeper(preserve_rng_state)
     first = function(*args, **kwargs)
     outs, rebuild = _flatten(first)
     needs = [o.requires_grad for o in outs]
@@ -76,26 +108,30 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     tensor_args = [a if is_tensor(a) else None for a in args]
 
     def backward_fn(ctx, *grads):
-        now = get_rng_state()
-        if rng is not None:
-            set_rng_state(rng)
+        rng.swap_in()
         try:
             inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None else a
                       for a, t in zip(args, tensor_args)]
             with enable_grad():
                 again, _ = _flatten(function(*inputs, **kwargs))
         finally:
-            if rng is not None:
-                set_rng_state(now)
+            rng.swap_back()
         if determinism_check == "default":
             got = [(tuple(o.shape), o.dtype) for o in again]
             if got != shapes:
                 raise RuntimeError(f"checkpoint: the recomputed outputs {got} differ from the first run's {shapes} "
                                    "(the function must compute the same shapes and dtypes when run again)")
         pairs = [(o, g) for o, g, n in zip(again, grads, needs) if n and g is not None and o.requires_grad]
+        wanted = [i for i, t in enumerate(tensor_args) if t is not None and t.requires_grad]
+        result = [None] * len(args)
         if pairs:
-            _backward([o for o, _ in pairs], [g for _, g in pairs])
-        return tuple(x.grad if t is not None and t.requires_grad else None for x, t in zip(inputs, tensor_args))
+            # the inputs' gradients are returned (they go on down the outer graph), the
+            # parameters used inside accumulate into their .grad as usual
+            got = run_backward([o for o, _ in pairs], [g for _, g in pairs], False, False,
+                               capture=[inputs[i]._grad_edge() for i in wanted], accumulate_others=True)
+            for i, g in zip(wanted, got):
+                result[i] = None if g is None else inputs[i]._as_own_gradient(g.detach())
+        return tuple(result)
 
     edges = tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args)
     node = Node("Checkpoint", backward_fn, Context(), edges, len(detached))

@@ -161,13 +161,17 @@ def check_graph_mode(cfg):
     refused = []
     if train.dist.pipeline_parallel_size not in (None, 1):
         refused.append("train.dist.pipeline_parallel_size > 1")
-    refused += _checkpointing_and_zero(train)
+    refused += _zero(train)
     _refuse(refused, "graph mode (train.graph.enabled=True)", "run that configuration eagerly "
             "(train.graph.enabled=False)")
 
 
 def _checkpointing_and_zero(train):
     return [f"train.{k}.enabled=True" for k in ("activation_checkpoint", "zero_optimization") if train[k].enabled]
+
+
+def _zero(train):
+    return ["train.zero_optimization.enabled=True"] if train.zero_optimization.enabled else []
 
 
 def _refuse(refused, mode, advice):

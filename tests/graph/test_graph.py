@@ -326,6 +326,14 @@ def test_what_a_kernel_does_inside_itself_is_replayed_once():
     assert graph.num_traces == 1 and len(graph.last_tape.entries) == 2
 
 
+class GradsOnlyGraph(TrainGraph):
+    """No optimizer: the gradients are left in .grad for the caller."""
+
+    def __init__(self, model):
+        flow.nn.Graph.__init__(self)
+        self.model = model
+
+
 class AmpGraph(TrainGraph):
     """OneFlow's float16 pattern: enable_amp + set_grad_scaler, a plain `loss.backward()` in build."""
 
@@ -408,19 +416,74 @@ def test_a_grad_scaler_without_optimizer_leaves_the_gradients_scaled():
     model = mlp(0.0)
     twin = copy.deepcopy(model)
 
-    class G(flow.nn.Graph):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-            self.set_grad_scaler(flow.amp.StaticGradScaler(8.0))
-
-        def build(self, x, y):
-            loss = flow.nn.functional.cross_entropy(self.model(x), y)
-            loss.backward()
-            return loss
-
+    graph = GradsOnlyGraph(model)
+    graph.set_grad_scaler(flow.amp.StaticGradScaler(8.0))
     x, y = batch(np.random.default_rng(2))
-    G()(x, y)
+    graph(x, y)
     (flow.nn.functional.cross_entropy(twin(x), y) * 8.0).backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         assert np.array_equal(p.grad.numpy(), q.grad.numpy())
+
+
+class CheckpointedMLP(flow.nn.Module):
+    """Two blocks with dropout, the first recomputed in backward (activation checkpointing)."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.block = flow.nn.Sequential(flow.nn.Linear(8, 32), flow.nn.GELU(), flow.nn.Dropout(p))
+        self.head = flow.nn.Sequential(flow.nn.Dropout(p), flow.nn.Linear(32, 3))
+
+    def forward(self, x):
+        return self.head(flow.utils.checkpoint.checkpoint(self.block, x))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.4], ids=["no-dropout", "dropout"])
+def test_activation_checkpointing_inside_a_graph_replays_the_eager_steps(p):
+    """The recomputation must draw the dropout masks its forward drew *at this replay*: the
+    random state is saved and swapped by calls recorded in the trace, not frozen at it. Input
+    needs grad too, so the checkpoint's input gradient flows on."""
+    flow.manual_seed(0)
+    model = CheckpointedMLP(p)
+    twin = copy.deepcopy(model)
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-2)
+    opt2 = flow.optim.AdamW(twin.parameters(), lr=1e-2)
+    graph = TrainGraph(model, opt)
+    rng = np.random.default_rng(0)
+    for step in range(10):
+        x, y = batch(rng)
+        x.requires_grad_()
+        x2 = x.detach().requires_grad_()
+        state = flow.get_rng_state()
+        got = graph(x, y)
+        flow.set_rng_state(state)
+        want = eager_step(twin, opt2, x2, y)
+        assert got.item() == want.item(), step
+        assert same_params(model, twin), step
+        assert np.array_equal(x.grad.numpy(), x2.grad.numpy()), step
+    labels = [e.label for e in graph.last_tape.entries]
+    assert labels.count("SaveRNGState") == labels.count("RestoreRNGState") == labels.count("ResumeRNGState") == 1
+    assert graph.num_traces == 1
+
+
+def test_inputs_that_require_grad_get_their_gradients_at_every_replay():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+
+    graph = GradsOnlyGraph(model)
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        x, y = batch(rng)
+        x.requires_grad_()
+        x2 = x.detach().requires_grad_()
+        if step == 2:  # a gradient it already holds is added to, as eagerly
+            x.grad, x2.grad = flow.ones_like(x), flow.ones_like(x2)
+        graph(x, y)
+        flow.nn.functional.cross_entropy(twin(x2), y).backward()
+        assert np.array_equal(x.grad.numpy(), x2.grad.numpy()), step
+    assert graph.num_traces == 1
+    x, y = batch(rng)
+    with pytest.raises(GraphTraceError, match="computed outside the graph"):
+        graph(x.requires_grad_() * 2, y)
+    graph.config.set_gradient_accumulation_steps(2)
+    with pytest.raises(GraphTraceError, match="inputs that require grad with gradient accumulation"):
+        graph(x.detach().requires_grad_(), y)

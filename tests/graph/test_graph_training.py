@@ -44,12 +44,13 @@ def test_graph_mode_trains_the_eager_losses(tmp_path, name, dropout):
 def test_graph_mode_on_cuda_through_the_double_trains_the_eager_losses(tmp_path, monkeypatch, name):
     """nn.Graph on CUDA placements: traced and replayed through the CuPy double (numpy under
     CuPy's rules), dropout on, against the same recipe eager on CUDA (not yet run on a real GPU).
-    GPT-2 also in float16 with loss scaling (the scale a device tensor read at every replay)."""
+    GPT-2 also in float16 with loss scaling (the scale a device tensor read at every replay) and
+    with activation checkpointing (the device generator's offsets saved and swapped at replay)."""
     for k, v in double_env().items():
         monkeypatch.setenv(k, v)
     extra = ["train.input_placement_device=cuda"]
-    runs = [extra] + ([extra + ["train.amp.enabled=True", "train.amp.dtype=float16"]] if name == "gpt2_pretrain"
-                      else [])
+    runs = [extra] + ([extra + ["train.amp.enabled=True", "train.amp.dtype=float16"],
+                       extra + ["train.activation_checkpoint.enabled=True"]] if name == "gpt2_pretrain" else [])
     for i, args in enumerate(runs):
         eager = run(str(tmp_path / f"eager{i}"), name, *args, iters=5)
         graph = run(str(tmp_path / f"graph{i}"), name, *args, *GRAPH, iters=5)
@@ -148,3 +149,13 @@ def test_graph_mode_under_float16_loss_scaling_trains_the_eager_losses(tmp_path)
         run(out, "gpt2_pretrain", *amp, *extra, iters=8)
         runs[mode] = [(r["iteration"], r["total_loss"], r["loss_scale"]) for r in records(out) if "total_loss" in r]
     assert runs["graph"] == runs["eager"] and len(runs["eager"]) == 8
+
+
+def test_graph_mode_with_activation_checkpointing_trains_the_eager_losses(tmp_path):
+    """Every TransformerLayer recomputed in backward, dropout on, 2 micro-batches: each replay
+    swaps in the random state its own forward had, so the recomputed masks are the forward's."""
+    extra = ["train.activation_checkpoint.enabled=True", *ACC]
+    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=8)
+    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=8)
+    plain = run(str(tmp_path / "plain"), "gpt2_pretrain", *ACC, iters=8)
+    assert graph == eager == plain  # checkpointing changes no number

@@ -92,8 +92,7 @@ def test_build_model_and_graph_names():
         assert isinstance(graph, GraphBase) and isinstance(graph, flow.nn.Graph) and graph.model is model
     assert isinstance(GraphTrainer(GraphBase(model), [], optimizer=flow.optim.SGD(model.parameters(), lr=0.1)),
                       GraphTrainer)
-    for kwargs, what in ((dict(zero_optim=True), r"zero_optim=True \(ZeRO\)"),
-                         (dict(activation_checkpoint=True), "activation_checkpoint=True")):
+    for kwargs, what in ((dict(zero_optim=True), r"zero_optim=True \(ZeRO\)"),):
         with pytest.raises(NotImplementedError, match=f"GraphBase: {what}.*not implemented in graph mode"):
             GraphBase(model, **kwargs)
     w = flow.empty(2000)
@@ -188,7 +187,6 @@ def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_la
     trainer = DefaultTrainer(cfg)._trainer  # float16: the graph scales, the eager update unscales
     assert isinstance(trainer, GraphTrainer) and trainer.grad_scaler is trainer.graph.grad_scaler is not None
     for overrides, what in ((["+graph.auto_parallel.enabled=true"], "auto_parallel"),
-                            (["train.activation_checkpoint.enabled=True"], "activation_checkpoint"),
                             (["+graph.global_mode.enabled=true"], "global_mode"),
                             (["+graph.train_graph.fp16=true"], "train_graph")):
         cfg = LazyConfig.load(MLP_CONFIG)

@@ -23,15 +23,16 @@ class GraphBase(flow.nn.Graph):
     graph unscales, skips inf/nan steps and updates the scale itself (`set_grad_scaler`);
     without one the backward is scaled and `self.grad_scaler` is left to the caller's update.
 
-    Not implemented in graph mode (refused): activation checkpointing (its recomputation
-    restores RNG states on the host), ZeRO, LiBai's auto-parallel."""
+    `activation_checkpoint=True` (LiBai's flag) turns on the recomputation of the model's
+    Transformer/Swin layers; the graph records the random-state swaps around it.
+
+    Not implemented in graph mode (refused): ZeRO, LiBai's auto-parallel."""
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
                  grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True, auto_parallel_conf=None,
                  autocast=None, grad_scaler=None):
         super().__init__()
-        for flag, what in ((activation_checkpoint, "activation_checkpoint=True"),
-                           (zero_optim, "zero_optim=True (ZeRO)"),
+        for flag, what in ((zero_optim, "zero_optim=True (ZeRO)"),
                            (auto_parallel_conf is not None and auto_parallel_conf.get("enabled", False),
                             "auto_parallel.enabled=True")):
             if flag:
@@ -39,6 +40,10 @@ class GraphBase(flow.nn.Graph):
                                           "(graph.enabled=False) to use it")
         if grad_scaler is not None and not fp16:
             raise ValueError("GraphBase: a grad_scaler is for float16 training; pass fp16=True with it")
+        if activation_checkpoint and is_train:
+            from libai.layers.utils import set_activation_checkpointing
+
+            set_activation_checkpointing(model)  # LiBai's flag: its layers recompute in backward
         self.model = model
         self.is_train = is_train
         self.autocast = autocast or contextlib.nullcontext
