@@ -161,7 +161,6 @@ def check_graph_mode(cfg):
     refused = []
     if train.dist.pipeline_parallel_size not in (None, 1):
         refused.append("train.dist.pipeline_parallel_size > 1")
-    refused += _zero(train)
     _refuse(refused, "graph mode (train.graph.enabled=True)", "run that configuration eagerly "
             "(train.graph.enabled=False)")
 
@@ -169,9 +168,6 @@ def check_graph_mode(cfg):
 def _checkpointing_and_zero(train):
     return [f"train.{k}.enabled=True" for k in ("activation_checkpoint", "zero_optimization") if train[k].enabled]
 
-
-def _zero(train):
-    return ["train.zero_optimization.enabled=True"] if train.zero_optimization.enabled else []
 
 
 def _refuse(refused, mode, advice):
@@ -298,7 +294,7 @@ class DefaultTrainer(TrainerBase):
             if debug >= 0:
                 graph.debug(debug)
             self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
-                                         optimizer=self.optimizer, grad_scaler=self.grad_scaler)
+                                         optimizer=self.optimizer, grad_scaler=self.grad_scaler, zero=self.zero)
         elif cfg.train.cuda_graph.enabled:
             self._trainer = CUDAGraphTrainer(self.model, self.train_loader, self.optimizer,
                                              autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler,

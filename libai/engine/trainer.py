@@ -526,12 +526,18 @@ class GraphTrainer(EagerTrainer):
     optimizer itself, and each loader batch holds all `grad_acc_steps` micro-batches, which the
     graph splits."""
 
-    def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None, grad_scaler=None):
+    def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None, grad_scaler=None,
+                 zero=None):
         own = [opt for opt, _ in graph.optimizers]
-        # float16: the graph scales the backward; the eager update unscales, skips and updates
+        if own and zero is not None:
+            raise NotImplementedError("GraphTrainer: ZeRO with a graph that steps its own optimizer is not implemented; "
+                                      "give the optimizer to the trainer (GraphBase without one)")
+        # float16: the graph scales the backward; the eager update unscales, skips and updates.
+        # ZeRO: the graph's backward leaves the gradients (partial under stage 2 and 3), the eager
+        # update reduces them into the shards, steps and gathers
         scaler = None if own else (grad_scaler or getattr(graph, "grad_scaler", None))
         super().__init__(graph.model, data_loader, optimizer or (own[0] if own else None), grad_acc_steps,
-                         get_batch=get_batch, grad_scaler=scaler)
+                         get_batch=get_batch, grad_scaler=scaler, zero=zero)
         self.graph = graph
         self.graph_steps = bool(own)
 

@@ -26,7 +26,9 @@ class GraphBase(flow.nn.Graph):
     `activation_checkpoint=True` (LiBai's flag) turns on the recomputation of the model's
     Transformer/Swin layers; the graph records the random-state swaps around it.
 
-    Not implemented in graph mode (refused): ZeRO, LiBai's auto-parallel."""
+    Not implemented (refused): `zero_optim=True`, ZeRO with the graph stepping its own optimizer
+    (the trainer's ZeRO, train.zero_optimization, works: its eager update does the sharded
+    step), and LiBai's auto-parallel."""
 
     def __init__(self, model, optimizer=None, lr_scheduler=None, fp16=False, activation_checkpoint=False,
                  grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True, auto_parallel_conf=None,
@@ -37,7 +39,8 @@ class GraphBase(flow.nn.Graph):
                             "auto_parallel.enabled=True")):
             if flag:
                 raise NotImplementedError(f"GraphBase: {what} is not implemented in graph mode; train eagerly "
-                                          "(graph.enabled=False) to use it")
+                                          "(graph.enabled=False) or through the trainer's train.zero_optimization "
+                                          "to use it")
         if grad_scaler is not None and not fp16:
             raise ValueError("GraphBase: a grad_scaler is for float16 training; pass fp16=True with it")
         if activation_checkpoint and is_train:
