@@ -9,6 +9,6 @@ from . import utils  # noqa: F401
 from . import parallel  # noqa: F401
 
 __all__ = ["Parameter", "Module", "functional", "init", "utils"] + list(_modules_all)
-from .graph import Graph, GraphConfig  # noqa: E402
+from .graph import Graph, GraphConfig, GraphModule  # noqa: E402
 
 __all__ += ["Graph", "GraphConfig"]

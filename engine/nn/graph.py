@@ -34,13 +34,14 @@ from the same generator state compute the same bits.
 import collections
 import contextlib
 import sys
+import types
 
 from ..autograd.grad_mode import _state, is_grad_enabled
 from ..autograd.trace import GraphTraceError, Tracer
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["Graph", "GraphConfig", "GraphTraceError", "is_tracing"]
+__all__ = ["Graph", "GraphConfig", "GraphModule", "GraphTraceError", "is_tracing"]
 
 
 # what engine.distributed tells a graph (it sits above nn): this rank, and whether data-parallel
@@ -93,6 +94,82 @@ class GraphConfig:
 
     def allow_fuse_model_update_ops(self, mode=True):
         """Accepted: the optimizers' updates are already one multi-tensor kernel."""
+
+
+class GraphModule:
+    """OneFlow's per-module graph settings, `module.to(nn.graph.GraphModule)`:
+
+        self.block.to(flow.nn.graph.GraphModule).activation_checkpointing = True
+
+    `activation_checkpointing`: the module's forward runs through
+    `engine.utils.checkpoint.checkpoint` in training with autograd on (in a graph and eagerly:
+    the same numbers either way), its activations recomputed in backward. A layer that has its
+    own switch (libai's TransformerLayer, SwinBlock) gets that switch set. `set_stage` (pipeline
+    parallelism in a graph) is not implemented. `to(nn.Module)` gives the module back."""
+
+    _ATTR = "_graph_module"
+
+    def __init__(self, module):
+        object.__setattr__(self, "origin", module)
+
+    @classmethod
+    def of_module(cls, module):
+        gm = module.__dict__.get(cls._ATTR)
+        if gm is None:
+            gm = cls(module)
+            object.__setattr__(module, cls._ATTR, gm)
+        return gm
+
+    def to(self, kind):
+        if isinstance(kind, type) and issubclass(kind, Module):
+            return self.origin
+        if kind is GraphModule:
+            return self
+        raise TypeError(f"GraphModule.to: expected nn.Module or nn.graph.GraphModule, got {kind!r}")
+
+    @property
+    def activation_checkpointing(self):
+        m = self.origin
+        if hasattr(type(m), "activation_checkpointing"):
+            return bool(m.activation_checkpointing)
+        return getattr(m.__dict__.get("forward"), "__func__", None) is _checkpointed_forward
+
+    @activation_checkpointing.setter
+    def activation_checkpointing(self, value):
+        m = self.origin
+        if hasattr(type(m), "activation_checkpointing"):  # the layer's own switch
+            m.activation_checkpointing = bool(value)
+        elif value and not self.activation_checkpointing:
+            # a bound method in the instance: copy.deepcopy rebinds it to the copy
+            object.__setattr__(m, "forward", types.MethodType(_checkpointed_forward, m))
+        elif not value and self.activation_checkpointing:
+            object.__delattr__(m, "forward")
+
+    @property
+    def stage_id(self):
+        return None
+
+    def set_stage(self, stage_id=None, placement=None):
+        raise NotImplementedError("GraphModule.set_stage: pipeline parallelism inside an nn.Graph is not implemented; "
+                                  "run pipeline stages eagerly (LiBai: train.dist.pipeline_parallel_size with "
+                                  "train.graph.enabled=False)")
+
+    def __setattr__(self, name, value):
+        if not hasattr(type(self), name):
+            raise AttributeError(f"GraphModule has no setting {name!r} (activation_checkpointing; set_stage is "
+                                 "not implemented)")
+        object.__setattr__(self, name, value)
+
+
+def _checkpointed_forward(self, *args, **kwargs):
+    """A module's forward with activation checkpointing (GraphModule.activation_checkpointing)."""
+    from ..autograd.grad_mode import is_grad_enabled
+    from ..utils.checkpoint import checkpoint
+
+    forward = type(self).forward
+    if self.training and is_grad_enabled():
+        return checkpoint(lambda *a: forward(self, *a, **kwargs), *args)
+    return forward(self, *args, **kwargs)
 
 
 class Graph:

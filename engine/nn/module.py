@@ -338,6 +338,13 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and isinstance(args[0], type):
+            # OneFlow's nn.Graph idiom: `m.to(nn.graph.GraphModule)` is the module's graph settings
+            # (activation checkpointing, pipeline stage); `m.to(nn.Module)` the module itself
+            if issubclass(args[0], Module):
+                return self
+            if getattr(args[0], "of_module", None) is not None:
+                return args[0].of_module(self)
         device, dtype = _parse_to(args, dict(kwargs))
 
         def convert(t):

@@ -425,6 +425,25 @@ def test_a_grad_scaler_without_optimizer_leaves_the_gradients_scaled():
         assert np.array_equal(p.grad.numpy(), q.grad.numpy())
 
 
+def replays_eager(graph, model, twin, opt2, rng, steps, input_grads=False):
+    """`steps` graph calls against eager steps of `twin` from the same random state: equal losses
+    and parameters (and input gradients) after each."""
+    for step in range(steps):
+        x, y = batch(rng)
+        x2 = x
+        if input_grads:
+            x.requires_grad_()
+            x2 = x.detach().requires_grad_()
+        state = flow.get_rng_state()
+        got = graph(x, y)
+        flow.set_rng_state(state)
+        want = eager_step(twin, opt2, x2, y)
+        assert got.item() == want.item(), step
+        assert same_params(model, twin), step
+        if input_grads:
+            assert np.array_equal(x.grad.numpy(), x2.grad.numpy()), step
+
+
 class CheckpointedMLP(flow.nn.Module):
     """Two blocks with dropout, the first recomputed in backward (activation checkpointing)."""
 
@@ -448,18 +467,7 @@ def test_activation_checkpointing_inside_a_graph_replays_the_eager_steps(p):
     opt = flow.optim.AdamW(model.parameters(), lr=1e-2)
     opt2 = flow.optim.AdamW(twin.parameters(), lr=1e-2)
     graph = TrainGraph(model, opt)
-    rng = np.random.default_rng(0)
-    for step in range(10):
-        x, y = batch(rng)
-        x.requires_grad_()
-        x2 = x.detach().requires_grad_()
-        state = flow.get_rng_state()
-        got = graph(x, y)
-        flow.set_rng_state(state)
-        want = eager_step(twin, opt2, x2, y)
-        assert got.item() == want.item(), step
-        assert same_params(model, twin), step
-        assert np.array_equal(x.grad.numpy(), x2.grad.numpy()), step
+    replays_eager(graph, model, twin, opt2, np.random.default_rng(0), 10, input_grads=True)
     labels = [e.label for e in graph.last_tape.entries]
     assert labels.count("SaveRNGState") == labels.count("RestoreRNGState") == labels.count("ResumeRNGState") == 1
     assert graph.num_traces == 1
@@ -487,3 +495,35 @@ def test_inputs_that_require_grad_get_their_gradients_at_every_replay():
     graph.config.set_gradient_accumulation_steps(2)
     with pytest.raises(GraphTraceError, match="inputs that require grad with gradient accumulation"):
         graph(x.detach().requires_grad_(), y)
+
+
+def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
+    """OneFlow's `self.block.to(nn.graph.GraphModule).activation_checkpointing = True` in a
+    graph's __init__: the block recomputes in backward (its random state swapped by the trace),
+    the numbers stay eager's; `to(nn.Module)` gives the module back; set_stage is refused."""
+    flow.manual_seed(0)
+    model = flow.nn.Sequential(flow.nn.Sequential(flow.nn.Linear(8, 32), flow.nn.GELU(), flow.nn.Dropout(0.3)),
+                               flow.nn.Linear(32, 3))
+    twin = copy.deepcopy(model)
+    opt, opt2 = (flow.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+
+    class G(TrainGraph):
+        def __init__(self):
+            super().__init__(model, opt)
+            block = self.model[0].to(flow.nn.graph.GraphModule)
+            block.activation_checkpointing = True
+            assert block.activation_checkpointing and block.to(flow.nn.Module) is model[0]
+
+    graph = G()
+    assert model[0].to(flow.nn.Module) is model[0]
+    copied = copy.deepcopy(model)  # the checkpointed forward follows the copy
+    assert copied[0].forward.__self__ is copied[0]
+    replays_eager(graph, model, twin, opt2, np.random.default_rng(5), 4)
+    assert [e.label for e in graph.last_tape.entries].count("RestoreRNGState") == 1
+    gm = model[0].to(flow.nn.graph.GraphModule)
+    gm.activation_checkpointing = False
+    assert "forward" not in model[0].__dict__ and not gm.activation_checkpointing
+    with pytest.raises(NotImplementedError, match="pipeline parallelism inside an nn.Graph"):
+        gm.set_stage(stage_id=0, placement=None)
+    with pytest.raises(AttributeError, match="GraphModule has no setting 'stage'"):
+        gm.stage = 1

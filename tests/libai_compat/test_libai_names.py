@@ -439,3 +439,37 @@ def test_loss_entries_follow_libai_rule():
     np.testing.assert_allclose(model.w.detach().numpy(), [0.0, 0.0])  # d(loss)/dw = x only
     latest = {k: v for k, (v, _) in storage.latest().items()}
     assert latest["total_loss"] == 5.0 and latest["acc"] == 7.0
+
+
+def test_libai_set_activation_checkpoint_idiom_through_graph_module():
+    """LiBai's models turn checkpointing on with OneFlow's GraphModule:
+    `module_block.to(nn.graph.GraphModule).activation_checkpointing = True` for every layer whose
+    `to(nn.Module)` is a TransformerLayer: here that sets the layer's own switch."""
+    from libai.layers import TransformerLayer
+
+    layer = TransformerLayer(hidden_size=16, ffn_hidden_size=32, num_attention_heads=2)
+    blocks = [m for m in layer.modules() if isinstance(m.to(flow.nn.Module), TransformerLayer)]
+    assert blocks == [layer]
+    blocks[0].to(flow.nn.graph.GraphModule).activation_checkpointing = True
+    assert layer.activation_checkpointing and "forward" not in layer.__dict__
+
+
+def test_graph_base_calls_a_libai_models_own_set_activation_checkpoint():
+    from libai.layers import TransformerLayer
+    from libai.models.utils import GraphBase
+
+    class Ported(flow.nn.Module):  # a model written for LiBai: its own rule, OneFlow's GraphModule
+        def __init__(self):
+            super().__init__()
+            self.layers = flow.nn.ModuleList([TransformerLayer(16, 32, 2) for _ in range(2)])
+            self.head = flow.nn.Linear(16, 2)
+
+        @staticmethod
+        def set_activation_checkpoint(model):
+            for module_block in model.modules():
+                if isinstance(module_block.to(flow.nn.Module), TransformerLayer):
+                    module_block.to(flow.nn.graph.GraphModule).activation_checkpointing = True
+
+    model = Ported()
+    GraphBase(model, activation_checkpoint=True)
+    assert all(layer.activation_checkpointing for layer in model.layers)

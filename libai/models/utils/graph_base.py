@@ -44,9 +44,13 @@ class GraphBase(flow.nn.Graph):
         if grad_scaler is not None and not fp16:
             raise ValueError("GraphBase: a grad_scaler is for float16 training; pass fp16=True with it")
         if activation_checkpoint and is_train:
-            from libai.layers.utils import set_activation_checkpointing
+            own = getattr(type(model), "set_activation_checkpoint", None)
+            if own is not None:  # a LiBai model's own rule (it may use nn.graph.GraphModule)
+                own(model)
+            else:
+                from libai.layers.utils import set_activation_checkpointing
 
-            set_activation_checkpointing(model)  # LiBai's flag: its layers recompute in backward
+                set_activation_checkpointing(model)  # its Transformer/Swin layers recompute in backward
         self.model = model
         self.is_train = is_train
         self.autocast = autocast or contextlib.nullcontext
