@@ -242,9 +242,10 @@ class Tensor:
             if _grad_state.cuda_graph is not None:  # a CUDA graph capture: replays give it back
                 _grad_state.cuda_graph.set_grad(self, grad)
         elif _grad_state.tracer is not None:
-            from .autograd.trace import GraphTraceError
-            raise GraphTraceError(f"nn.Graph: a parameter of shape {list(self.shape)} got two gradients in one "
-                                  "captured step (the graph adopts fresh gradients; accumulate over calls instead)")
+            # a second gradient in a captured step (a block checkpointed and used elsewhere):
+            # the sum is a recorded kernel, and the replay hands it to the leaf in place of the first
+            self.grad = self.grad + grad
+            _grad_state.tracer.set_grad(self, self.grad, replace=True)
         elif grad.grad_fn is None and self.grad.grad_fn is None:
             self.grad._data += grad._data
             self.grad._vc[0] += 1

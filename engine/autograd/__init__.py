@@ -31,11 +31,6 @@ def _default_grads(outputs, grad_outputs):
                     f"{tuple(o.shape)}: pass the gradient explicitly (`gradient=` to backward())"
                 )
             g = o._constant_like(1 if _state.grad_root_scale == 1.0 else _state.grad_root_scale)
-            if _state.loss_scale is not None:
-                # as `(scaler.scale(loss)).backward()` seeds it: the product in float32, in the loss's dtype
-                g = g * _state.loss_scale(o)
-                if g.dtype != o.dtype:
-                    g = g.to(o.dtype)
         elif tuple(g.shape) != tuple(o.shape):
             raise RuntimeError(
                 f"gradient of shape {tuple(g.shape)} does not match tensor of shape {tuple(o.shape)}"
@@ -48,6 +43,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     """Accumulate d(tensors)/d(leaf) into every leaf's `.grad` (only `inputs`' when given)."""
     tensors = _as_list(tensors)
     grads = _default_grads(tensors, grad_tensors)
+    if _state.loss_scale is not None:
+        grads = [_scaled(o, g) for o, g in zip(tensors, grads)]
     if retain_graph is None:
         retain_graph = create_graph
     if inputs is not None:
@@ -57,6 +54,13 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
                 t._accumulate_grad(g)
         return
     run_backward(tensors, grads, retain_graph, create_graph)
+
+
+def _scaled(o, g):
+    """The root gradient of `o` times an nn.Graph's loss scale (set_grad_scaler), as
+    `scaler.scale(o).backward(g)` gives it: the product in float32, cast to o's dtype."""
+    g = g * _state.loss_scale(o)
+    return g.to(o.dtype) if g.dtype != o.dtype else g
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,

@@ -58,7 +58,7 @@ class _Entry:
 
     __slots__ = ("kind", "fn", "label", "args", "arg_patch", "kwargs", "kw_patch", "outs", "single",
                  "ctx_pre", "ctx_index", "ctx_bind", "ctx_static", "frees", "ctx_frees", "keep_ctx", "info", "leaf",
-                 "meta", "device", "input_index")
+                 "meta", "device", "input_index", "replace")
 
     def __init__(self, kind, fn, label):
         self.kind, self.fn, self.label = kind, fn, label
@@ -68,6 +68,7 @@ class _Entry:
         self.ctx_bind, self.ctx_static = (), None
         self.frees, self.ctx_frees, self.keep_ctx, self.info = (), (), False, ""
         self.leaf = self.meta = self.device = self.input_index = None
+        self.replace = False
 
 
 class Tracer:
@@ -258,12 +259,14 @@ class Tracer:
         self.entries.append(entry)
         return out
 
-    def set_grad(self, leaf, grad):
-        """Record `leaf.grad = grad` (a gradient adopted by a leaf that had none)."""
+    def set_grad(self, leaf, grad, replace=False):
+        """Record `leaf.grad = grad`: a gradient adopted by a leaf that had none, or (`replace`)
+        the sum that takes the place of the gradient it got earlier in the step."""
         if self.depth:
             raise GraphTraceError("nn.Graph: a kernel set a parameter's gradient inside itself")
         entry = _Entry("grad", None, "AccumulateGrad")
         self._fill(entry, (grad._data,), {}, "AccumulateGrad")
+        entry.replace = replace
         entry.input_index = self.input_leaves.get(id(leaf))
         entry.leaf = leaf if entry.input_index is None else None  # an input: the replayed call's own
         entry.meta, entry.device = (type(grad), grad._global), grad._device
@@ -493,7 +496,7 @@ def _same(a, b):
 
 def _set_grad(e, arr, input_tensors=None):
     leaf = e.leaf if e.input_index is None else input_tensors[e.input_index]
-    if leaf.grad is not None:
+    if leaf.grad is not None and not e.replace:
         raise GraphTraceError(f"graph replay: the parameter of shape {list(leaf.shape)} already has a gradient "
                               "(the graph adopts fresh gradients; its caller stashes older ones)")
     cls, meta = e.meta

@@ -168,7 +168,7 @@ def _checkpointed_forward(self, *args, **kwargs):
 
     forward = type(self).forward
     if self.training and is_grad_enabled():
-        return checkpoint(lambda *a: forward(self, *a, **kwargs), *args)
+        return checkpoint(lambda *a, **k: forward(self, *a, **k), *args, **kwargs)
     return forward(self, *args, **kwargs)
 
 
@@ -215,8 +215,10 @@ class Graph:
         replay, not frozen at the trace); with optimizers added, each call then unscales their
         gradients, clips, steps unless a gradient is inf/nan, and updates the scale. Without
         an optimizer the gradients are left scaled, as after `scaler.scale(loss).backward()`.
-        Do not also call `scaler.scale` in `build`: the loss would be scaled twice."""
+        A `gradient=` given to `backward` is scaled the same way. Do not also call `scaler.scale`
+        in `build`: the loss would be scaled twice. Setting another scaler traces again."""
         object.__setattr__(self, "_grad_scaler", grad_scaler)
+        self._tapes.clear()  # their backward was seeded with the previous scaler's scale tensor
 
     def debug(self, v_level=0, *, ranks=None, max_py_stack_depth=2, only_user_py_stack=True):
         """Print the captured graph (kernels, shapes, SBP, planned memory) of every trace from now
@@ -231,17 +233,19 @@ class Graph:
         n = self.config.grad_acc_steps
         params = self._parameters()
         stash = [(p, p.grad) for p in params if p.grad is not None]
-        grad_inputs = [t for t in _tensors_of((args, kwargs)) if t.requires_grad and is_grad_enabled()]
-        if grad_inputs:
-            _check_grad_inputs(grad_inputs, n)
+        if n == 1 and is_grad_enabled():
             # an input leaf that requires grad gets its gradient as eagerly: added to what it holds
-            stash += [(t, t.grad) for t in grad_inputs if t.grad is not None and all(t is not p for p, _ in stash)]
+            stash += [(t, t.grad) for t in _tensors_of((args, kwargs))
+                      if t.requires_grad and t.grad_fn is None and t.grad is not None
+                      and all(t is not p for p, _ in stash)]
         scaler = self._grad_scaler
+        outside = []  # (input computed outside the graph, the leaf traced in its place)
         with self._amp(params, args, kwargs), _loss_scaled_by(scaler):
             if n == 1:
-                out = self._run_once(params, stash, args, kwargs)
+                out = self._run_once(params, stash, args, kwargs, outside)
             else:
-                out = self._run_accumulated(params, stash, n, args, kwargs)
+                out = self._run_accumulated(params, stash, n, args, kwargs, outside)
+        _backward_outside(outside)
         if self._optimizers:
             for optim, lr_sch in self._optimizers:
                 if scaler is not None:
@@ -270,15 +274,17 @@ class Graph:
         device = on[0]._device.type if on else "cpu"
         return autocast(device, dtype)
 
-    def _run_once(self, params, stash, args, kwargs):
+    def _run_once(self, params, stash, args, kwargs, outside):
         for p, _ in stash:
             p.grad = None
+        if is_grad_enabled():
+            args, kwargs = _leaves_for_outside((args, kwargs), outside)
         try:
             return self._run(args, kwargs)
         finally:
             _combine(stash)
 
-    def _run_accumulated(self, params, stash, n, args, kwargs):
+    def _run_accumulated(self, params, stash, n, args, kwargs, outside):
         from ..ops.shape import cat, stack
 
         parts = [_split(a, n, f"input {i}") for i, a in enumerate(args)]
@@ -290,7 +296,7 @@ class Graph:
             for j in range(n):
                 held = [(p, p.grad) for p in params if p.grad is not None] if j else stash
                 outs.append(self._run_once(params, held, tuple(p[j] for p in parts),
-                                           {k: v[j] for k, v in kw_parts.items()}))
+                                           {k: v[j] for k, v in kw_parts.items()}, outside))
         finally:
             _state.grad_root_scale = prev
         return _merge(outs, cat, stack)
@@ -301,7 +307,7 @@ class Graph:
         in_tensors = _tensors_of((args, kwargs))
         if tape is None:
             return self._trace(key, args, kwargs, in_tensors)
-        arrays = tape.replay([t._data for t in in_tensors], in_tensors)
+        arrays = _replay(tape, in_tensors)
         template, metas = tape.output_template
         return _unflatten(template, [_output_tensor(a, m) for a, m in zip(arrays, metas)])
 
@@ -376,16 +382,50 @@ class Graph:
 
 
 # ------------------------------------------------------------------ helpers
-def _check_grad_inputs(tensors, n):
-    for t in tensors:
-        if t.grad_fn is not None:
-            raise GraphTraceError(f"nn.Graph: an input of shape {list(t.shape)} requires grad and was computed outside "
-                                  "the graph (it has a grad_fn): the captured backward cannot run into that code. "
-                                  "Pass a leaf (detach().requires_grad_()) or move the computation into build")
-    if n > 1:
-        raise GraphTraceError("nn.Graph: inputs that require grad with gradient accumulation "
-                              f"({n} micro-batches) are not implemented: the micro-batches are views made outside "
-                              "the graph")
+def _replay(tape, in_tensors):
+    """tape.replay; a tape that swaps random states (activation checkpointing) gets the state it
+    started from back if it raises between a swap and its undo."""
+    swaps = tape.__dict__.get("swaps_rng")
+    if swaps is None:
+        swaps = tape.swaps_rng = any(e.label == "RestoreRNGState" for e in tape.entries)
+    if not swaps:
+        return tape.replay([t._data for t in in_tensors], in_tensors)
+    from ..backend.random import get_rng_state, set_rng_state
+
+    state = get_rng_state()
+    try:
+        return tape.replay([t._data for t in in_tensors], in_tensors)
+    except BaseException:
+        set_rng_state(state)
+        raise
+
+
+def _leaves_for_outside(x, outside):
+    """`x` (args and kwargs) with each tensor that requires grad and has a grad_fn (computed
+    outside the graph, or a micro-batch view of an input) replaced by a fresh leaf: the captured
+    backward stops there, and `_backward_outside` carries its gradient on after the step."""
+    if isinstance(x, Tensor):
+        if x.requires_grad and x.grad_fn is not None:
+            leaf = x.detach().requires_grad_()
+            outside.append((x, leaf))
+            return leaf
+        return x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_leaves_for_outside(v, outside) for v in x)
+    if isinstance(x, dict):
+        return type(x)((k, _leaves_for_outside(v, outside)) for k, v in x.items())
+    return x
+
+
+def _backward_outside(outside):
+    """The gradients the step left on the stand-in leaves, backpropagated eagerly into the code
+    that computed the inputs (one backward over all of them: micro-batch views share a node).
+    Already scaled by a grad scaler's scale when the graph has one, so not scaled again."""
+    pairs = [(t, leaf.grad) for t, leaf in outside if leaf.grad is not None]
+    if pairs:
+        from .. import autograd
+
+        autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ recomputation runs the same collectives in the same order on every rank).
 
 Semantics are those of PyTorch's `use_reentrant=False`: an output requires grad when anything
 it depends on does, a parameter used inside included (the first run is recorded to find out,
-then released), and inputs need not require grad. `use_reentrant` is accepted for
+then released), and inputs need not require grad; tensors passed by keyword are inputs too; the
+recomputation runs under the autocast of the first run (backward itself runs without one). `use_reentrant` is accepted for
 compatibility and changes nothing. The recomputed outputs must have the shapes and dtypes of
 the first run (PyTorch's default determinism check); a mismatch is an error.
 """
@@ -97,6 +98,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     if not is_grad_enabled():
         return function(*args, **kwargs)
     rng = _RngKeeper(preserve_rng_state)
+    autocast = _state.autocast  # the recomputation runs under the first run's autocast
     first = function(*args, **kwargs)
     outs, rebuild = _flatten(first)
     needs = [o.requires_grad for o in outs]
@@ -105,16 +107,23 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     shapes = [(tuple(o.shape), o.dtype) for o in outs]
     detached = [o.detach() for o in outs]
     del first, outs  # the recorded graph and its saved activations go here
-    tensor_args = [a if is_tensor(a) else None for a in args]
+    # the inputs: positional arguments, then keyword arguments (a tensor passed by keyword gets
+    # its gradient too, as in PyTorch's non-reentrant checkpoint)
+    names = list(kwargs)
+    values = list(args) + [kwargs[k] for k in names]
+    tensor_args = [a if is_tensor(a) else None for a in values]
+    n_pos = len(args)
 
     def backward_fn(ctx, *grads):
         rng.swap_in()
+        saved_autocast, _state.autocast = _state.autocast, autocast
         try:
             inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None else a
-                      for a, t in zip(args, tensor_args)]
+                      for a, t in zip(values, tensor_args)]
             with enable_grad():
-                again, _ = _flatten(function(*inputs, **kwargs))
+                again, _ = _flatten(function(*inputs[:n_pos], **dict(zip(names, inputs[n_pos:]))))
         finally:
+            _state.autocast = saved_autocast
             rng.swap_back()
         if determinism_check == "default":
             got = [(tuple(o.shape), o.dtype) for o in again]
@@ -123,7 +132,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
                                    "(the function must compute the same shapes and dtypes when run again)")
         pairs = [(o, g) for o, g, n in zip(again, grads, needs) if n and g is not None and o.requires_grad]
         wanted = [i for i, t in enumerate(tensor_args) if t is not None and t.requires_grad]
-        result = [None] * len(args)
+        result = [None] * len(values)
         if pairs:
             # the inputs' gradients are returned (they go on down the outer graph), the
             # parameters used inside accumulate into their .grad as usual

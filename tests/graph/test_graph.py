@@ -489,12 +489,22 @@ def test_inputs_that_require_grad_get_their_gradients_at_every_replay():
         flow.nn.functional.cross_entropy(twin(x2), y).backward()
         assert np.array_equal(x.grad.numpy(), x2.grad.numpy()), step
     assert graph.num_traces == 1
+    # an input computed outside the graph: the step's gradient flows on into that code
+    w = flow.tensor(rng.standard_normal(8).astype(np.float32)).requires_grad_()
+    w2 = w.detach().requires_grad_()
     x, y = batch(rng)
-    with pytest.raises(GraphTraceError, match="computed outside the graph"):
-        graph(x.requires_grad_() * 2, y)
+    for _ in range(2):
+        graph(x * w, y)
+        flow.nn.functional.cross_entropy(twin(x * w2), y).backward()
+    assert np.array_equal(w.grad.numpy(), w2.grad.numpy())
+    # micro-batches of an input that requires grad (views made outside the graph)
     graph.config.set_gradient_accumulation_steps(2)
-    with pytest.raises(GraphTraceError, match="inputs that require grad with gradient accumulation"):
-        graph(x.detach().requires_grad_(), y)
+    x.requires_grad_()
+    x2 = x.detach().requires_grad_()
+    graph(x, y)
+    for k in range(2):
+        (flow.nn.functional.cross_entropy(twin(x2[3 * k:3 * k + 3]), y[3 * k:3 * k + 3]) / 2).backward()
+    assert np.allclose(x.grad.numpy(), x2.grad.numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
@@ -527,3 +537,116 @@ def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
         gm.set_stage(stage_id=0, placement=None)
     with pytest.raises(AttributeError, match="GraphModule has no setting 'stage'"):
         gm.stage = 1
+
+
+@pytest.mark.parametrize("in_graph", [False, True], ids=["eager", "graph"])
+def test_checkpointing_under_autocast_recomputes_in_the_first_runs_dtypes(in_graph):
+    """The recomputation runs under the autocast of the first run (backward itself has none),
+    so its outputs have the first run's dtypes, and the numbers are the unchecked run's."""
+    flow.manual_seed(0)
+    plain = flow.nn.Sequential(flow.nn.Linear(8, 32), flow.nn.GELU(), flow.nn.Linear(32, 3))
+    ckpt = copy.deepcopy(plain)
+    ckpt[0].to(flow.nn.graph.GraphModule).activation_checkpointing = True
+    opt, opt2 = (flow.optim.SGD(m.parameters(), lr=0.1) for m in (ckpt, plain))
+
+    class Bf16(TrainGraph):
+        def __init__(self):
+            super().__init__(ckpt, opt)
+            self.config.enable_amp(True, dtype=flow.bfloat16)
+
+    graph = Bf16()
+    rng = np.random.default_rng(6)
+    for step in range(3):
+        x, y = batch(rng)
+        if in_graph:
+            got = graph(x, y)
+        else:
+            with flow.autocast("cpu", dtype=flow.bfloat16):
+                got = flow.nn.functional.cross_entropy(ckpt(x), y)
+            got.backward()
+            opt.step()
+            opt.zero_grad()
+        with flow.autocast("cpu", dtype=flow.bfloat16):
+            want = flow.nn.functional.cross_entropy(plain(x), y)
+        want.backward()
+        opt2.step()
+        opt2.zero_grad()
+        assert got.item() == want.item(), step
+        assert same_params(ckpt, plain), step
+
+
+def test_checkpoint_gives_tensors_passed_by_keyword_their_gradients():
+    lin = flow.nn.Linear(4, 4)
+    h0 = flow.tensor(np.random.default_rng(7).standard_normal((2, 4)).astype(np.float32)).requires_grad_()
+    grads = []
+    for use_checkpoint in (True, False):
+        h0.grad = None
+        h = h0 * 2  # not a leaf: its gradient must reach h0 through the outer graph
+        y = (flow.utils.checkpoint.checkpoint(lambda input: lin(input).tanh(), input=h) if use_checkpoint
+             else lin(h).tanh()) + h
+        y.sum().backward()
+        grads.append(h0.grad.numpy().copy())
+    assert np.allclose(grads[0], grads[1], rtol=1e-6, atol=1e-7)
+
+
+def test_a_block_checkpointed_twice_in_a_graph_sums_its_parameters_gradients():
+    """A shared block: each checkpoint's recomputation gives the same parameters a gradient,
+    recorded as a sum at the second one."""
+    flow.manual_seed(0)
+    block = flow.nn.Sequential(flow.nn.Linear(8, 8), flow.nn.Tanh())
+    head = flow.nn.Linear(8, 3)
+    model = flow.nn.ModuleList([block, head])
+    twin = copy.deepcopy(model)
+
+    class Twice(flow.nn.Graph):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def build(self, x, y):
+            ck = flow.utils.checkpoint.checkpoint
+            loss = flow.nn.functional.cross_entropy(self.model[1](ck(self.model[0], ck(self.model[0], x))), y)
+            loss.backward()
+            return loss
+
+    graph = Twice()
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        x, y = batch(rng)
+        graph(x, y)
+        flow.nn.functional.cross_entropy(twin[1](twin[0](twin[0](x))), y).backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert np.allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6, atol=1e-7)
+        for m in (model, twin):
+            for p in m.parameters():
+                p.grad = None
+    assert graph.num_traces == 1
+
+
+def test_another_grad_scaler_retraces_and_explicit_gradients_are_scaled():
+    model = mlp(0.0)
+    twin = copy.deepcopy(model)
+    graph = GradsOnlyGraph(model)
+    x, y = batch(np.random.default_rng(9))
+    for factor in (4.0, 1024.0):
+        graph.set_grad_scaler(flow.amp.StaticGradScaler(factor))
+        graph(x, y)
+        (flow.nn.functional.cross_entropy(twin(x), y) * factor).backward()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert np.array_equal(p.grad.numpy(), q.grad.numpy()), factor
+            p.grad = q.grad = None
+    assert graph.num_traces == 2
+
+    class Explicit(GradsOnlyGraph):
+        def build(self, x, y):
+            loss = flow.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward(flow.ones_like(loss) * 0.5)
+            return loss
+
+    g = Explicit(model)
+    g.set_grad_scaler(flow.amp.StaticGradScaler(8.0))
+    g(x, y)
+    want = flow.nn.functional.cross_entropy(twin(x), y)
+    (want * 8.0).backward(flow.ones_like(want) * 0.5)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert np.array_equal(p.grad.numpy(), q.grad.numpy())
