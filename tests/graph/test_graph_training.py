@@ -172,3 +172,14 @@ def test_graph_mode_with_zero_trains_the_eager_losses(tmp_path, stage):
     eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=6, nprocs=2)
     graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=6, nprocs=2)
     assert graph == eager
+
+
+def test_activation_checkpointing_under_bfloat16_autocast_eagerly_and_in_graph_mode(tmp_path):
+    """The recomputation runs under the forward's autocast (it used to run in float32 and fail
+    the checkpoint's dtype check): checkpointed, graph-mode and plain runs log the same losses."""
+    amp = ["train.amp.enabled=True", "train.amp.dtype=bfloat16"]
+    ckpt = ["train.activation_checkpoint.enabled=True"]
+    plain = run(str(tmp_path / "plain"), "gpt2_pretrain", *amp, iters=6)
+    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *amp, *ckpt, iters=6)
+    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *amp, *ckpt, *GRAPH, iters=6)
+    assert eager == plain and graph == plain
