@@ -146,19 +146,18 @@ def test_graph_mode_under_float16_loss_scaling_trains_the_eager_losses(tmp_path)
     runs = {}
     for mode, extra in (("eager", []), ("graph", GRAPH)):
         out = str(tmp_path / mode)
-        run(out, "gpt2_pretrain", *amp, *extra, iters=8)
+        run(out, "gpt2_pretrain", *amp, *extra, iters=6)
         runs[mode] = [(r["iteration"], r["total_loss"], r["loss_scale"]) for r in records(out) if "total_loss" in r]
-    assert runs["graph"] == runs["eager"] and len(runs["eager"]) == 8
+    assert runs["graph"] == runs["eager"] and len(runs["eager"]) == 6
 
 
 def test_graph_mode_with_activation_checkpointing_trains_the_eager_losses(tmp_path):
     """Every TransformerLayer recomputed in backward, dropout on, 2 micro-batches: each replay
     swaps in the random state its own forward had, so the recomputed masks are the forward's."""
     extra = ["train.activation_checkpoint.enabled=True", *ACC]
-    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=8)
-    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=8)
-    plain = run(str(tmp_path / "plain"), "gpt2_pretrain", *ACC, iters=8)
-    assert graph == eager == plain  # checkpointing changes no number
+    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=6)
+    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=6)
+    assert graph == eager  # (that checkpointing changes no number: tests/training)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -169,8 +168,8 @@ def test_graph_mode_with_zero_trains_the_eager_losses(tmp_path, stage):
     shards, steps and gathers."""
     extra = ["train.zero_optimization.enabled=True", f"train.zero_optimization.stage={stage}",
              "train.dist.data_parallel_size=2", *ACC]
-    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=6, nprocs=2)
-    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=6, nprocs=2)
+    eager = run(str(tmp_path / "eager"), "gpt2_pretrain", *extra, iters=4, nprocs=2)
+    graph = run(str(tmp_path / "graph"), "gpt2_pretrain", *extra, *GRAPH, iters=4, nprocs=2)
     assert graph == eager
 
 
