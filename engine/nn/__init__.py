@@ -11,4 +11,4 @@ from . import parallel  # noqa: F401
 __all__ = ["Parameter", "Module", "functional", "init", "utils"] + list(_modules_all)
 from .graph import Graph, GraphConfig, GraphModule  # noqa: E402
 
-__all__ += ["Graph", "GraphConfig"]
+__all__ += ["Graph", "GraphConfig", "GraphModule"]

@@ -163,7 +163,6 @@ class GraphModule:
 
 def _checkpointed_forward(self, *args, **kwargs):
     """A module's forward with activation checkpointing (GraphModule.activation_checkpointing)."""
-    from ..autograd.grad_mode import is_grad_enabled
     from ..utils.checkpoint import checkpoint
 
     forward = type(self).forward
@@ -387,7 +386,9 @@ def _replay(tape, in_tensors):
     started from back if it raises between a swap and its undo."""
     swaps = tape.__dict__.get("swaps_rng")
     if swaps is None:
-        swaps = tape.swaps_rng = any(e.label == "RestoreRNGState" for e in tape.entries)
+        from ..utils.checkpoint import RNG_SWAP_LABEL
+
+        swaps = tape.swaps_rng = any(e.label == RNG_SWAP_LABEL for e in tape.entries)
     if not swaps:
         return tape.replay([t._data for t in in_tensors], in_tensors)
     from ..backend.random import get_rng_state, set_rng_state

@@ -12,8 +12,8 @@ recomputation runs the same collectives in the same order on every rank).
 Semantics are those of PyTorch's `use_reentrant=False`: an output requires grad when anything
 it depends on does, a parameter used inside included (the first run is recorded to find out,
 then released), and inputs need not require grad; tensors passed by keyword are inputs too; the
-recomputation runs under the autocast of the first run (backward itself runs without one). `use_reentrant` is accepted for
-compatibility and changes nothing. The recomputed outputs must have the shapes and dtypes of
+recomputation runs under the autocast of the first run (backward itself runs without one).
+`use_reentrant` is accepted for compatibility and changes nothing. The recomputed outputs must have the shapes and dtypes of
 the first run (PyTorch's default determinism check); a mismatch is an error.
 """
 from ..autograd.function import Context, is_tensor
@@ -22,6 +22,10 @@ from ..autograd.graph import Node, run_backward
 from ..backend.random import get_rng_state, set_rng_state
 
 __all__ = ["checkpoint"]
+
+# the label of the recorded call that swaps the first run's random state back in (nn.Graph
+# restores the state from before a replay that raises after it)
+RNG_SWAP_LABEL = "RestoreRNGState"
 
 
 def _flatten(out):
@@ -80,7 +84,7 @@ class _RngKeeper:
         self.now = None
 
     def swap_in(self):
-        self._do("RestoreRNGState", self._in)
+        self._do(RNG_SWAP_LABEL, self._in)
 
     def swap_back(self):
         self._do("ResumeRNGState", self._back)

@@ -34,13 +34,13 @@ class GraphBase(flow.nn.Graph):
                  grad_acc_steps=1, zero_optim=False, zero_stage=0, is_train=True, auto_parallel_conf=None,
                  autocast=None, grad_scaler=None):
         super().__init__()
-        for flag, what in ((zero_optim, "zero_optim=True (ZeRO)"),
-                           (auto_parallel_conf is not None and auto_parallel_conf.get("enabled", False),
-                            "auto_parallel.enabled=True")):
+        for flag, what, instead in (
+                (zero_optim, "zero_optim=True (ZeRO)", "use the trainer's train.zero_optimization (its eager "
+                 "update does the sharded step), or train eagerly (graph.enabled=False)"),
+                (auto_parallel_conf is not None and auto_parallel_conf.get("enabled", False),
+                 "auto_parallel.enabled=True", "train eagerly (graph.enabled=False)")):
             if flag:
-                raise NotImplementedError(f"GraphBase: {what} is not implemented in graph mode; train eagerly "
-                                          "(graph.enabled=False) or through the trainer's train.zero_optimization "
-                                          "to use it")
+                raise NotImplementedError(f"GraphBase: {what} is not implemented in graph mode; {instead}")
         if grad_scaler is not None and not fp16:
             raise ValueError("GraphBase: a grad_scaler is for float16 training; pass fp16=True with it")
         if activation_checkpoint and is_train:
