@@ -268,7 +268,10 @@ class Tracer:
         self._fill(entry, (grad._data,), {}, "AccumulateGrad")
         entry.replace = replace
         entry.input_index = self.input_leaves.get(id(leaf))
-        entry.leaf = leaf if entry.input_index is None else None  # an input: the replayed call's own
+        # an input: the replayed call's own tensor gets it; a leaf made inside the step (a
+        # pipeline stage's received activations): no one outside sees it, the replay sets none
+        internal = entry.input_index is None and self.is_traced(leaf._data)
+        entry.leaf = leaf if entry.input_index is None and not internal else None
         entry.meta, entry.device = (type(grad), grad._global), grad._device
         entry.info = f"{list(leaf.shape)}"
         self.entries.append(entry)
@@ -496,6 +499,8 @@ def _same(a, b):
 
 def _set_grad(e, arr, input_tensors=None):
     leaf = e.leaf if e.input_index is None else input_tensors[e.input_index]
+    if leaf is None:  # a leaf made inside the step: only later kernels read its gradient (a slot)
+        return
     if leaf.grad is not None and not e.replace:
         raise GraphTraceError(f"graph replay: the parameter of shape {list(leaf.shape)} already has a gradient "
                               "(the graph adopts fresh gradients; its caller stashes older ones)")

@@ -17,17 +17,24 @@ instead runs each stage's part of the model only on the stage's ranks (docs/glob
 * `stage_local()`: while open, an op on a tensor whose placement does not hold this rank is an
   error naming the op and the placement, instead of a silent empty result (a model's pipeline
   steps that touch another stage's tensor fail at once).
+* `wait(requests)`: wait for the sends of a schedule.
+
+In an nn.Graph (engine.autograd.trace) a send, a receive and the final wait are kernel calls of
+the tape: a replay sends this step's shard again, receives into a fresh array (checking that the
+header is the traced one: a peer that sent another dtype or shape is an error, not a silent
+misread) and waits for its own sends. Every rank must trace and replay the same schedule.
 """
 import contextlib
 
 import numpy as np
 
+from ..autograd.grad_mode import _state
 from . import comm
 from .boxing import _dtype_table
-from .global_tensor import GlobalMeta, _stage_state, make_global
+from .global_tensor import GlobalMeta, _stage_state, device_of_placement, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
 
-__all__ = ["send", "recv", "peer", "stand_ins", "stage_local"]
+__all__ = ["send", "recv", "wait", "peer", "stand_ins", "stage_local"]
 
 _HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
 _CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
@@ -71,32 +78,103 @@ def send(tensor, placement, tag=0):
     if meta is None:
         raise TypeError("pipeline send: the tensor must be global (made with .to_global or on a placement)")
     me = comm.get_rank()
-    dst = peer(me, meta.placement, placement)
-    arr = tensor._data
-    host = np.ascontiguousarray(arr if isinstance(arr, np.ndarray) else arr.get())
-    head = _encode(host, meta, tensor.requires_grad)
-    return [comm.isend(head, dst, tag=tag), comm.isend(host.reshape(-1).view(np.uint8), dst, tag=tag)]
+    op = _Send(peer(me, meta.placement, placement), tag, _encode(tensor._data, meta, tensor.requires_grad))
+    requests = op.post(tensor._data)
+    if _state.tracer is not None:  # nn.Graph: a replay sends the replayed shard
+        _state.tracer.call(op, (tensor._data,), None, "PipelineSend", f"{list(tensor._data.shape)} -> rank {op.dst}")
+    return requests
 
 
 def recv(src_placement, placement, tag=0, device=None):
     """The global tensor on `placement` whose shards the peers in `src_placement` sent with
-    `send` (blocking). It is a leaf, requiring grad when the sent tensor did."""
+    `send` (blocking), on `device` (default: the placement's device on this rank, so a cuda
+    stage gets its activations on its GPU). It is a leaf, requiring grad when the sent tensor
+    did."""
     me = comm.get_rank()
-    src = peer(me, placement, src_placement)
-    head = np.empty(_HEADER, dtype=np.int64)
-    comm.recv(head, src, tag=tag)
+    device = device_of_placement(placement) if device is None else device
+    op = _Recv(peer(me, placement, src_placement), tag, device)
+    head = op.header()
+    arr = op.payload(head)
     dtype, requires_grad, sbp, local, logical = _decode(head)
-    raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
-    comm.recv(raw, src, tag=tag)
-    arr = raw.view(dtype).reshape(local)
-    if device is not None and device.type != "cpu":
-        from ..backend import to_device
-
-        arr = to_device(arr, device)
+    if _state.tracer is not None:  # nn.Graph: a replay receives again, expecting this very header
+        op.expected = head
+        _state.tracer.call(op, (), arr, "PipelineRecv", f"rank {op.src} -> {list(local)}")
     t = make_global(arr, GlobalMeta(placement, sbp, logical), device)
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+def wait(requests):
+    """Wait for `requests` (what `send` returned); in an nn.Graph, also what a replay's sends
+    posted."""
+    for r in requests:
+        r.wait()
+    if _state.tracer is not None:
+        _state.tracer.call(_wait_replayed_sends, (), None, "PipelineWait")
+
+
+# ------------------------------------------------------------------ the transfers (also replayed)
+_replayed_sends = []  # requests posted by replayed sends, until the replay's wait
+
+
+def _host(arr):
+    return np.ascontiguousarray(arr if isinstance(arr, np.ndarray) else arr.get())
+
+
+def _wait_replayed_sends():
+    while _replayed_sends:
+        _replayed_sends.pop().wait()
+
+
+class _Send:
+    """One handoff's send: a header, then the shard's bytes."""
+
+    def __init__(self, dst, tag, head):
+        self.dst, self.tag, self.head = dst, tag, head
+
+    def post(self, arr):
+        host = _host(arr)
+        return [comm.isend(self.head, self.dst, tag=self.tag),
+                comm.isend(host.reshape(-1).view(np.uint8), self.dst, tag=self.tag)]
+
+    def __call__(self, arr):  # a replay
+        _replayed_sends.extend(self.post(arr))
+
+
+class _Recv:
+    """One handoff's receive: the header, then the shard into a fresh array."""
+
+    def __init__(self, src, tag, device):
+        self.src, self.tag, self.device = src, tag, device
+        self.expected = None
+
+    def header(self):
+        head = np.empty(_HEADER, dtype=np.int64)
+        comm.recv(head, self.src, tag=self.tag)
+        return head
+
+    def payload(self, head):
+        dtype, _, _, local, _ = _decode(head)
+        raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+        comm.recv(raw, self.src, tag=self.tag)
+        arr = raw.view(dtype).reshape(local)
+        if self.device is not None and self.device.type != "cpu":
+            from ..backend import to_device
+
+            arr = to_device(arr, self.device)
+        return arr
+
+    def __call__(self):  # a replay
+        head = self.header()
+        if not np.array_equal(head, self.expected):
+            from ..autograd.trace import GraphTraceError
+
+            got, want = _decode(head), _decode(self.expected)
+            raise GraphTraceError(f"nn.Graph replay: rank {self.src} sent a {np.dtype(got[0]).name} shard of shape "
+                                  f"{list(got[3])} where the trace received a {np.dtype(want[0]).name} one of shape "
+                                  f"{list(want[3])} (tag {self.tag}); every rank must replay the schedule it traced")
+        return self.payload(head)
 
 
 # ------------------------------------------------------------------ stand-ins and strictness

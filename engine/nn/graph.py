@@ -104,8 +104,9 @@ class GraphModule:
     `activation_checkpointing`: the module's forward runs through
     `engine.utils.checkpoint.checkpoint` in training with autograd on (in a graph and eagerly:
     the same numbers either way), its activations recomputed in backward. A layer that has its
-    own switch (libai's TransformerLayer, SwinBlock) gets that switch set. `set_stage` (pipeline
-    parallelism in a graph) is not implemented. `to(nn.Module)` gives the module back."""
+    own switch (libai's TransformerLayer, SwinBlock) gets that switch set. `set_stage` (OneFlow's
+    stages inside one graph) is not implemented: a pipeline is captured per stage
+    (libai.engine.pipeline.PipelineGraph). `to(nn.Module)` gives the module back."""
 
     _ATTR = "_graph_module"
 
@@ -150,9 +151,10 @@ class GraphModule:
         return None
 
     def set_stage(self, stage_id=None, placement=None):
-        raise NotImplementedError("GraphModule.set_stage: pipeline parallelism inside an nn.Graph is not implemented; "
-                                  "run pipeline stages eagerly (LiBai: train.dist.pipeline_parallel_size with "
-                                  "train.graph.enabled=False)")
+        raise NotImplementedError("GraphModule.set_stage: placing modules on pipeline stages from inside one graph is "
+                                  "not implemented; each rank captures its own stage's schedule instead (LiBai: "
+                                  "train.dist.pipeline_parallel_size with train.graph.enabled=True, "
+                                  "libai.engine.pipeline.PipelineGraph)")
 
     def __setattr__(self, name, value):
         if not hasattr(type(self), name):

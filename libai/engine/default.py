@@ -155,14 +155,6 @@ def check_graph_mode(cfg):
             raise NotImplementedError(f"graph.{key} sets {extra}: the graph is built from the train.* keys here "
                                       "(train.amp, train.activation_checkpoint, train.num_accumulation_steps, ...); "
                                       f"remove them from graph.{key}")
-    if not graph_mode(cfg):
-        return
-    train = cfg.train
-    refused = []
-    if train.dist.pipeline_parallel_size not in (None, 1):
-        refused.append("train.dist.pipeline_parallel_size > 1")
-    _refuse(refused, "graph mode (train.graph.enabled=True)", "run that configuration eagerly "
-            "(train.graph.enabled=False)")
 
 
 def _checkpointing_and_zero(train):
@@ -288,13 +280,19 @@ class DefaultTrainer(TrainerBase):
         self.grad_scaler = self.build_grad_scaler(cfg)
         # run_step passes get_batch and the input device, as LiBai's DefaultTrainer
         if graph_mode(cfg):
-            graph = self.build_graph(cfg, self.model, is_train=True, grad_scaler=self.grad_scaler)
+            if self.pipeline is not None:  # this stage's whole schedule is one graph
+                from .pipeline import PipelineGraph
+
+                graph = PipelineGraph(self.pipeline)
+            else:
+                graph = self.build_graph(cfg, self.model, is_train=True, grad_scaler=self.grad_scaler)
             debug = cfg.train.graph.debug if cfg.train.graph.debug >= 0 else \
                 try_get_key(cfg, "graph.debug", default=-1)  # LiBai's key
             if debug >= 0:
                 graph.debug(debug)
             self._trainer = GraphTrainer(graph, self.train_loader, cfg.train.num_accumulation_steps,
-                                         optimizer=self.optimizer, grad_scaler=self.grad_scaler, zero=self.zero)
+                                         optimizer=self.optimizer, grad_scaler=self.grad_scaler, zero=self.zero,
+                                         pipeline=self.pipeline, autocast=self.autocast_of(cfg))
         elif cfg.train.cuda_graph.enabled:
             self._trainer = CUDAGraphTrainer(self.model, self.train_loader, self.optimizer,
                                              autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler,

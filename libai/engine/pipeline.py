@@ -42,7 +42,7 @@ from libai.utils import distributed as dist
 
 from .trainer import loss_of
 
-__all__ = ["PipelineStep", "PipelineRunner", "schedule", "SCHEDULES", "theoretical_bubble"]
+__all__ = ["PipelineStep", "PipelineRunner", "PipelineGraph", "schedule", "SCHEDULES", "theoretical_bubble"]
 
 SCHEDULES = ("1F1B", "GPipe")
 _TAG_FORWARD, _TAG_BACKWARD, _TAG_TIED, _TAG_TIED_GRAD, _TAG_NAMES = 7101, 7102, 7103, 7104, 7105
@@ -119,28 +119,44 @@ class PipelineRunner:
         """Forward and backward of `micro_batches` micro-batches (`next_data()` yields each
         loader batch; every rank draws all of them). Returns the per-micro-batch output dicts
         of the last stage as floats, on every rank, and the time spent getting data."""
-        m = micro_batches
-        self._pending = []
-        self._inputs, self._outputs, self._losses, self._logged = {}, {}, {}, []
         self._data_time = self._wait_time = 0.0
-        busy = 0.0
         start = time.perf_counter()
+        outputs, busy = self._schedule(lambda k: self._batch(next_data), micro_batches)
+        total = time.perf_counter() - start
+        self.last_timing = self._gather_timing(busy - self._wait_time, total)
+        logged = [{key: v.item() for key, v in out.items()} for out in outputs] if self.is_last else None
+        return self.share_logged(logged), self._data_time
+
+    def run_batches(self, batches):
+        """The same schedule over `batches` (one per micro-batch, already on this stage: the
+        inputs of an nn.Graph that captures the step, libai.engine.pipeline.PipelineGraph).
+        Returns the last stage's output dicts as tensors (an empty list elsewhere); no timing
+        (inside a replay no Python runs to measure it)."""
+        self.last_timing = None
+        return self._schedule(batches.__getitem__, len(batches))[0]
+
+    def share_logged(self, logged):
+        """The last stage's per-micro-batch {name: float} dicts, on every rank."""
+        return dist.broadcast_object(logged if self.is_last else None,
+                                     src=int(np.asarray(self.placements[-1].mesh).reshape(-1)[0]))
+
+    def _schedule(self, batch_of, m):
+        """Run this stage's part of the schedule: ([the last stage's detached output dict per
+        micro-batch], seconds busy)."""
+        self._pending = []
+        self._inputs, self._outputs, self._losses, self._results = {}, {}, {}, []
+        busy = 0.0
         stand = self._fetch_tied()
         for op, k in schedule(self.kind, self.stage, self.stages, m):
             t0 = time.perf_counter()
             if op == "F":
-                self._forward(k, next_data, m, stand)
+                self._forward(k, batch_of(k), m, stand)
             else:
                 self._backward(k)
             busy += time.perf_counter() - t0
         self._return_tied_grads(stand)
-        for r in self._pending:
-            r.wait()
-        total = time.perf_counter() - start
-        self.last_timing = self._gather_timing(busy - self._wait_time, total)
-        logged = dist.broadcast_object(self._logged if self.is_last else None,
-                                       src=int(np.asarray(self.placements[-1].mesh).reshape(-1)[0]))
-        return logged, self._data_time
+        handoff.wait(self._pending)
+        return self._results, busy
 
     def _batch(self, next_data):
         t0 = time.perf_counter()
@@ -148,8 +164,7 @@ class PipelineRunner:
         self._data_time += time.perf_counter() - t0
         return batch
 
-    def _forward(self, k, next_data, m, stand):
-        batch = self._batch(next_data)
+    def _forward(self, k, batch, m, stand):
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
         self._inputs[k] = carry
         with handoff.stage_local(), handoff.stand_ins(stand), self.autocast():
@@ -160,7 +175,7 @@ class PipelineRunner:
                 carry = {"total_loss": carry}
             loss = loss_of(carry) / m if m > 1 else loss_of(carry)
             self._losses[k] = self.scale_loss(loss) if self.scale_loss is not None else loss
-            self._logged.append({key: v.detach().item() for key, v in carry.items()})
+            self._results.append({key: v.detach() for key, v in carry.items()})
         else:
             self._outputs[k] = self._send_carry(carry, _TAG_FORWARD)
 
@@ -237,8 +252,8 @@ class PipelineRunner:
                 self._pending += handoff.send(g, self.placements[owner], tag=_TAG_TIED_GRAD)
             elif self.stage == owner:
                 g = self._recv(self.placements[user], _TAG_TIED_GRAD)
-                with flow.no_grad():
-                    p.grad = g if p.grad is None else p.grad + g
+                with edist.no_grad_sync():  # added as a backward adds it (recorded in a graph)
+                    p.backward(g)
 
     def _stage_of(self, tensor):
         for s, pl in enumerate(self.placements):
@@ -259,8 +274,7 @@ class PipelineRunner:
         if not self.is_last:
             self._send_carry(carry, _TAG_FORWARD)
             carry = None
-        for r in self._pending:
-            r.wait()
+        handoff.wait(self._pending)
         return batch, carry
 
     # ------------------------------------------------------------------ timing
@@ -274,3 +288,21 @@ class PipelineRunner:
             sel = rows[rows[:, 0] == s]
             out[s] = sel[:, 1:].mean(axis=0)
         return out
+
+
+class PipelineGraph(flow.nn.Graph):
+    """Graph mode with pipeline parallelism (`train.graph.enabled=True` and
+    `train.dist.pipeline_parallel_size > 1`): a call runs this rank's whole schedule over the
+    given micro-batches (`graph(batches)`, each already on this stage: runner.get_batch),
+    forwards and backwards in the schedule's order; the handoffs to the neighbouring stages are
+    kernel calls of the tape (engine.distributed.pipeline), so a replay sends and receives them
+    again with no Python around. Returns what `PipelineRunner.run_batches` returns. The
+    optimizer step stays with the trainer (GraphTrainer's eager update), as in eager mode."""
+
+    def __init__(self, runner):
+        super().__init__()
+        self.model = runner.model
+        object.__setattr__(self, "runner", runner)
+
+    def build(self, batches):
+        return self.runner.run_batches(batches)

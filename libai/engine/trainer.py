@@ -398,18 +398,23 @@ class EagerTrainer(TrainerBase):
     def _run_pipeline(self):
         m = self.grad_acc_steps
         self.zero_grad()
-        logged, data_time = self.pipeline.run(lambda: next(self._data_loader_iter), m)
+        logged, data_time = self.pipeline_forward_backward(m)
         self.update()
         means = {k: sum(d[k] for d in logged) / m for k in logged[0]}
         self.write_metrics(means, data_time)
         timing = self.pipeline.last_timing
-        if dist.is_main_process():
+        if timing is not None and dist.is_main_process():
             busy, total = timing[:, 0], timing[:, 1]
             storage = get_event_storage()
             storage.put_scalar("pipeline_bubble", float(np.mean(1.0 - busy / total)), smoothing_hint=False)
             storage.put_scalar("pipeline_time", float(total.max()), smoothing_hint=False)
             for s, b in enumerate(busy):
                 storage.put_scalar(f"pipeline_stage{s}_busy_time", float(b), smoothing_hint=False)
+
+    def pipeline_forward_backward(self, m):
+        """The pipeline schedule over `m` micro-batches: (the last stage's per-micro-batch loss
+        dicts as floats, on every rank; seconds spent getting data)."""
+        return self.pipeline.run(lambda: next(self._data_loader_iter), m)
 
     def run_step(self, get_batch=None, input_placement_device="cpu"):
         """One iteration (see the class docstring). LiBai's call `run_step(get_batch,
@@ -524,10 +529,16 @@ class GraphTrainer(EagerTrainer):
     LiBai's own use, `GraphTrainer(graph, data_loader, grad_acc_steps)` with a graph that was
     given the optimizer (GraphBase(model, optimizer, ...)), is kept: then the graph steps the
     optimizer itself, and each loader batch holds all `grad_acc_steps` micro-batches, which the
-    graph splits."""
+    graph splits.
+
+    With a `pipeline` (pipeline_parallel_size > 1) the graph is a
+    libai.engine.pipeline.PipelineGraph: one call runs this stage's whole schedule over the
+    `grad_acc_steps` micro-batches (their handoffs to the other stages are kernel calls of the
+    tape), the same eager update follows. The schedule's bubble is not logged (a replay runs no
+    Python to time the stages)."""
 
     def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None, grad_scaler=None,
-                 zero=None):
+                 zero=None, pipeline=None, autocast=None):
         own = [opt for opt, _ in graph.optimizers]
         if own and zero is not None:
             raise NotImplementedError("GraphTrainer: ZeRO with a graph that steps its own optimizer is not implemented; "
@@ -536,13 +547,25 @@ class GraphTrainer(EagerTrainer):
         # ZeRO: the graph's backward leaves the gradients (partial under stage 2 and 3), the eager
         # update reduces them into the shards, steps and gathers
         scaler = None if own else (grad_scaler or getattr(graph, "grad_scaler", None))
+        if pipeline is not None and own:
+            raise NotImplementedError("GraphTrainer: a pipeline with a graph that steps its own optimizer is not "
+                                      "implemented; give the optimizer to the trainer (PipelineGraph)")
         super().__init__(graph.model, data_loader, optimizer or (own[0] if own else None), grad_acc_steps,
-                         get_batch=get_batch, grad_scaler=scaler, zero=zero)
+                         get_batch=get_batch, grad_scaler=scaler, zero=zero, pipeline=pipeline, autocast=autocast)
         self.graph = graph
         self.graph_steps = bool(own)
 
     def forward_backward(self, data):
         return self.graph(**data)
+
+    def pipeline_forward_backward(self, m):
+        start = time.perf_counter()
+        runner = self.pipeline
+        batches = [runner.get_batch(next(self._data_loader_iter), runner.here) for _ in range(m)]
+        data_time = time.perf_counter() - start
+        outputs = self.graph(batches)
+        logged = [{k: v.item() for k, v in out.items()} for out in outputs] if runner.is_last else None
+        return runner.share_logged(logged), data_time
 
     def run_step(self, get_batch=None, input_placement_device="cpu"):
         if not self.graph_steps:

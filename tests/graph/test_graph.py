@@ -533,7 +533,7 @@ def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
     gm = model[0].to(flow.nn.graph.GraphModule)
     gm.activation_checkpointing = False
     assert "forward" not in model[0].__dict__ and not gm.activation_checkpointing
-    with pytest.raises(NotImplementedError, match="pipeline parallelism inside an nn.Graph"):
+    with pytest.raises(NotImplementedError, match="placing modules on pipeline stages from inside one graph is not implemented"):
         gm.set_stage(stage_id=0, placement=None)
     with pytest.raises(AttributeError, match="GraphModule has no setting 'stage'"):
         gm.stage = 1
@@ -650,3 +650,50 @@ def test_another_grad_scaler_retraces_and_explicit_gradients_are_scaled():
     (want * 8.0).backward(flow.ones_like(want) * 0.5)
     for p, q in zip(model.parameters(), twin.parameters()):
         assert np.array_equal(p.grad.numpy(), q.grad.numpy())
+
+
+def test_a_leaf_made_inside_build_gives_its_gradient_to_later_kernels_at_every_replay():
+    """A leaf created in the step from a computed value (what a pipeline stage does with the
+    activations it receives): its gradient is read by a later kernel of the step, and replays
+    compute it anew instead of refusing a second gradient on the trace's leaf."""
+
+    class StageGraph(flow.nn.Graph):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def build(self, x):
+            h = (x * 2).detach().requires_grad_()  # a fresh leaf inside the step
+            self.lin(h).square().sum().backward()
+            return h.grad * 3  # a kernel that reads the leaf's gradient
+
+    lin = flow.nn.Linear(4, 3)
+    graph = StageGraph(lin)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        x = flow.tensor(rng.standard_normal((2, 4)).astype(np.float32))
+        h = (x * 2).detach().requires_grad_()
+        lin(h).square().sum().backward()
+        want = h.grad.numpy() * 3
+        lin.weight.grad = lin.bias.grad = None
+        got = graph(x)
+        assert np.array_equal(got.numpy(), want)
+    assert graph.num_traces == 1
+
+
+def test_a_replayed_pipeline_receive_refuses_a_header_it_did_not_trace(monkeypatch):
+    """engine.distributed.pipeline: a replay receives the header first and compares it with the
+    traced one, so a peer sending another shape is named instead of misread."""
+    from engine.distributed import comm, pipeline as handoff
+    from engine.distributed.global_tensor import GlobalMeta
+    from engine.distributed.sbp import broadcast
+
+    meta = GlobalMeta(flow.placement("cpu", [0]), (broadcast,), (2, 3))
+    traced = handoff._encode(np.zeros((2, 3), np.float32), meta, True)
+    sent = handoff._encode(np.zeros((4, 3), np.float32), GlobalMeta(meta.placement, (broadcast,), (4, 3)), True)
+    monkeypatch.setattr(comm, "recv", lambda buf, src, tag=0: buf.__setitem__(slice(None), sent))
+    op = handoff._Recv(src=1, tag=7101, device=None)
+    op.expected = traced
+    with pytest.raises(GraphTraceError, match=r"rank 1 sent a float32 shard of shape \[4, 3\] where the trace "
+                                              r"received a float32 one of shape \[2, 3\]"):
+        op()

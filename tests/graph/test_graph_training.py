@@ -122,13 +122,50 @@ def test_a_checkpoint_resumes_across_modes(tmp_path, first, then):
     assert {i: resumed[i] for i in range(10, 20)} == {i: full[i] for i in range(10, 20)}
 
 
-def test_graph_mode_refuses_pipeline_parallelism_at_start(tmp_path):
-    out = str(tmp_path / "pp")
-    code, _, err = train_net(f"train.output_dir={out}", *GRAPH, "train.dist.pipeline_parallel_size=2",
-                             config=CONFIGS["gpt2_pretrain"], check=False)
-    assert code != 0
-    assert "graph mode (train.graph.enabled=True) with train.dist.pipeline_parallel_size > 1 is not implemented" in err
-    assert not os.path.exists(out)
+PP = ["train.dist.pipeline_parallel_size=2", "train.num_accumulation_steps=4"]
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["train.dist.pipeline_schedule=GPipe", "train.amp.enabled=True", "train.amp.dtype=float16",
+     "train.activation_checkpoint.enabled=True"],
+], ids=["1F1B", "GPipe-float16-checkpointing"])
+def test_graph_mode_under_pipeline_parallelism_trains_the_eager_losses(tmp_path, extra):
+    """pp=2 on 2 ranks, GPT-2 (its word embedding tied to the head on the other stage), 4
+    micro-batches, dropout on: each stage's schedule is one graph whose handoffs (activations,
+    their gradients, the tied weight and its gradient) are replayed; the losses are eager's, bit
+    for bit. Also GPipe's order with float16 loss scaling and activation checkpointing."""
+    name = "gpt2_pretrain"
+    args = PP + extra + vocab(name)
+    eager = run(str(tmp_path / "eager"), name, *args, iters=8, nprocs=2)
+    graph = run(str(tmp_path / "graph"), name, *args, *GRAPH, iters=8, nprocs=2)
+    check(graph, eager, name)
+
+
+def test_pipeline_on_cuda_through_the_double_eagerly_and_in_graph_mode(tmp_path, monkeypatch):
+    """pp=2 on CUDA placements (the CuPy double): the received activations live on the stage's
+    device (they stayed on the host before, and the next stage's first kernel failed); eager
+    pp=2 matches one process, and graph mode matches eager bit for bit."""
+    for k, v in double_env().items():
+        monkeypatch.setenv(k, v)
+    name = "gpt2_pretrain"
+    args = ["train.input_placement_device=cuda", "train.num_accumulation_steps=4"] + vocab(name) + NO_DROPOUT[name]
+    single = run(str(tmp_path / "single"), name, *args, iters=4)
+    eager = run(str(tmp_path / "eager"), name, *args, PP[0], iters=4, nprocs=2)
+    graph = run(str(tmp_path / "graph"), name, *args, PP[0], *GRAPH, iters=4, nprocs=2)
+    assert max(abs(eager[i] - single[i]) / abs(single[i]) for i in single) < 1e-5
+    check(graph, eager, name)
+
+
+def test_graph_mode_under_dp2_pp2_with_zero3_trains_the_eager_losses(tmp_path):
+    """4 ranks, BERT (tied word embedding) with ZeRO stage 3: the parameters' all-gathers inside
+    the replayed schedules, and the reduction into the shards after them, are eager's."""
+    name = "bert_pretrain"
+    extra = PP + ["train.dist.data_parallel_size=2", "train.zero_optimization.enabled=True",
+                  "train.zero_optimization.stage=3"] + vocab(name)
+    eager = run(str(tmp_path / "eager"), name, *extra, iters=6, nprocs=4)
+    graph = run(str(tmp_path / "graph"), name, *extra, *GRAPH, iters=6, nprocs=4)
+    check(graph, eager, name)
 
 
 def test_graph_mode_under_bfloat16_autocast_trains_the_eager_losses(tmp_path):
