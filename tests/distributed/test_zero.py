@@ -70,14 +70,16 @@ def zero(stage):
     return ["train.zero_optimization.enabled=True", f"train.zero_optimization.stage={stage}"]
 
 
-@pytest.mark.parametrize("dp", [2, 4])
-def test_zero_stages_match_plain_data_parallelism(tmp_path, dp):
+@pytest.mark.parametrize("dp,stages", [(2, (1, 2, 3)), (4, (3,))])
+def test_zero_stages_match_plain_data_parallelism(tmp_path, dp, stages):
+    """Every stage at dp=2; at dp=4 stage 3, which shards the most (optimizer state, gradients
+    and parameters: the gathers and reduce-scatters over 4 ranks that stages 1 and 2 also use)."""
     no_ckpt = "train.checkpointer.period=0"
     single = run(tmp_path, "single", no_ckpt)
     plain = run(tmp_path, "plain", no_ckpt, f"train.dist.data_parallel_size={dp}", nprocs=dp)
     assert max_rel_err(plain, single) < 1e-6, max_rel_err(plain, single)
     errors = {}
-    for stage in (1, 2, 3):
+    for stage in stages:
         got = run(tmp_path, f"zero{stage}", no_ckpt, f"train.dist.data_parallel_size={dp}", *zero(stage), nprocs=dp)
         errors[stage] = max_rel_err(got, plain)
         assert errors[stage] < 1e-6, (stage, errors[stage])
