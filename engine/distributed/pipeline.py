@@ -17,12 +17,14 @@ instead runs each stage's part of the model only on the stage's ranks (docs/glob
 * `stage_local()`: while open, an op on a tensor whose placement does not hold this rank is an
   error naming the op and the placement, instead of a silent empty result (a model's pipeline
   steps that touch another stage's tensor fail at once).
-* `wait(requests)`: wait for the sends of a schedule.
+* `begin()` / `wait(requests)`: around a schedule's handoffs (the wait: for its sends).
 
 In an nn.Graph (engine.autograd.trace) a send, a receive and the final wait are kernel calls of
 the tape: a replay sends this step's shard again, receives into a fresh array (checking that the
 header is the traced one: a peer that sent another dtype or shape is an error, not a silent
-misread) and waits for its own sends. Every rank must trace and replay the same schedule.
+misread) and waits for its own sends; a replay that failed between its sends and its wait makes
+the next `begin` an error instead of a step on stale messages. Every rank must trace and replay
+the same schedule.
 """
 import contextlib
 
@@ -34,7 +36,7 @@ from .boxing import _dtype_table
 from .global_tensor import GlobalMeta, _stage_state, device_of_placement, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
 
-__all__ = ["send", "recv", "wait", "peer", "stand_ins", "stage_local"]
+__all__ = ["send", "recv", "begin", "wait", "peer", "stand_ins", "stage_local"]
 
 _HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
 _CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
@@ -105,6 +107,15 @@ def recv(src_placement, placement, tag=0, device=None):
     return t
 
 
+def begin():
+    """Start a schedule's handoffs. In an nn.Graph replay: refuse to go on after a replay that
+    failed between its sends and its wait (the peers' message streams are then out of step,
+    and a receive could take the failed step's tensors)."""
+    _check_no_stale_sends()
+    if _state.tracer is not None:
+        _state.tracer.call(_check_no_stale_sends, (), None, "PipelineBegin")
+
+
 def wait(requests):
     """Wait for `requests` (what `send` returned); in an nn.Graph, also what a replay's sends
     posted."""
@@ -116,6 +127,17 @@ def wait(requests):
 
 # ------------------------------------------------------------------ the transfers (also replayed)
 _replayed_sends = []  # requests posted by replayed sends, until the replay's wait
+
+
+def _check_no_stale_sends():
+    if _replayed_sends:
+        n = len(_replayed_sends) // 2
+        _replayed_sends.clear()
+        from ..autograd.trace import GraphTraceError
+
+        raise GraphTraceError(f"pipeline handoff: a previous nn.Graph replay failed after posting {n} send(s) it never "
+                              "waited for; the stages' message streams are out of step, so this job cannot go on "
+                              "(restart it, e.g. from its last checkpoint)")
 
 
 def _host(arr):
@@ -170,11 +192,30 @@ class _Recv:
         if not np.array_equal(head, self.expected):
             from ..autograd.trace import GraphTraceError
 
-            got, want = _decode(head), _decode(self.expected)
-            raise GraphTraceError(f"nn.Graph replay: rank {self.src} sent a {np.dtype(got[0]).name} shard of shape "
-                                  f"{list(got[3])} where the trace received a {np.dtype(want[0]).name} one of shape "
-                                  f"{list(want[3])} (tag {self.tag}); every rank must replay the schedule it traced")
+            raise GraphTraceError(f"nn.Graph replay: rank {self.src} sent (tag {self.tag}) "
+                                  f"{_differences(head, self.expected)}; every rank must replay the schedule it traced")
         return self.payload(head)
+
+
+_FIELDS = ("dtype", "requires_grad", "sbp", "local shape", "logical shape")
+
+
+def _differences(got, want):
+    """What a received header has where the traced one had something else, field by field."""
+    try:
+        got = _decode(got)
+    except (IndexError, KeyError, ValueError, TypeError):
+        return "a header that is no tensor's (a message of another kind, or from another step)"
+    want = _decode(want)
+    diffs = [f"{name} {_show(g)} where the trace received {_show(w)}"
+             for name, g, w in zip(_FIELDS, got, want) if g != w]
+    return "; ".join(diffs) or "a header that differs from the traced one"
+
+
+def _show(v):
+    if isinstance(v, tuple):
+        return "(" + ", ".join(str(x) for x in v) + ")" if v and not isinstance(v[0], int) else str(list(v))
+    return np.dtype(v).name if isinstance(v, type) or isinstance(v, np.dtype) else str(v)
 
 
 # ------------------------------------------------------------------ stand-ins and strictness

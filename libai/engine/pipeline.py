@@ -143,6 +143,7 @@ class PipelineRunner:
     def _schedule(self, batch_of, m):
         """Run this stage's part of the schedule: ([the last stage's detached output dict per
         micro-batch], seconds busy)."""
+        handoff.begin()
         self._pending = []
         self._inputs, self._outputs, self._losses, self._results = {}, {}, {}, []
         busy = 0.0
@@ -240,12 +241,16 @@ class PipelineRunner:
             if self.stage == owner:
                 self._pending += handoff.send(p.detach(), self.placements[user], tag=_TAG_TIED)
             elif self.stage == user:
-                stand[p] = self._recv(self.placements[owner], _TAG_TIED).requires_grad_(requires_grad)
+                stand[p] = self._recv(self.placements[owner], _TAG_TIED).requires_grad_(requires_grad and
+                                                                                       p.requires_grad)
         return stand
 
     def _return_tied_grads(self, stand):
-        """Send each copy's gradient (summed over the micro-batches) to the owner, which adds it."""
+        """Send each copy's gradient (summed over the micro-batches) to the owner, which adds it
+        (not for a frozen parameter: every stage sees its requires_grad)."""
         for p, owner, user in self.tied:
+            if not p.requires_grad:
+                continue
             if self.stage == user:
                 copy = stand[p]
                 g = copy.grad if copy.grad is not None else flow.zeros_like(copy)
@@ -306,3 +311,8 @@ class PipelineGraph(flow.nn.Graph):
 
     def build(self, batches):
         return self.runner.run_batches(batches)
+
+    def set_grad_scaler(self, grad_scaler):
+        raise NotImplementedError("PipelineGraph.set_grad_scaler: the stages' backwards start from received "
+                                  "gradients, which a graph's scaler would scale again; set the runner's scale_loss "
+                                  "(the trainer does: train.amp with float16) and unscale in the update")

@@ -138,6 +138,11 @@ def test_handoff_between_stages_on_4_ranks():
     assert out.count("pipeline handoff ok") == 4
 
 
+def test_a_frozen_tied_weight_gets_no_gradient_eagerly_or_in_graph_mode():
+    _, out, _ = run_mpi(2, "pipeline_graph_frozen_tied.py")
+    assert out.count("frozen tied pipeline graph ok") == 2
+
+
 # ------------------------------------------------------------------ recipes under the launcher
 BASE = ["train.train_iter=10", "train.log_period=1", "train.train_micro_batch_size=null", "train.global_batch_size=8",
         "train.evaluation.enabled=False", "train.checkpointer.period=0"]
