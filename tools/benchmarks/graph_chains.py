@@ -63,13 +63,12 @@ def build_step(model_name):
     if model_name == "vit":
         model = VisionTransformer(img_size=a.img, patch_size=a.patch, in_chans=3, embed_dim=a.hidden,
                                   depth=a.layers, num_heads=a.heads, mlp_ratio=4.0, num_classes=a.classes)
-        img, batch = a.img, a.batch
     else:
         s = v.SWIN
         model = SwinTransformer(img_size=s["img"], patch_size=s["patch"], in_chans=3, num_classes=a.classes,
                                 embed_dim=s["embed"], depths=list(s["depths"]), num_heads=list(s["heads"]),
                                 window_size=s["window"], drop_path_rate=0.0)
-        img, batch = s["img"], s["batch"]
+    img, batch = v.image_and_batch(a, model_name)
     images = rng.standard_normal((batch, 3, img, img)).astype(np.float32)
     labels = rng.integers(0, a.classes, batch)
     step = graph_step_fn(model, lambda m, x, y: m(x, y)["losses"],

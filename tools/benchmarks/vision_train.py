@@ -7,9 +7,9 @@ ViTForImageClassification / SwinForImageClassification (PyTorch).
 
 ViT (defaults, flags --img --patch --layers --hidden --heads --batch): image 32, patch 4 (64
 patches + the cls token), 6 layers, width 384, 6 heads, MLP 1536, batch 32.
-Swin (fixed, tiny-like stages at image 64): patch 2 (a 32x32 map), embed 96, depths (2, 2, 6, 2),
-heads (3, 6, 12, 24), window 4 (maps 32, 16, 8, 4: shifted windows in the first three stages),
-batch 16. (A window of 7 here would leave stages whose map is smaller than the window, which
+Swin (fixed but for --batch, tiny-like stages at image 64): patch 2 (a 32x32 map), embed 96,
+depths (2, 2, 6, 2), heads (3, 6, 12, 24), window 4 (maps 32, 16, 8, 4: shifted windows in the
+first three stages), batch 16. (A window of 7 here would leave stages whose map is smaller than the window, which
 transformers 5.23's Swin cannot run.)
 Both: 10 classes, fp32, dropout and drop-path 0, random images and labels (seed 0),
 cross-entropy, AdamW (lr 1e-4, weight decay 0.05). A step is zero_grad + forward + loss +
@@ -44,6 +44,14 @@ LR, WD = 1e-4, 0.05
 
 
 SWIN = dict(img=64, patch=2, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=4, batch=16)
+VIT_BATCH = 32
+
+
+def image_and_batch(a, model):
+    """(image size, images per step) of `model` under the parsed arguments `a`."""
+    if model == "vit":
+        return a.img, a.batch or VIT_BATCH
+    return SWIN["img"], a.batch or SWIN["batch"]
 
 
 def make_batch(img, batch, classes, seed=0):
@@ -113,7 +121,7 @@ def compare(a, model):
     import engine as flow
     from libai.models import SwinTransformer, VisionTransformer
 
-    img, batch = (a.img, a.batch) if model == "vit" else (SWIN["img"], SWIN["batch"])
+    img, batch = image_and_batch(a, model)
     images, labels = make_batch(img, batch, a.classes)
     with tempfile.TemporaryDirectory() as path:
         hf = make_hf(path, a, model)
@@ -160,7 +168,7 @@ def build_parser():
     p.add_argument("--hidden", type=int, default=384)
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=None, help="images per step (default: ViT 32, Swin 16)")
     p.add_argument("--steps", type=int, default=12, help="timed steps per library")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per library first (the first gives the "
                    "compared losses)")
