@@ -1,4 +1,4 @@
-"""Pipeline parallelism in eager mode: micro-batches through the stages, scheduled 1F1B or GPipe.
+"""Pipeline parallelism: micro-batches through the stages, scheduled 1F1B or GPipe.
 
 A model opts in with two methods (GPT-2, BERT, ViT and Swin have them):
 
@@ -28,6 +28,10 @@ all-reduces over data parallelism are deferred to the trainer's sync after the l
 
 The bubble: the fraction of the schedule's wall time a stage spends waiting, ideally
 (p-1)/(m+p-1); `PipelineRunner.last_timing` holds the measured busy and total times per stage.
+
+Graph mode (`train.graph.enabled=True`): `PipelineGraph` captures this rank's whole schedule
+(`run_batches`, the same forwards, backwards and handoffs) as one nn.Graph; the handoffs are
+kernel calls of its tape (engine.distributed.pipeline), so replays send and receive them again.
 """
 import contextlib
 import json
