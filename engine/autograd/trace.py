@@ -270,8 +270,8 @@ class Tracer:
         entry.input_index = self.input_leaves.get(id(leaf))
         # an input: the replayed call's own tensor gets it; a leaf made inside the step (a
         # pipeline stage's received activations): no one outside sees it, the replay sets none
-        internal = entry.input_index is None and self.is_traced(leaf._data)
-        entry.leaf = leaf if entry.input_index is None and not internal else None
+        if entry.input_index is None and not self.is_traced(leaf._data):
+            entry.leaf = leaf
         entry.meta, entry.device = (type(grad), grad._global), grad._device
         entry.info = f"{list(leaf.shape)}"
         self.entries.append(entry)

@@ -301,7 +301,7 @@ def box_across(arr, meta_src, placement_dst, sbp_dst, device):
         for i, d in enumerate(dst_ranks):
             if d in src_p._ranks_set or src_ranks[i % len(src_ranks)] != me:
                 continue
-            host = np.ascontiguousarray(full if isinstance(full, np.ndarray) else full.get())
+            host = comm.host_contiguous(full)
             header = np.array([host.ndim, _dtype_table().index(host.dtype)] + list(host.shape), dtype=np.int64)
             requests.append(comm.isend(np.array([len(header)], dtype=np.int64), d, tag=1001))
             requests.append(comm.isend(header, d, tag=1002))

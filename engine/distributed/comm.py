@@ -334,6 +334,12 @@ def _raw(arr):
     return arr.view(_RAW[arr.dtype.itemsize])
 
 
+def host_contiguous(arr):
+    """A C-contiguous numpy array with `arr`'s values (a CuPy array is copied to the host): what
+    the MPI transfers of host memory (boxing across placements, pipeline handoffs) send."""
+    return np.ascontiguousarray(arr if isinstance(arr, np.ndarray) else arr.get())
+
+
 def _mpi_raw(arr):
     """[buffer, MPI type] for moving a contiguous array: its own MPI type when MPI has one
     (no view to make), else same-width unsigned integers (bfloat16, float16)."""

@@ -96,8 +96,8 @@ def recv(src_placement, placement, tag=0, device=None):
     device = device_of_placement(placement) if device is None else device
     op = _Recv(peer(me, placement, src_placement), tag, device)
     head = op.header()
-    arr = op.payload(head)
     dtype, requires_grad, sbp, local, logical = _decode(head)
+    arr = op.payload(dtype, local)
     if _state.tracer is not None:  # nn.Graph: a replay receives again, expecting this very header
         op.expected = head
         _state.tracer.call(op, (), arr, "PipelineRecv", f"rank {op.src} -> {list(local)}")
@@ -140,10 +140,6 @@ def _check_no_stale_sends():
                               "(restart it, e.g. from its last checkpoint)")
 
 
-def _host(arr):
-    return np.ascontiguousarray(arr if isinstance(arr, np.ndarray) else arr.get())
-
-
 def _wait_replayed_sends():
     while _replayed_sends:
         _replayed_sends.pop().wait()
@@ -156,7 +152,7 @@ class _Send:
         self.dst, self.tag, self.head = dst, tag, head
 
     def post(self, arr):
-        host = _host(arr)
+        host = comm.host_contiguous(arr)
         return [comm.isend(self.head, self.dst, tag=self.tag),
                 comm.isend(host.reshape(-1).view(np.uint8), self.dst, tag=self.tag)]
 
@@ -176,12 +172,11 @@ class _Recv:
         comm.recv(head, self.src, tag=self.tag)
         return head
 
-    def payload(self, head):
-        dtype, _, _, local, _ = _decode(head)
+    def payload(self, dtype, local):
         raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
         comm.recv(raw, self.src, tag=self.tag)
         arr = raw.view(dtype).reshape(local)
-        if self.device is not None and self.device.type != "cpu":
+        if self.device.type != "cpu":
             from ..backend import to_device
 
             arr = to_device(arr, self.device)
@@ -194,10 +189,13 @@ class _Recv:
 
             raise GraphTraceError(f"nn.Graph replay: rank {self.src} sent (tag {self.tag}) "
                                   f"{_differences(head, self.expected)}; every rank must replay the schedule it traced")
-        return self.payload(head)
+        dtype, _, _, local, _ = _decode(head)
+        return self.payload(dtype, local)
 
 
-_FIELDS = ("dtype", "requires_grad", "sbp", "local shape", "logical shape")
+# the fields of a decoded header, each with how an error message shows it
+_FIELDS = (("dtype", lambda v: np.dtype(v).name), ("requires_grad", str),
+           ("sbp", lambda v: "(" + ", ".join(map(str, v)) + ")"), ("local shape", list), ("logical shape", list))
 
 
 def _differences(got, want):
@@ -206,16 +204,9 @@ def _differences(got, want):
         got = _decode(got)
     except (IndexError, KeyError, ValueError, TypeError):
         return "a header that is no tensor's (a message of another kind, or from another step)"
-    want = _decode(want)
-    diffs = [f"{name} {_show(g)} where the trace received {_show(w)}"
-             for name, g, w in zip(_FIELDS, got, want) if g != w]
+    diffs = [f"{name} {show(g)} where the trace received {show(w)}"
+             for (name, show), g, w in zip(_FIELDS, got, _decode(want)) if g != w]
     return "; ".join(diffs) or "a header that differs from the traced one"
-
-
-def _show(v):
-    if isinstance(v, tuple):
-        return "(" + ", ".join(str(x) for x in v) + ")" if v and not isinstance(v[0], int) else str(list(v))
-    return np.dtype(v).name if isinstance(v, type) or isinstance(v, np.dtype) else str(v)
 
 
 # ------------------------------------------------------------------ stand-ins and strictness

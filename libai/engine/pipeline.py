@@ -128,8 +128,7 @@ class PipelineRunner:
         outputs, busy = self._schedule(lambda k: self._batch(next_data), micro_batches)
         total = time.perf_counter() - start
         self.last_timing = self._gather_timing(busy - self._wait_time, total)
-        logged = [{key: v.item() for key, v in out.items()} for out in outputs] if self.is_last else None
-        return self.share_logged(logged), self._data_time
+        return self.share_logged(outputs), self._data_time
 
     def run_batches(self, batches):
         """The same schedule over `batches` (one per micro-batch, already on this stage: the
@@ -139,10 +138,11 @@ class PipelineRunner:
         self.last_timing = None
         return self._schedule(batches.__getitem__, len(batches))[0]
 
-    def share_logged(self, logged):
-        """The last stage's per-micro-batch {name: float} dicts, on every rank."""
-        return dist.broadcast_object(logged if self.is_last else None,
-                                     src=int(np.asarray(self.placements[-1].mesh).reshape(-1)[0]))
+    def share_logged(self, outputs):
+        """The last stage's per-micro-batch output dicts (`outputs`, tensors there) as {name:
+        float} dicts, on every rank."""
+        logged = [{key: v.item() for key, v in out.items()} for out in outputs] if self.is_last else None
+        return dist.broadcast_object(logged, src=int(np.asarray(self.placements[-1].mesh).reshape(-1)[0]))
 
     def _schedule(self, batch_of, m):
         """Run this stage's part of the schedule: ([the last stage's detached output dict per

@@ -563,9 +563,7 @@ class GraphTrainer(EagerTrainer):
         runner = self.pipeline
         batches = [runner.get_batch(next(self._data_loader_iter), runner.here) for _ in range(m)]
         data_time = time.perf_counter() - start
-        outputs = self.graph(batches)
-        logged = [{k: v.item() for k, v in out.items()} for out in outputs] if runner.is_last else None
-        return runner.share_logged(logged), data_time
+        return runner.share_logged(self.graph(batches)), data_time
 
     def run_step(self, get_batch=None, input_placement_device="cpu"):
         if not self.graph_steps:
