@@ -12,7 +12,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 import engine as flow
-from libai.config import LazyConfig, instantiate, resolve_batch_sizes, resolve_train_config, try_get_key
+from libai.config import LazyConfig, instantiate, locate, resolve_batch_sizes, resolve_train_config, try_get_key
 from libai.config import default_argument_parser as _config_argument_parser
 from libai.evaluation import inference_on_dataset, print_csv_format
 from libai.evaluation.utils import flatten_results_dict
@@ -155,6 +155,15 @@ def check_graph_mode(cfg):
             raise NotImplementedError(f"graph.{key} sets {extra}: the graph is built from the train.* keys here "
                                       "(train.amp, train.activation_checkpoint, train.num_accumulation_steps, ...); "
                                       f"remove them from graph.{key}")
+        target = (lazy or {}).get("_target_")
+        if graph_mode(cfg) and target is not None:
+            from libai.models.utils import GraphBase
+
+            if (locate(target) if isinstance(target, str) else target) is not GraphBase:
+                raise NotImplementedError(f"graph.{key}._target_={target!r}: the trainer builds LiBai's GraphBase "
+                                          "(libai.models.utils.GraphBase) from the train.* keys, not another graph "
+                                          f"class; set graph.{key}._target_ to it, or write a trainer that builds "
+                                          "yours")
 
 
 def _checkpointing_and_zero(train):

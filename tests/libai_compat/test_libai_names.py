@@ -188,7 +188,8 @@ def test_default_trainer_runs_libai_graph_enabled_and_refuses_what_graph_mode_la
     assert isinstance(trainer, GraphTrainer) and trainer.grad_scaler is trainer.graph.grad_scaler is not None
     for overrides, what in ((["+graph.auto_parallel.enabled=true"], "auto_parallel"),
                             (["+graph.global_mode.enabled=true"], "global_mode"),
-                            (["+graph.train_graph.fp16=true"], "train_graph")):
+                            (["+graph.train_graph.fp16=true"], "train_graph"),
+                            (["+graph.train_graph._target_=engine.nn.Graph"], "train_graph._target_")):
         cfg = LazyConfig.load(MLP_CONFIG)
         LazyConfig.apply_overrides(cfg, [f"train.output_dir={tmp_path / what}", "train.graph.enabled=True",
                                          *overrides])
