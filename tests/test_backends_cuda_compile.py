@@ -124,7 +124,7 @@ def test_sdp_switches_and_availability(restore_flags):
             getattr(b.cuda, f"enable_{kind}_sdp")(1)
     assert b.mps.is_available() is False and b.mps.is_built() is False
     assert b.cudnn.is_available() is False and b.cudnn.version() is None
-    assert b.mkldnn.is_available() is False
+    assert b.mkldnn.is_available() == engine_backend.onednn.available()
     assert b.mkl.is_available() == engine_backend.mkl.available()
     assert b.cuda.is_built() == (__import__("importlib").util.find_spec("cupy") is not None)
     import engine.backends.cudnn as cudnn  # the torch idiom `import torch.backends.cudnn as cudnn`

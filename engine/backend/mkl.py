@@ -33,15 +33,22 @@ _lib = None
 _why_not = "not loaded yet"
 
 
-def _candidates():
-    env = os.environ.get("ENGINE_MKL_LIBRARY")
+def library_candidates(env_var, pattern, fallbacks):
+    """Where to look for a shared library a wheel installs: the path in `env_var` alone if set,
+    else `<prefix>/lib/<pattern>` under this environment's prefixes (newest version first), then
+    the bare names in `fallbacks` for the system's loader."""
+    env = os.environ.get(env_var)
     if env:
         return [env]
     found = []
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, os.environ.get("CONDA_PREFIX") or "")):
         if prefix:
-            found += sorted(glob.glob(os.path.join(prefix, "lib", "libmkl_rt.so*")), reverse=True)
-    return found + ["libmkl_rt.so.3", "libmkl_rt.so.2"]
+            found += sorted(glob.glob(os.path.join(prefix, "lib", pattern)), reverse=True)
+    return found + list(fallbacks)
+
+
+def _candidates():
+    return library_candidates("ENGINE_MKL_LIBRARY", "libmkl_rt.so*", ["libmkl_rt.so.3", "libmkl_rt.so.2"])
 
 
 def _load():

@@ -16,9 +16,10 @@ What each switch does in the engine:
 * `cuda.enable_flash_sdp / enable_mem_efficient_sdp / enable_math_sdp / enable_cudnn_sdp` and
   their `*_enabled()`: stored and read back; the engine has one attention kernel
   (scaled_dot_product_attention), used whatever they say.
-* `mps.is_available()` / `is_built()`: False. `mkldnn.is_available()`: False (oneDNN is not
-  used); `mkldnn.enabled` is stored. `mkl.is_available()`: whether the engine's MKL backend
-  (engine.backend.mkl) is in use: honoured.
+* `mps.is_available()` / `is_built()`: False. `mkldnn.is_available()`: whether oneDNN, which
+  runs the engine's CPU convolutions (engine.backend.onednn), loaded; `mkldnn.enabled`:
+  honoured (False: the numpy convolution kernels). `mkl.is_available()`: whether the engine's
+  MKL backend (engine.backend.mkl) is in use: honoured.
 
 Flags check their values as torch does: a bool flag set to anything else raises RuntimeError,
 and an unknown name raises AttributeError, so a typo is never silently a no-op.
@@ -36,6 +37,7 @@ import numpy as np
 from .. import backend as _backend
 from ..backend import cublas as _cublas
 from ..backend import mkl as _mkl
+from ..backend import onednn as _onednn
 
 __all__ = ["cuda", "cudnn", "mps", "mkldnn", "mkl", "set_float32_matmul_precision",
            "get_float32_matmul_precision"]
@@ -217,12 +219,19 @@ class _MpsBackend(_Flags):
 
 
 class _MkldnnBackend(_Flags):
-    """torch.backends.mkldnn: oneDNN is not used by the engine; `enabled` is stored."""
+    """torch.backends.mkldnn: oneDNN runs the engine's CPU convolutions (engine.backend.onednn)
+    when it loaded; `enabled = False` sends them to the numpy kernels, as PyTorch's native ones."""
 
     _flags = {"enabled": True}
 
+    def _get(self, name):
+        return _onednn.enabled
+
+    def _set(self, name, value):
+        _onednn.enabled = value
+
     def is_available(self):
-        return False
+        return _onednn.available()
 
 
 class _MklBackend(_Flags):
