@@ -104,9 +104,10 @@ class GraphModule:
     `activation_checkpointing`: the module's forward runs through
     `engine.utils.checkpoint.checkpoint` in training with autograd on (in a graph and eagerly:
     the same numbers either way), its activations recomputed in backward. A layer that has its
-    own switch (libai's TransformerLayer, SwinBlock) gets that switch set. `set_stage` (OneFlow's
-    stages inside one graph) is not implemented: a pipeline is captured per stage
-    (libai.engine.pipeline.PipelineGraph). `to(nn.Module)` gives the module back."""
+    own switch (libai's TransformerLayer, SwinBlock) gets that switch set. `set_stage(stage_id,
+    placement)`: accepted where it agrees with the module's parameter placement (a pipeline is
+    captured per stage, libai.engine.pipeline.PipelineGraph), refused where it would move the
+    module. `to(nn.Module)` gives the module back."""
 
     _ATTR = "_graph_module"
 
@@ -148,18 +149,31 @@ class GraphModule:
 
     @property
     def stage_id(self):
-        return None
+        return self.origin.__dict__.get("_graph_stage_id")
 
     def set_stage(self, stage_id=None, placement=None):
-        raise NotImplementedError("GraphModule.set_stage: placing modules on pipeline stages from inside one graph is "
-                                  "not implemented; each rank captures its own stage's schedule instead (LiBai: "
-                                  "train.dist.pipeline_parallel_size with train.graph.enabled=True, "
-                                  "libai.engine.pipeline.PipelineGraph)")
+        """OneFlow's pipeline stage of a module inside one graph. Here a pipeline is captured per
+        stage, each rank its own (libai.engine.pipeline.PipelineGraph), and a module's stage is
+        where its parameters are placed. So a stage that agrees with that placement is recorded
+        (`stage_id` reads it back: LiBai models' `set_pipeline_stage_id` runs unchanged); one that
+        does not is an error naming the parameter and both placements: moving modules between
+        stages from inside a graph is not implemented."""
+        if stage_id is not None and (isinstance(stage_id, bool) or not isinstance(stage_id, int) or stage_id < 0):
+            raise ValueError(f"GraphModule.set_stage: stage_id must be a non-negative int, got {stage_id!r}")
+        if placement is not None:
+            for name, p in self.origin.named_parameters():
+                if p.is_global and p.placement != placement:
+                    raise NotImplementedError(
+                        f"GraphModule.set_stage: parameter {name!r} of {type(self.origin).__name__} is placed on "
+                        f"{p.placement!r}, not on the stage's {placement!r}; moving modules between pipeline "
+                        "stages from inside a graph is not implemented (place the layers on their stages when "
+                        "building the model: libai.utils.distributed.get_layer_placement)")
+        object.__setattr__(self.origin, "_graph_stage_id", stage_id)
 
     def __setattr__(self, name, value):
-        if not hasattr(type(self), name):
-            raise AttributeError(f"GraphModule has no setting {name!r} (activation_checkpointing; set_stage is "
-                                 "not implemented)")
+        if not hasattr(type(self), name) or name == "stage_id":
+            raise AttributeError(f"GraphModule has no setting {name!r} (activation_checkpointing; the stage is "
+                                 "set by set_stage)")
         object.__setattr__(self, name, value)
 
 

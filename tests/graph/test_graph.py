@@ -510,7 +510,7 @@ def test_inputs_that_require_grad_get_their_gradients_at_every_replay():
 def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
     """OneFlow's `self.block.to(nn.graph.GraphModule).activation_checkpointing = True` in a
     graph's __init__: the block recomputes in backward (its random state swapped by the trace),
-    the numbers stay eager's; `to(nn.Module)` gives the module back; set_stage is refused."""
+    the numbers stay eager's; `to(nn.Module)` gives the module back."""
     flow.manual_seed(0)
     model = flow.nn.Sequential(flow.nn.Sequential(flow.nn.Linear(8, 32), flow.nn.GELU(), flow.nn.Dropout(0.3)),
                                flow.nn.Linear(32, 3))
@@ -533,10 +533,29 @@ def test_oneflow_graph_module_settings_turn_on_activation_checkpointing():
     gm = model[0].to(flow.nn.graph.GraphModule)
     gm.activation_checkpointing = False
     assert "forward" not in model[0].__dict__ and not gm.activation_checkpointing
-    with pytest.raises(NotImplementedError, match="placing modules on pipeline stages from inside one graph"):
-        gm.set_stage(stage_id=0, placement=None)
     with pytest.raises(AttributeError, match="GraphModule has no setting 'stage'"):
         gm.stage = 1
+
+
+def test_graph_module_set_stage_agrees_with_the_placement_or_is_refused():
+    """OneFlow's `set_stage(stage_id, placement)`: a pipeline is captured per stage here, so a
+    stage that agrees with where the module's parameters are placed is recorded, and one that
+    would move them is refused naming the parameter and both placements."""
+    p0, p1 = flow.placement("cpu", ranks=[0]), flow.placement("cpu", ranks=[1])
+    block = flow.nn.Linear(2, 3).to_global(placement=p0, sbp=flow.sbp.broadcast)
+    gm = block.to(flow.nn.graph.GraphModule)
+    assert gm.stage_id is None
+    gm.set_stage(0, p0)
+    assert gm.stage_id == 0 and block.to(flow.nn.graph.GraphModule).stage_id == 0
+    flow.nn.GELU().to(flow.nn.graph.GraphModule).set_stage(1, p1)  # no parameters: nothing to move
+    with pytest.raises(NotImplementedError, match=r"parameter 'weight' of Linear is placed on .*ranks=\[0\].*"
+                                                  r"stage's .*ranks=\[1\].*not implemented"):
+        gm.set_stage(1, p1)
+    assert gm.stage_id == 0
+    with pytest.raises(ValueError, match="stage_id must be a non-negative int, got -1"):
+        gm.set_stage(-1, p0)
+    with pytest.raises(AttributeError, match="has no setting 'stage_id'"):
+        gm.stage_id = 2
 
 
 @pytest.mark.parametrize("in_graph", [False, True], ids=["eager", "graph"])

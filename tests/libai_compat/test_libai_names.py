@@ -102,6 +102,45 @@ def test_build_model_and_graph_names():
     assert abs(float(w.std()) - 0.125) < 0.02
 
 
+def test_graph_base_runs_a_libai_models_set_pipeline_stage_id():
+    """A model class with LiBai's `set_pipeline_stage_id(model)` (OneFlow's GraphModule API, as
+    LiBai's GPT/BERT write it) has it called by GraphBase: stages that agree with the layers'
+    placement are recorded; a stage that would move a layer is refused."""
+    from libai.models.utils import GraphBase
+    from libai.utils import distributed as dist
+
+    class Staged(flow.nn.Module):
+        wrong = False
+
+        def __init__(self):
+            super().__init__()
+            self.first = flow.nn.Linear(4, 4).to_global(placement=dist.get_layer_placement(0),
+                                                        sbp=flow.sbp.broadcast)
+            self.last = flow.nn.Linear(4, 2).to_global(placement=dist.get_layer_placement(-1),
+                                                       sbp=flow.sbp.broadcast)
+
+        def forward(self, x):
+            return {"loss": self.last(self.first(x)).sum()}
+
+        @staticmethod
+        def set_pipeline_stage_id(model):
+            dist_utils = dist.get_dist_util()
+            for module_block in model.modules():
+                if module_block.to(flow.nn.Module) is model.first:
+                    module_block.to(flow.nn.graph.GraphModule).set_stage(
+                        dist_utils.get_layer_stage_id(0), dist.get_layer_placement(0))
+                elif module_block.to(flow.nn.Module) is model.last:
+                    stage = flow.placement("cpu", ranks=[1]) if model.wrong else dist.get_layer_placement(-1)
+                    module_block.to(flow.nn.graph.GraphModule).set_stage(dist_utils.get_layer_stage_id(-1), stage)
+
+    model = Staged()
+    GraphBase(model, is_train=False)
+    assert [m.to(flow.nn.graph.GraphModule).stage_id for m in (model.first, model.last)] == [0, 0]
+    model.wrong = True
+    with pytest.raises(NotImplementedError, match="parameter 'weight' of Linear is placed on"):
+        GraphBase(model, is_train=False)
+
+
 def test_libai_style_graph_with_its_optimizer_steps_as_eager():
     """LiBai's GraphBase(model, optimizer, lr_scheduler, grad_acc_steps=2): the graph splits the
     batch, scales each half's backward by 1/2 and steps; the same as eager accumulation."""

@@ -24,7 +24,9 @@ class GraphBase(flow.nn.Graph):
     without one the backward is scaled and `self.grad_scaler` is left to the caller's update.
 
     `activation_checkpoint=True` (LiBai's flag) turns on the recomputation of the model's
-    Transformer/Swin layers; the graph records the random-state swaps around it.
+    Transformer/Swin layers; the graph records the random-state swaps around it. A model class
+    with LiBai's `set_pipeline_stage_id(model)` has it called, as LiBai's GraphBase does; its
+    `set_stage` calls must agree with where the layers are placed (nn.graph.GraphModule.set_stage).
 
     Not implemented (refused): `zero_optim=True`, ZeRO with the graph stepping its own optimizer
     (the trainer's ZeRO, train.zero_optimization, works: its eager update does the sharded
@@ -51,6 +53,11 @@ class GraphBase(flow.nn.Graph):
                 from libai.layers.utils import set_activation_checkpointing
 
                 set_activation_checkpointing(model)  # its Transformer/Swin layers recompute in backward
+        own_stages = getattr(type(model), "set_pipeline_stage_id", None)
+        if own_stages is not None:
+            # a LiBai model's rule: `module.to(nn.graph.GraphModule).set_stage(stage, placement)` per
+            # block, checked against where its layers are placed (each rank captures its own stage)
+            own_stages(model)
         self.model = model
         self.is_train = is_train
         self.autocast = autocast or contextlib.nullcontext
