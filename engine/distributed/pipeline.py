@@ -27,6 +27,7 @@ the next `begin` an error instead of a step on stale messages. Every rank must t
 the same schedule.
 """
 import contextlib
+import time
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .boxing import _dtype_table
 from .global_tensor import GlobalMeta, _stage_state, device_of_placement, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
 
-__all__ = ["send", "recv", "begin", "wait", "peer", "stand_ins", "stage_local"]
+__all__ = ["send", "recv", "begin", "wait", "peer", "stand_ins", "stage_local", "blocked_time"]
 
 _HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
 _CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
@@ -119,14 +120,32 @@ def begin():
 def wait(requests):
     """Wait for `requests` (what `send` returned); in an nn.Graph, also what a replay's sends
     posted."""
-    for r in requests:
-        r.wait()
+    with _blocking():
+        for r in requests:
+            r.wait()
     if _state.tracer is not None:
         _state.tracer.call(_wait_replayed_sends, (), None, "PipelineWait")
 
 
+def blocked_time():
+    """Seconds this process has spent blocked in receives and in `wait`, eagerly or replayed,
+    since it started (a running total: take differences). A replayed schedule runs no Python to
+    time its stages, so its idle time is measured here (libai's pipeline bubble in graph mode)."""
+    return _blocked[0]
+
+
 # ------------------------------------------------------------------ the transfers (also replayed)
 _replayed_sends = []  # requests posted by replayed sends, until the replay's wait
+_blocked = [0.0]
+
+
+@contextlib.contextmanager
+def _blocking():
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _blocked[0] += time.perf_counter() - start
 
 
 def _check_no_stale_sends():
@@ -141,8 +160,9 @@ def _check_no_stale_sends():
 
 
 def _wait_replayed_sends():
-    while _replayed_sends:
-        _replayed_sends.pop().wait()
+    with _blocking():
+        while _replayed_sends:
+            _replayed_sends.pop().wait()
 
 
 class _Send:
@@ -169,12 +189,14 @@ class _Recv:
 
     def header(self):
         head = np.empty(_HEADER, dtype=np.int64)
-        comm.recv(head, self.src, tag=self.tag)
+        with _blocking():
+            comm.recv(head, self.src, tag=self.tag)
         return head
 
     def payload(self, dtype, local):
         raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
-        comm.recv(raw, self.src, tag=self.tag)
+        with _blocking():
+            comm.recv(raw, self.src, tag=self.tag)
         arr = raw.view(dtype).reshape(local)
         if self.device.type != "cpu":
             from ..backend import to_device

@@ -127,14 +127,14 @@ class PipelineRunner:
         start = time.perf_counter()
         outputs, busy = self._schedule(lambda k: self._batch(next_data), micro_batches)
         total = time.perf_counter() - start
-        self.last_timing = self._gather_timing(busy - self._wait_time, total)
+        self.last_timing = self.gather_timing(busy - self._wait_time, total)
         return self.share_logged(outputs), self._data_time
 
     def run_batches(self, batches):
         """The same schedule over `batches` (one per micro-batch, already on this stage: the
         inputs of an nn.Graph that captures the step, libai.engine.pipeline.PipelineGraph).
-        Returns the last stage's output dicts as tensors (an empty list elsewhere); no timing
-        (inside a replay no Python runs to measure it)."""
+        Returns the last stage's output dicts as tensors (an empty list elsewhere); the timing is
+        PipelineGraph's."""
         self.last_timing = None
         return self._schedule(batches.__getitem__, len(batches))[0]
 
@@ -287,7 +287,7 @@ class PipelineRunner:
         return batch, carry
 
     # ------------------------------------------------------------------ timing
-    def _gather_timing(self, busy, total):
+    def gather_timing(self, busy, total):
         """Busy and total seconds of every stage (rows by stage; the mean over a stage's ranks)."""
         mine = np.array([self.stage, busy, total], dtype=np.float64)
         rows = edist.all_gather(flow.tensor(mine.reshape(1, 3))).numpy() if edist.get_world_size() > 1 \
@@ -312,6 +312,17 @@ class PipelineGraph(flow.nn.Graph):
         super().__init__()
         self.model = runner.model
         object.__setattr__(self, "runner", runner)
+
+    def __call__(self, batches):
+        """The schedule over `batches`, and `runner.last_timing` for the trainer's bubble: a
+        stage's busy time is the call's wall time less the time its receives and final wait
+        spent blocked (engine.distributed.pipeline.blocked_time; a replay runs no Python around
+        the schedule's ops to time them one by one). Every rank calls it, as the schedule."""
+        blocked, start = handoff.blocked_time(), time.perf_counter()
+        out = super().__call__(batches)
+        total = time.perf_counter() - start
+        self.runner.last_timing = self.runner.gather_timing(total - (handoff.blocked_time() - blocked), total)
+        return out
 
     def build(self, batches):
         return self.runner.run_batches(batches)

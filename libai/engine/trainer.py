@@ -534,8 +534,8 @@ class GraphTrainer(EagerTrainer):
     With a `pipeline` (pipeline_parallel_size > 1) the graph is a
     libai.engine.pipeline.PipelineGraph: one call runs this stage's whole schedule over the
     `grad_acc_steps` micro-batches (their handoffs to the other stages are kernel calls of the
-    tape), the same eager update follows. The schedule's bubble is not logged (a replay runs no
-    Python to time the stages)."""
+    tape), the same eager update follows. The bubble is logged from PipelineGraph's timing (wall
+    time less the time blocked on the other stages)."""
 
     def __init__(self, graph, data_loader, grad_acc_steps=1, optimizer=None, get_batch=None, grad_scaler=None,
                  zero=None, pipeline=None, autocast=None):
