@@ -219,3 +219,28 @@ def test_least_recently_used_plans_are_destroyed(monkeypatch, numpy_reference):
                                                                                *args))
         assert len(onednn._plans) <= 3
     assert [k[1][2] for k in onednn._plans] == [8, 9, 5]
+
+
+@needs_onednn
+@pytest.mark.parametrize("stride,padding,output_padding,dilation,groups", [
+    ((2, 2), (1, 1), (1, 1), (1, 1), 1), ((3, 2), (0, 1), (2, 0), (1, 2), 2), ((2, 2), (2, 2), (1, 0), (2, 1), 1)])
+def test_conv_transpose2d_with_output_padding_runs_on_onednn(stride, padding, output_padding, dilation, groups,
+                                                             monkeypatch):
+    """conv_transpose2d's forward is the input-gradient pass on a taller output (output_padding):
+    oneDNN plans it (no numpy fallback) and matches PyTorch forward and backward."""
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 6 // groups, 3, 3)).astype(np.float32)
+    kw = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, **kw)
+    g = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    ty.backward(torch.tensor(g))
+    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    ex, ew = flow.tensor(x, requires_grad=True), flow.tensor(w, requires_grad=True)
+    ey = flow.nn.functional.conv_transpose2d(ex, ew, **kw)
+    ey.backward(flow.tensor(g))
+    planned = {k[0]: plan is not None for k, plan in onednn._plans.items()}
+    assert planned == {"forward": True, "grad_input": True, "grad_weight": True}
+    for e, t in ((ey.detach(), ty), (ex.grad, tx.grad), (ew.grad, tw.grad)):
+        want = t.detach().numpy()
+        np.testing.assert_allclose(e.numpy(), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

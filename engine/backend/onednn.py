@@ -213,7 +213,7 @@ class _Plan:
         self.impl = name.value.decode() if name.value else "?"
         self.memories, self.primitives = [], []  # owned: destroyed by close()
         self.user = []  # memory objects whose handle is each call's array
-        self.keep = []  # blocked buffers the other memory objects point into
+        self.blocked = []  # (memory object, float32 count): a pooled buffer per call, not kept
         self.out_shapes = []
         before, after, prim_args = [], [], []
         for arg, shape, query, is_out in slots:
@@ -227,9 +227,8 @@ class _Plan:
                 prim_args.append((arg, user))
                 continue
             want = _VP(want)  # owned by pd (a bare int would pass as a 32-bit C int)
-            buf = np.empty(_lib.dnnl_memory_desc_get_size(want) // 4 + 16, np.float32)
-            self.keep.append(buf)
-            blocked = self._memory(want, buf.ctypes.data + (-buf.ctypes.data % 64))
+            blocked = self._memory(want, 1)
+            self.blocked.append((blocked, -(-_lib.dnnl_memory_desc_get_size(want) // 4)))
             prim_args.append((arg, blocked))
             src, dst = (blocked, user) if is_out else (user, blocked)
             src_md, dst_md = (want, plain) if is_out else (plain, want)
@@ -254,8 +253,12 @@ class _Plan:
     def run(self, *inputs):
         """The outputs (fresh arrays) for `inputs` (C-contiguous float32), in slot order."""
         outs = [buffers.empty(s, np.float32) for s in self.out_shapes]
+        # the blocked copies live for this call only (a plan keeps no activation-sized memory)
+        scratch = [(mem, _aligned(n)) for mem, n in self.blocked]
         with self.lock:
             for mem, a in zip(self.user, list(inputs) + outs):
+                _ok(_lib.dnnl_memory_set_data_handle(mem, a.ctypes.data), "dnnl_memory_set_data_handle")
+            for mem, a in scratch:
                 _ok(_lib.dnnl_memory_set_data_handle(mem, a.ctypes.data), "dnnl_memory_set_data_handle")
             threads, before = _threads(), _omp_get_max_threads()
             if threads != before:
@@ -275,7 +278,17 @@ class _Plan:
                 _lib.dnnl_primitive_destroy(prim)
             for mem in self.memories:
                 _lib.dnnl_memory_destroy(mem)
-            self.primitives, self.memories, self.keep, self.steps = [], [], [], []
+            self.primitives, self.memories, self.blocked, self.steps = [], [], [], []
+
+
+def _aligned(n):
+    """n float32s on a 64-byte boundary (oneDNN's blocked kernels load whole cache lines); large
+    ones from the buffer pool, which aligns them."""
+    if 4 * n >= buffers.MIN_BYTES:
+        return buffers.empty(n, np.float32)
+    buf = np.empty(n + 16, np.float32)
+    start = -buf.ctypes.data % 64 // 4
+    return buf[start:start + n]
 
 
 def _args(pairs):
