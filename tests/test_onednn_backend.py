@@ -244,3 +244,20 @@ def test_conv_transpose2d_with_output_padding_runs_on_onednn(stride, padding, ou
     for e, t in ((ey.detach(), ty), (ex.grad, tx.grad), (ew.grad, tw.grad)):
         want = t.detach().numpy()
         np.testing.assert_allclose(e.numpy(), want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+@needs_onednn
+def test_a_plan_evicted_while_held_declines_instead_of_running(monkeypatch, numpy_reference):
+    """Another thread may evict a plan between the cache lookup and its run: the closed plan
+    returns None (the caller convolves on numpy) instead of running destroyed oneDNN objects."""
+    monkeypatch.setattr(onednn, "MAX_PLANS", 1)
+    monkeypatch.setattr(onednn, "_plans", type(onednn._plans)())
+    x, wt, b, out_hw = _case(*GEOMETRIES[0])
+    args = ((1, 1), (1, 1, 1, 1), (1, 1), 1)
+    held = onednn._plan("forward", x.shape, wt.shape, (8, 32) + out_hw, False, *args)
+    onednn._plan("forward", x[:4].shape, wt.shape, (4, 32) + out_hw, False, *args)  # evicts `held`
+    assert held.closed and held.run(x, wt) is None
+    # through the public entry point the same race falls back to numpy's result
+    monkeypatch.setattr(onednn, "_plan", lambda *a: held)
+    assert onednn.conv2d(x, wt, None, out_hw, *args) is None
+    _close(numpy_reference(conv._conv2d_forward, x, wt, None, *args), conv._conv2d_forward(x, wt, None, *args))

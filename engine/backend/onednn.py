@@ -15,7 +15,7 @@ arrays and the blocked buffers the plan owns. A call then sets the user arrays' 
 runs the reorders and the primitive, and returns a fresh array. Only float32 C-contiguous numpy
 arrays go here; anything else (float64, half types, empty tensors, a convolution oneDNN
 refuses) returns None and the caller runs the numpy kernels, which stay the reference this is
-tested against (tests/engine/test_onednn.py).
+tested against (tests/test_onednn_backend.py).
 
 Threads: oneDNN runs on OpenMP (GNU libgomp) threads, as many as the engine's own pool
 (`engine.backend.parallel.get_num_threads()`; the calling thread's OpenMP setting is put back
@@ -215,6 +215,15 @@ class _Plan:
         self.user = []  # memory objects whose handle is each call's array
         self.blocked = []  # (memory object, float32 count): a pooled buffer per call, not kept
         self.out_shapes = []
+        self.closed = False
+        self.lock = threading.Lock()
+        try:
+            self._build(scope, pd, slots)
+        except BaseException:
+            self.close()  # what was made before the failure
+            raise
+
+    def _build(self, scope, pd, slots):
         before, after, prim_args = [], [], []
         for arg, shape, query, is_out in slots:
             plain = scope.plain(shape)
@@ -236,7 +245,6 @@ class _Plan:
                            _engine, dst_md, _engine, None)
             (after if is_out else before).append((self._primitive(rpd), _args([(_ARG_SRC, src), (_ARG_DST, dst)])))
         self.steps = before + [(self._primitive(pd), _args(prim_args))] + after
-        self.lock = threading.Lock()
 
     def _memory(self, md, handle):
         mem = _VP()
@@ -251,11 +259,14 @@ class _Plan:
         return prim
 
     def run(self, *inputs):
-        """The outputs (fresh arrays) for `inputs` (C-contiguous float32), in slot order."""
+        """The outputs (fresh arrays) for `inputs` (C-contiguous float32), in slot order; None
+        when the plan was closed meanwhile (evicted from the cache by another thread)."""
         outs = [buffers.empty(s, np.float32) for s in self.out_shapes]
         # the blocked copies live for this call only (a plan keeps no activation-sized memory)
         scratch = [(mem, _aligned(n)) for mem, n in self.blocked]
         with self.lock:
+            if self.closed:
+                return None
             for mem, a in zip(self.user, list(inputs) + outs):
                 _ok(_lib.dnnl_memory_set_data_handle(mem, a.ctypes.data), "dnnl_memory_set_data_handle")
             for mem, a in scratch:
@@ -273,12 +284,13 @@ class _Plan:
         return outs
 
     def close(self):
-        with self.lock:  # (a call still running on another thread finishes first)
+        with self.lock:  # (a call still running on another thread finishes first; later ones see `closed`)
+            self.closed = True
             for prim in self.primitives:
                 _lib.dnnl_primitive_destroy(prim)
             for mem in self.memories:
                 _lib.dnnl_memory_destroy(mem)
-            self.primitives, self.memories, self.blocked, self.steps = [], [], [], []
+            self.primitives, self.memories, self.user, self.blocked, self.steps = [], [], [], [], []
 
 
 def _aligned(n):
@@ -385,7 +397,11 @@ def conv2d(x, w, b, y_hw, stride, pads, dilation, groups):
     if plan is None:
         return None
     inputs = (_c(x), _c(w).reshape(plan_w_shape(w.shape, groups))) + ((_c(b),) if b is not None else ())
-    return plan.run(*inputs)[0]
+    return _first(plan.run(*inputs))
+
+
+def _first(outs):
+    return None if outs is None else outs[0]
 
 
 def plan_w_shape(w_shape, groups):
@@ -399,7 +415,7 @@ def conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
     plan = _plan("grad_input", tuple(x_shape), w.shape, dy.shape, False, stride, pads, dilation, groups)
     if plan is None:
         return None
-    return plan.run(_c(dy), _c(w).reshape(plan_w_shape(w.shape, groups)))[0]
+    return _first(plan.run(_c(dy), _c(w).reshape(plan_w_shape(w.shape, groups))))
 
 
 def conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
@@ -410,7 +426,8 @@ def conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
     plan = _plan("grad_weight", x.shape, w_shape, dy.shape, False, stride, pads, dilation, groups)
     if plan is None:
         return None
-    return plan.run(_c(dy), _c(x))[0].reshape(w_shape)
+    dw = _first(plan.run(_c(dy), _c(x)))
+    return None if dw is None else dw.reshape(w_shape)
 
 
 _load()
