@@ -33,9 +33,11 @@ import importlib.util
 import os
 import threading
 
+from ._native import switched_off
+
 _FASTMATH = frozenset({"reassoc", "contract", "nsz"})  # not nnan/ninf: nan and inf propagate
 
-if os.environ.get("ENGINE_JIT", "1").strip().lower() in ("0", "false", "no", "off"):
+if switched_off("ENGINE_JIT"):
     _why_not = "turned off by ENGINE_JIT=0"
 elif importlib.util.find_spec("numba") is None:
     _why_not = "numba is not installed"

@@ -17,11 +17,11 @@ the results agree to rounding. `available()` says which is in use; the numpy ker
 reference the MKL ones are tested against (tests/engine/test_mkl.py).
 """
 import ctypes
-import glob
 import os
-import sys
 
 import numpy as np
+
+from ._native import library_candidates, switched_off
 
 _SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
 _CBWR_AUTO = 2  # MKL_CBWR_AUTO
@@ -33,20 +33,6 @@ _lib = None
 _why_not = "not loaded yet"
 
 
-def library_candidates(env_var, pattern, fallbacks):
-    """Where to look for a shared library a wheel installs: the path in `env_var` alone if set,
-    else `<prefix>/lib/<pattern>` under this environment's prefixes (newest version first), then
-    the bare names in `fallbacks` for the system's loader."""
-    env = os.environ.get(env_var)
-    if env:
-        return [env]
-    found = []
-    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, os.environ.get("CONDA_PREFIX") or "")):
-        if prefix:
-            found += sorted(glob.glob(os.path.join(prefix, "lib", pattern)), reverse=True)
-    return found + list(fallbacks)
-
-
 def _candidates():
     return library_candidates("ENGINE_MKL_LIBRARY", "libmkl_rt.so*", ["libmkl_rt.so.3", "libmkl_rt.so.2"])
 
@@ -54,7 +40,7 @@ def _candidates():
 def _load():
     """Load and configure libmkl_rt once; on any failure leave `_lib` None and say why."""
     global _lib, _why_not
-    if os.environ.get("ENGINE_MKL", "1").strip().lower() in ("0", "false", "no", "off"):
+    if switched_off("ENGINE_MKL"):
         _why_not = "turned off by ENGINE_MKL=0"
         return
     for path in _candidates():

@@ -11,8 +11,8 @@ there), loaded with ctypes, so nothing is compiled here. Each distinct convoluti
 input gradient, weight gradient; shapes, stride, padding, dilation, groups) gets a *plan* once:
 its primitive descriptor with memory format `any`, so that oneDNN picks its blocked layout and
 its direct kernel, the primitive, and reorders between the caller's plain NCHW / OIHW numpy
-arrays and the blocked buffers the plan owns. A call then sets the user arrays' addresses,
-runs the reorders and the primitive, and returns a fresh array. Only float32 C-contiguous numpy
+arrays and blocked buffers. A call then sets the arrays' addresses (the blocked ones are the
+call's own buffers), runs the reorders and the primitive, and returns a fresh array. Only float32 C-contiguous numpy
 arrays go here; anything else (float64, half types, empty tensors, a convolution oneDNN
 refuses) returns None and the caller runs the numpy kernels, which stay the reference this is
 tested against (tests/test_onednn_backend.py).
@@ -39,7 +39,8 @@ import threading
 import numpy as np
 
 from . import buffers
-from .mkl import library_candidates
+from ._native import library_candidates, switched_off
+from .parallel import get_num_threads
 
 _lib = None
 _omp_set_num_threads = _omp_get_max_threads = None
@@ -78,7 +79,7 @@ def _load():
     """Load libdnnl and make its CPU engine and stream once; on any failure leave `_lib` None and
     say why."""
     global _lib, _why_not, _engine, _stream, _omp_set_num_threads, _omp_get_max_threads
-    if os.environ.get("ENGINE_ONEDNN", "1").strip().lower() in ("0", "false", "no", "off"):
+    if switched_off("ENGINE_ONEDNN"):
         _why_not = "turned off by ENGINE_ONEDNN=0"
         return
     lib = _load_library()
@@ -205,7 +206,7 @@ class _Plan:
     """One convolution pass: the primitive, its arguments bound to memory objects, and the
     reorders between the caller's plain arrays and the blocked buffers the primitive reads and
     writes. `slots` are the user arrays in call order: (exec arg, plain shape, the query for the
-    layout the primitive wants (None: plain), is output)."""
+    layout the primitive wants (None: plain), is output); the last one is the pass's output."""
 
     def __init__(self, scope, pd, slots):
         name = ctypes.c_char_p()
@@ -214,7 +215,7 @@ class _Plan:
         self.memories, self.primitives = [], []  # owned: destroyed by close()
         self.user = []  # memory objects whose handle is each call's array
         self.blocked = []  # (memory object, float32 count): a pooled buffer per call, not kept
-        self.out_shapes = []
+        self.out_shape = slots[-1][1]
         self.closed = False
         self.lock = threading.Lock()
         try:
@@ -229,8 +230,6 @@ class _Plan:
             plain = scope.plain(shape)
             user = self._memory(plain, 1)  # any non-null handle; set per call
             self.user.append(user)
-            if is_out:
-                self.out_shapes.append(shape)
             want = None if query is None else _lib.dnnl_primitive_desc_query_md(pd, query, 0)
             if not want or _lib.dnnl_memory_desc_equal(want, plain):
                 prim_args.append((arg, user))
@@ -259,19 +258,17 @@ class _Plan:
         return prim
 
     def run(self, *inputs):
-        """The outputs (fresh arrays) for `inputs` (C-contiguous float32), in slot order; None
+        """The output (a fresh array) for `inputs` (C-contiguous float32, in slot order); None
         when the plan was closed meanwhile (evicted from the cache by another thread)."""
-        outs = [buffers.empty(s, np.float32) for s in self.out_shapes]
+        out = buffers.empty(self.out_shape, np.float32)
         # the blocked copies live for this call only (a plan keeps no activation-sized memory)
-        scratch = [(mem, _aligned(n)) for mem, n in self.blocked]
+        handles = list(zip(self.user, inputs + (out,))) + [(mem, _aligned(n)) for mem, n in self.blocked]
         with self.lock:
             if self.closed:
                 return None
-            for mem, a in zip(self.user, list(inputs) + outs):
+            for mem, a in handles:
                 _ok(_lib.dnnl_memory_set_data_handle(mem, a.ctypes.data), "dnnl_memory_set_data_handle")
-            for mem, a in scratch:
-                _ok(_lib.dnnl_memory_set_data_handle(mem, a.ctypes.data), "dnnl_memory_set_data_handle")
-            threads, before = _threads(), _omp_get_max_threads()
+            threads, before = get_num_threads(), _omp_get_max_threads()
             if threads != before:
                 _omp_set_num_threads(threads)
             try:
@@ -281,7 +278,7 @@ class _Plan:
             finally:
                 if threads != before:
                     _omp_set_num_threads(before)
-        return outs
+        return out
 
     def close(self):
         with self.lock:  # (a call still running on another thread finishes first; later ones see `closed`)
@@ -305,12 +302,6 @@ def _aligned(n):
 
 def _args(pairs):
     return (_ExecArg * len(pairs))(*[_ExecArg(a, m) for a, m in pairs]), len(pairs)
-
-
-def _threads():
-    from .parallel import get_num_threads
-
-    return get_num_threads()
 
 
 # ------------------------------------------------------------------ convolution plans
@@ -396,16 +387,8 @@ def conv2d(x, w, b, y_hw, stride, pads, dilation, groups):
     plan = _plan("forward", x.shape, w.shape, y_shape, b is not None, stride, pads, dilation, groups)
     if plan is None:
         return None
-    inputs = (_c(x), _c(w).reshape(plan_w_shape(w.shape, groups))) + ((_c(b),) if b is not None else ())
-    return _first(plan.run(*inputs))
-
-
-def _first(outs):
-    return None if outs is None else outs[0]
-
-
-def plan_w_shape(w_shape, groups):
-    return _weights_shape(tuple(w_shape), groups)
+    inputs = (_c(x), _c(w).reshape(_weights_shape(w.shape, groups))) + ((_c(b),) if b is not None else ())
+    return plan.run(*inputs)
 
 
 def conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
@@ -415,7 +398,7 @@ def conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
     plan = _plan("grad_input", tuple(x_shape), w.shape, dy.shape, False, stride, pads, dilation, groups)
     if plan is None:
         return None
-    return _first(plan.run(_c(dy), _c(w).reshape(plan_w_shape(w.shape, groups))))
+    return plan.run(_c(dy), _c(w).reshape(_weights_shape(w.shape, groups)))
 
 
 def conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
@@ -426,7 +409,7 @@ def conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
     plan = _plan("grad_weight", x.shape, w_shape, dy.shape, False, stride, pads, dilation, groups)
     if plan is None:
         return None
-    dw = _first(plan.run(_c(dy), _c(x)))
+    dw = plan.run(_c(dy), _c(x))
     return None if dw is None else dw.reshape(w_shape)
 
 

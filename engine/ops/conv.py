@@ -201,16 +201,16 @@ def _conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups):
     oh, ow = dy.shape[2:]
     dt = dy.dtype
     wt = _work_dtype(dy)
-    dx = onednn.conv2d_grad_input(dy.astype(wt, copy=False), w.astype(wt, copy=False), x_shape, stride, pads,
-                                  dilation, groups)
+    dy, w = dy.astype(wt, copy=False), w.astype(wt, copy=False)
+    dx = onednn.conv2d_grad_input(dy, w, x_shape, stride, pads, dilation, groups)
     if dx is not None:
         return dx.astype(dt, copy=False)
     og = o // groups
     pt, pb, pl, pr = pads
     flat = stride == (1, 1)
     q = wd + pl + pr if flat else ow
-    wt_m = w.astype(wt, copy=False).reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)  # (G, K, Og)
-    dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
+    wt_m = w.reshape(groups, og, cg * kh * kw).transpose(0, 2, 1)  # (G, K, Og)
+    dyg = _widen(dy, q).reshape(n, groups, og, oh * q)
     # depthwise (Og == 1): an outer product per group; a broadcast multiply beats N*G tiny matmuls
     dcols = wt_m * dyg if og == 1 else _matmul(xp, wt_m, dyg)  # (N, G, K, OH*Q)
     dcols = dcols.reshape(n, c, kh * kw, oh * q)
@@ -235,14 +235,14 @@ def _conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups):
     _, cg, kh, kw = w_shape
     dt = dy.dtype
     wt = _work_dtype(dy)
-    dw = onednn.conv2d_grad_weight(dy.astype(wt, copy=False), x.astype(wt, copy=False), w_shape, stride, pads,
-                                   dilation, groups)
+    dy, x = dy.astype(wt, copy=False), x.astype(wt, copy=False)
+    dw = onednn.conv2d_grad_weight(dy, x, w_shape, stride, pads, dilation, groups)
     if dw is not None:
         return dw.astype(dt, copy=False)
-    cols, q = _im2col(x.astype(wt, copy=False), (kh, kw), stride, dilation, pads, (oh, ow), batch_last=True)
+    cols, q = _im2col(x, (kh, kw), stride, dilation, pads, (oh, ow), batch_last=True)
     cols = cols.reshape(groups, cg * kh * kw, n * oh * q)  # (G, K, N*OH*Q)
     og = o // groups
-    dyg = _widen(dy.astype(wt, copy=False), q).reshape(n, groups, og, oh * q)
+    dyg = _widen(dy, q).reshape(n, groups, og, oh * q)
     dyg = dyg.transpose(1, 2, 0, 3).reshape(groups, og, n * oh * q)  # (G, Og, N*OH*Q)
     dw = _matmul(xp, dyg, cols.transpose(0, 2, 1))  # (G, Og, Cg*KH*KW)
     return dw.reshape(w_shape).astype(dt, copy=False)
