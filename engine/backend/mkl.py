@@ -14,7 +14,7 @@ whatever the memory alignment of its operands (without it MKL may pick kernels b
 
 Off switch: `ENGINE_MKL=0` (or MKL missing, or any other machine): everything runs on numpy, and
 the results agree to rounding. `available()` says which is in use; the numpy kernels stay the
-reference the MKL ones are tested against (tests/engine/test_mkl.py).
+reference the MKL ones are tested against (tests/test_mkl_backend.py).
 """
 import ctypes
 import os
