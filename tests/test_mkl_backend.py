@@ -112,7 +112,8 @@ def test_parallel_matmul_equals_numpy(threads):
     parallel.set_num_threads(threads)
     try:
         cases = [((300, 200), (200, 180)), ((64, 300), (300, 512)), ((8, 6, 70, 33), (8, 6, 33, 70)),
-                 ((5, 90, 80), (80, 100)), ((2, 1, 40, 50), (3, 50, 60)), ((257, 129), (129, 1))]
+                 ((5, 90, 80), (80, 100)), ((2, 1, 40, 50), (3, 50, 60)), ((257, 129), (129, 1)),
+                 ((1300, 96), (96, 100))]  # thin: blocks of THIN_ROWS rows, the last one short
         for sa, sb in cases:
             for dtype in (np.float32, np.float64):
                 a = rng.standard_normal(sa).astype(dtype)
@@ -179,3 +180,38 @@ def test_gelu_with_and_without_mkl_agree():
     # the numpy kernel's erf fit is good to 1.4e-7 absolute (docstring of engine.ops.unary), so
     # x * Phi(x) to ~|x| * 0.7e-7 where Phi is tiny (x < -5)
     np.testing.assert_allclose(results["0"][0], exact, rtol=2e-6, atol=5e-7)
+
+
+def test_thin_products_run_in_row_blocks_with_the_same_bits_on_any_thread_count():
+    """A thin product (short inner dimension, narrow result, many rows) is one BLAS call per block
+    of THIN_ROWS rows, so its bits do not depend on how many threads took the blocks; the bias
+    is added to each block."""
+    assert parallel._thin_rows(16384, 96, 384) == parallel.THIN_ROWS
+    assert parallel._thin_rows(16384, 384, 96) is None  # deep: one call per thread, as before
+    assert parallel._thin_rows(16384, 96, 1536) is None  # wide
+    assert parallel._thin_rows(2 * parallel.THIN_ROWS - 1, 96, 384) is None  # too few rows
+    a = rng.standard_normal((3 * parallel.THIN_ROWS + 77, 96)).astype(np.float32)
+    b = rng.standard_normal((96, 288)).astype(np.float32)
+    bias = rng.standard_normal(288).astype(np.float32)
+    results = []
+    calls = []
+    real = parallel._product_into
+
+    def counted(x, y, out):
+        calls.append(x.shape[0])
+        real(x, y, out)
+
+    before = parallel.get_num_threads()
+    try:
+        parallel._product_into = counted
+        for threads in (1, 2, 3):
+            parallel.set_num_threads(threads)
+            calls.clear()
+            results.append(parallel.matmul(a, b, bias))
+            assert sorted(calls) == sorted([parallel.THIN_ROWS] * 3 + [77]), (threads, calls)
+    finally:
+        parallel._product_into = real
+        parallel.set_num_threads(before)
+    assert all(np.array_equal(results[0], x) for x in results[1:])
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64)) + bias
+    np.testing.assert_allclose(results[0], want, rtol=_tol(np.float32, 96), atol=_tol(np.float32, 96))

@@ -352,6 +352,21 @@ def _product_into(a, b, out):
         np.matmul(a, b, out=out)
 
 
+# Thin products (a short inner dimension, a narrow result, many rows) run in blocks of
+# THIN_ROWS rows, one BLAS call each: on Swin's first stage (K = 96, N = 96-384, 16384 rows) one
+# call over all rows ran at 35-40 GFLOP/s per thread in OpenBLAS (24-30 in MKL) on the 2-vCPU AMD
+# VM, blocks of 512 rows at 51-54 (MKL 50-55), the same arithmetic per element. Wider or deeper
+# products ran as fast or faster in one call, so the rule stops there (docs/benchmarks.md).
+THIN_K = 128
+THIN_N = 512
+THIN_ROWS = 512
+
+
+def _thin_rows(m, k, n):
+    """Rows per BLAS call for an m x k @ k x n product that is thin (see THIN_ROWS), else None."""
+    return THIN_ROWS if k <= THIN_K and n <= THIN_N and m >= 2 * THIN_ROWS else None
+
+
 def matmul(a, b, bias=None):
     """`np.matmul(a, b)` (+ `bias`, a vector over the last axis) with the work split over the
     engine's threads: by rows of the result (or columns, when there are more of them), or by
@@ -381,7 +396,15 @@ def matmul(a, b, bias=None):
         if bias is not None:
             o += bias[cols]
 
-    if _threads == 1 or nb * m * n * k < MIN_PARALLEL_FLOPS:
+    rows = None if batch else _thin_rows(m, k, n)
+    if rows is not None:
+        def blocks(s, e):  # (one range may hold several blocks when the pool is busy)
+            for r in range(s, e, rows):
+                piece(a[r:min(r + rows, e)], b, out[r:min(r + rows, e)])
+
+        # a range per block, taken by whichever thread is free (a late thread takes fewer)
+        parallel_for(blocks, m, work=out.size * k, grain=rows, per_thread=-(-m // rows))
+    elif _threads == 1 or nb * m * n * k < MIN_PARALLEL_FLOPS:
         piece(a, b, out)
     elif batch and batch[0] >= _threads and a.shape[:-2] == b.shape[:-2]:
         parallel_for(lambda s, e: piece(a[s:e], b[s:e], out[s:e]), batch[0], work=out.size * k)
