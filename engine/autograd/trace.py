@@ -375,7 +375,9 @@ class Tape:
             ctx_frees.setdefault(i, []).append(c)
         for i, e in enumerate(self.entries):
             e.ctx_frees = tuple(ctx_frees.get(i, ()))
-        # planned peak: owning arrays (not views) live from their producer to their last reader
+        # planned peak: owning arrays (not views) live from their producer to their last reader,
+        # or longer where a kernel keeps its inputs past its call (see _held_until)
+        held = self._held_until()
         live = peak = 0
         events = {}
         for s, i in produced_at.items():
@@ -383,6 +385,7 @@ class Tape:
             if not owns:
                 continue
             end = last.get(s, len(self.entries)) if s not in kept else len(self.entries)
+            end = max(end, held.get(s, end))
             events.setdefault(i, []).append(nbytes)
             events.setdefault(end + 0.5, []).append(-nbytes)
         for t in sorted(events):
@@ -391,6 +394,24 @@ class Tape:
             live += sum(x for x in events[t] if x < 0)
         self.planned_peak_bytes = peak
         self.traced_bytes = sum(sizes[s][0] for s in produced_at if sizes[s][1])
+
+    def _held_until(self):
+        """slot -> the entry until which a kernel keeps it alive after its own call: a recorded
+        function with `holds_inputs_until = label` (a pipeline send, whose buffers stay with MPI
+        until the schedule's wait) holds its array inputs up to the next entry with that label
+        (the end of the step if none), which the planned peak counts."""
+        held = {}
+        for i, e in enumerate(self.entries):
+            label = getattr(e.fn, "holds_inputs_until", None)
+            if label is None:
+                continue
+            until = next((j for j in range(i + 1, len(self.entries)) if self.entries[j].label == label),
+                         len(self.entries))
+            for _, code, v in e.arg_patch + e.kw_patch:
+                for c, x in _leaves(code, v):
+                    if c == _SLOT:
+                        held[x] = max(held.get(x, until), until)
+        return held
 
     def replay(self, input_arrays, input_tensors=None):
         """Run the entries on `input_arrays` (the data of `input_tensors`, which get the

@@ -355,7 +355,7 @@ def _product_into(a, b, out):
 # Thin products (a short inner dimension, a narrow result, many rows) run in blocks of
 # THIN_ROWS rows, one BLAS call each: on Swin's first stage (K = 96, N = 96-384, 16384 rows) one
 # call over all rows ran at 35-40 GFLOP/s per thread in OpenBLAS (24-30 in MKL) on the 2-vCPU AMD
-# VM, blocks of 512 rows at 51-54 (MKL 50-55), the same arithmetic per element. Wider or deeper
+# VM, blocks of 512 rows at 51-54 (MKL 43-53), the same arithmetic per element. Wider or deeper
 # products ran as fast or faster in one call, so the rule stops there (docs/benchmarks.md).
 THIN_K = 128
 THIN_N = 512

@@ -168,6 +168,10 @@ def _wait_replayed_sends():
 class _Send:
     """One handoff's send: a header, then the shard's bytes."""
 
+    # a replay's send keeps its array until the schedule's wait: nn.Graph's planned peak counts it
+    # live until then (engine.autograd.trace.Tape._held_until)
+    holds_inputs_until = "PipelineWait"
+
     def __init__(self, dst, tag, head):
         self.dst, self.tag, self.head = dst, tag, head
 

@@ -317,11 +317,14 @@ class PipelineGraph(flow.nn.Graph):
         """The schedule over `batches`, and `runner.last_timing` for the trainer's bubble: a
         stage's busy time is the call's wall time less the time its receives and final wait
         spent blocked (engine.distributed.pipeline.blocked_time; a replay runs no Python around
-        the schedule's ops to time them one by one). Every rank calls it, as the schedule."""
-        blocked, start = handoff.blocked_time(), time.perf_counter()
+        the schedule's ops to time them one by one). Every rank calls it, as the schedule.
+        A call that traced (the first, or a new signature) leaves `last_timing` None: its wall time
+        is mostly the capture, so no bubble is logged for it."""
+        traces, blocked, start = self.num_traces, handoff.blocked_time(), time.perf_counter()
         out = super().__call__(batches)
         total = time.perf_counter() - start
-        self.runner.last_timing = self.runner.gather_timing(total - (handoff.blocked_time() - blocked), total)
+        timing = self.runner.gather_timing(total - (handoff.blocked_time() - blocked), total)  # (every rank)
+        self.runner.last_timing = None if self.num_traces != traces else timing
         return out
 
     def build(self, batches):

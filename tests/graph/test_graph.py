@@ -720,3 +720,43 @@ def test_a_replayed_pipeline_receive_refuses_a_header_it_did_not_trace(monkeypat
     monkeypatch.setattr(comm, "recv", lambda buf, src, tag=0: buf.__setitem__(slice(None), 99))
     with pytest.raises(GraphTraceError, match="a header that is no tensor's"):
         op()
+
+
+def test_planned_peak_counts_inputs_a_kernel_holds_until_a_later_entry():
+    """A recorded function with `holds_inputs_until = label` (a pipeline send keeps its array
+    until the schedule's wait) keeps its inputs live in the planned peak up to that entry."""
+    from engine.autograd.grad_mode import _state
+
+    n = 1000  # float32: 4,000 bytes per array
+
+    class Send:
+        holds_inputs_until = "Wait"
+
+        def __call__(self, arr):
+            pass
+
+    class NoHold:
+        def __call__(self, arr):
+            pass
+
+    def peak(sender):
+        class G(flow.nn.Graph):
+            def build(self, x):
+                y = x * 2.0
+                _state.tracer.call(sender, (y._data,), None, "Send")  # y's last reader
+                a = x * 3.0
+                b = a * 4.0
+                c = b * 5.0
+                _state.tracer.call(lambda: None, (), None, "Wait")
+                return c
+
+        graph = G()
+        x = flow.tensor(np.ones(n, np.float32))
+        out = graph(x)
+        np.testing.assert_array_equal(out.numpy(), np.full(n, 60.0, np.float32))
+        return graph.last_tape.planned_peak_bytes
+
+    # without the hold two arrays of 4,000 bytes are live at once (a and b, then b and c);
+    # held until "Wait", y is the third
+    assert peak(NoHold()) == 2 * 4 * n
+    assert peak(Send()) == 3 * 4 * n

@@ -140,9 +140,12 @@ def test_graph_mode_under_pipeline_parallelism_trains_the_eager_losses(tmp_path,
     eager = run(str(tmp_path / "eager"), name, *args, iters=8, nprocs=2)
     graph = run(str(tmp_path / "graph"), name, *args, *GRAPH, iters=8, nprocs=2)
     check(graph, eager, name)
-    # the bubble is logged in graph mode too (busy: wall time less the time blocked on the peer)
-    logged = [r for r in records(str(tmp_path / "graph")) if "pipeline_bubble" in r]
-    assert len(logged) == 8 and all(0 < r["pipeline_bubble"] < 1 for r in logged)
+    # the bubble is logged in graph mode too (busy: wall time less the time blocked on the peer),
+    # except for the first iteration, whose time is mostly the capture
+    rows = records(str(tmp_path / "graph"))
+    logged = [r for r in rows if "pipeline_bubble" in r]
+    assert "pipeline_bubble" not in rows[0] and "pipeline_bubble" in rows[1], rows[:2]
+    assert len(logged) == 7 and all(0 < r["pipeline_bubble"] < 1 for r in logged)
     assert all(0 < r[f"pipeline_stage{s}_busy_time"] <= r["pipeline_time"] for r in logged for s in (0, 1))
 
 
