@@ -397,13 +397,9 @@ def matmul(a, b, bias=None):
             o += bias[cols]
 
     rows = None if batch else _thin_rows(m, k, n)
-    if rows is not None:
-        def blocks(s, e):  # (one range may hold several blocks when the pool is busy)
-            for r in range(s, e, rows):
-                piece(a[r:min(r + rows, e)], b, out[r:min(r + rows, e)])
-
-        # a range per block, taken by whichever thread is free (a late thread takes fewer)
-        parallel_for(blocks, m, work=out.size * k, grain=rows, per_thread=-(-m // rows))
+    if rows is not None:  # a block per range, taken by whichever thread is free
+        parallel_map(lambda j: piece(a[j * rows:(j + 1) * rows], b, out[j * rows:(j + 1) * rows]), -(-m // rows),
+                     out.size * k)
     elif _threads == 1 or nb * m * n * k < MIN_PARALLEL_FLOPS:
         piece(a, b, out)
     elif batch and batch[0] >= _threads and a.shape[:-2] == b.shape[:-2]:
