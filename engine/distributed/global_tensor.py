@@ -32,6 +32,14 @@ class GlobalMeta:
         self.sbp = sbp
         self.shape = None if shape is None else tuple(int(s) for s in shape)
 
+    @classmethod
+    def trusted(cls, placement, sbp, shape):
+        """A meta from values already in canonical form (an SBP tuple, a tuple of ints for the
+        shape, as an array's .shape is), without the constructor's conversion: the per-op path."""
+        meta = object.__new__(cls)
+        meta.placement, meta.sbp, meta.shape = placement, sbp, shape
+        return meta
+
     def __eq__(self, other):
         return isinstance(other, GlobalMeta) and (self.placement, self.sbp, self.shape) == \
             (other.placement, other.sbp, other.shape)

@@ -78,7 +78,7 @@ def _as_groups(arr, lead):
     a0, inner, tail = arr.shape[0], arr.shape[1:len(lead)], arr.shape[len(lead):]
     if all(m == 1 for m in inner):
         return arr.reshape((a0, 1) + tail)
-    groups = int(np.prod(lead[1:]))
+    groups = math.prod(lead[1:])
     return xp_of(arr).broadcast_to(arr, (a0,) + tuple(lead[1:]) + tail).reshape((a0, groups) + tail)
 
 
@@ -142,7 +142,7 @@ class _Layout:
         self.heads = heads
         self.d = qkv.shape[-1] // (3 * heads)
         self.n = self.lead[0]
-        self.groups = int(np.prod(self.lead[1:]))
+        self.groups = math.prod(self.lead[1:])
         self.rows = self.n * self.groups
         self.mask = _as_groups(mask, self.lead) if mask is not None else None
         self.bias = _as_groups(bias, self.lead) if bias is not None else None
@@ -723,7 +723,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         key = _repeat_heads(key, query.shape[-3] // key.shape[-3])
         value = _repeat_heads(value, query.shape[-3] // value.shape[-3])
     batch = _attention_batch(query, key, value)
-    b = int(np.prod(batch))
+    b = math.prod(batch)
     q3, k3, v3 = (t.expand(*batch, *t.shape[-2:]).reshape(b, *t.shape[-2:]) for t in (query, key, value))
     mask3, midx = None, None
     if attn_mask is not None:
@@ -732,7 +732,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if len(padded) > len(full) or any(m not in (1, f) for m, f in zip(padded, full)):
             raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {shape_str(attn_mask.shape)} does "
                                f"not broadcast to the scores' shape {shape_str(full)}")
-        rows = int(np.prod(padded[:-2]))
+        rows = math.prod(padded[:-2])
         mask3 = attn_mask.reshape(rows, *padded[-2:])
         if rows not in (1, b):
             midx = np.broadcast_to(np.arange(rows).reshape(padded[:-2]), batch).reshape(-1)

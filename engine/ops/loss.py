@@ -13,6 +13,8 @@ the vocab-parallel cross-entropy on a shard of the classes, for its SBP rule.
 """
 import warnings
 
+import math
+
 import numpy as np
 
 from ..backend import dtypes, host_checks, xp_of
@@ -431,7 +433,7 @@ class NllLossGrad(Op):
         ignore_index, reduction = attrs
         dtype = g.dtype
         g = work_array(g)
-        m = int(np.prod(shape[:1] + shape[2:])) if len(shape) > 1 else 1
+        m = math.prod(shape[:1] + shape[2:]) if len(shape) > 1 else 1
         c = shape[1] if len(shape) > 1 else shape[0]
         dx = xp.zeros((m, c), dtype=g.dtype)
         if m:

@@ -11,6 +11,8 @@ Values only the backward needs (layer_norm's normalised input and rstd) are hidd
 the forward, so they are Tensors with a meaning on every rank when tensors are global. The
 fused grad ops raise a clear error on double backward.
 """
+import math
+
 import numpy as np
 
 from ..backend import dtypes, jit, xp_of
@@ -80,11 +82,13 @@ _layer_norm_grad_rows_jit = jit.kernel(_layer_norm_grad_rows_loop)
 # the compiled kernels keep a row in cache by themselves: larger blocks, fewer calls (each call
 # costs ~20 us of argument checking)
 BLOCK_ELEMENTS = 1 << 18
-# ...and they run at memory speed: forward + backward on one thread beat two below ~1M elements
-# (measured on the 2-core machine: [2048, 384] 0.88 vs 0.99 ms, [4096, 192] 1.12 vs 1.15; from
-# [4096, 384] on two threads win: 1.58 vs 1.82), the hand-off and the second core's cold cache
-# costing more than half the work. Below that size the rows are one block, one kernel call.
-MIN_PARALLEL = 1 << 20
+# ...and they run at memory speed, so a second thread pays once the rows outgrow a core's cache
+# by enough to cover the hand-off (~50-100 us with the GIL, engine.backend.parallel). Forward +
+# backward through nn.LayerNorm(384), one thread vs two, same process, alternating (2-core VM,
+# 2026-11-28): 393k elements 853 vs 849 us, 786k 2,112 vs 1,739, 1.5M 3,460 vs 2,938. (An earlier
+# VM had one thread ahead at 786k, 0.88 vs 0.99 ms: the crossing point moves with the machine.)
+# Below this size the rows are one block, one kernel call.
+MIN_PARALLEL = 1 << 19
 
 
 def _block_elements(size, compiled):
@@ -148,7 +152,7 @@ class LayerNorm(Op):
         xp = xp_of(x)
         dtype = x.dtype
         lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
-        d = int(np.prod(norm)) if norm else 1
+        d = math.prod(norm) if norm else 1
         ctx.k, ctx.shape, ctx.has_w, ctx.has_b = k, x.shape, w is not None, b is not None
         if xp is not np and x.size:
             return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps)
@@ -193,7 +197,7 @@ class LayerNormGrad(NoDoubleBackward, Op):
     def forward(ctx, g, x, mean, rstd, w, k, has_b):
         ctx.op_name = "layer_norm"
         xp = xp_of(g)
-        d = int(np.prod(x.shape[x.ndim - k:])) if k else 1
+        d = math.prod(x.shape[x.ndim - k:]) if k else 1
         if xp is not np and g.size:
             return _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b)
         x2 = work_array(x).reshape(-1, d)
@@ -244,7 +248,7 @@ def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
     """LayerNormGrad.forward on CuPy arrays: the fused kernels (two launches); dx and db in g's
     dtype, dw in w's (as the CPU path)."""
     wshape = x.shape[x.ndim - k:]
-    d = int(np.prod(wshape))
+    d = math.prod(wshape)
     m = x.size // d
     dt = _kernel_dtype(x, w)
     if acc_dtype(dt) != mean.dtype:  # the forward ran in float32 (a bias of another dtype): so does this
@@ -432,7 +436,7 @@ def _check_param(p, name, n, input, op):
 def _channels_view(input):
     """(N, C, *S) as (N, C, prod(S))."""
     n, c = input.shape[0], input.shape[1]
-    return reshape(input, (n, c, int(np.prod(input.shape[2:], dtype=np.int64))))
+    return reshape(input, (n, c, math.prod(input.shape[2:])))
 
 
 def _as_broadcast(p, shape):
@@ -502,7 +506,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                            f"{shape_str(input.shape)}")
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"{op}: running_mean and running_var must either both be None or neither be None")
-    count = input.shape[0] * int(np.prod(input.shape[2:], dtype=np.int64))
+    count = input.shape[0] * math.prod(input.shape[2:])
     if training and count == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                          f"{shape_str(input.shape)}")
@@ -522,7 +526,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     dims. With running stats and use_input_stats they are updated with the batch average of the
     instances' statistics; use_input_stats=False normalises with the running stats instead."""
     op = "instance_norm"
-    spatial = int(np.prod(input.shape[2:], dtype=np.int64))
+    spatial = math.prod(input.shape[2:])
     if use_input_stats and spatial == 1:
         raise ValueError(f"Expected more than 1 spatial element when training, got input size "
                          f"{shape_str(input.shape)}")
@@ -549,7 +553,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if g <= 0 or c % g:
         raise RuntimeError(f"{op}: expected number of channels in input to be divisible by num_groups, but got "
                            f"input of shape {shape_str(input.shape)} and num_groups={num_groups}")
-    spatial = int(np.prod(input.shape[2:], dtype=np.int64))
+    spatial = math.prod(input.shape[2:])
     if n * c // g * spatial == 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size "
                          f"{[n * c // g, g] + list(input.shape[2:])}")
@@ -587,11 +591,11 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         raise RuntimeError(f"{op}: expected weight to be of same shape as normalized_shape, but got weight of "
                            f"shape {shape_str(weight.shape)} and normalized_shape = {list(normalized_shape)}")
     _check_norm_input(input, op)
-    d = int(np.prod(normalized_shape, dtype=np.int64))
+    d = math.prod(normalized_shape)
     _check_param(weight, "weight", d, input, op)
     if eps is None:
         eps = float(np.finfo(np.float64 if input.dtype is dtypes.float64 else np.float32).eps)
-    lead = int(np.prod(input.shape[:input.ndim - k], dtype=np.int64))
+    lead = math.prod(input.shape[:input.ndim - k])
     y = RMSNormOp.apply(reshape(input, (lead, d)), _as_broadcast(weight, (1, d)), None, axes=(1,),
                         eps=float(eps), center=False, op=op)[0]
     return reshape(y, tuple(input.shape))

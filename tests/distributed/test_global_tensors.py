@@ -53,3 +53,42 @@ def test_single_process_global_tensors():
     assert np.array_equal(x.grad.numpy(), np.full_like(A, 2))
     with pytest.raises(RuntimeError, match="already local"):
         flow.ones(2).to_local()
+
+
+@pytest.mark.parametrize("ranks", [[0], [[0]]], ids=["mesh-1", "mesh-1x1"])
+def test_one_rank_ops_equal_local_ops(ranks):
+    """Ops on a one-rank placement (the short path every one-process LiBai model takes) give
+    the local ops' values and gradients bit for bit, with broadcast outputs, for inputs of any
+    SBP, absent optional inputs, several outputs and gradients that arrive with another SBP."""
+    import numpy as np
+
+    import engine as flow
+    import engine.nn.functional as F
+    from engine.distributed import sbp as S
+
+    p = flow.placement("cpu", ranks)
+    nd = len(p.hierarchy)
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((3, 5)).astype(np.float32)
+    B = rng.standard_normal((5,)).astype(np.float32)
+    W = rng.standard_normal((5, 4)).astype(np.float32)
+
+    def run(make):
+        a, b, w = make(A, S.split(0)), make(B, S.broadcast), make(W, S.split(1))
+        y = F.layer_norm(a + b, (5,), weight=b, bias=None)  # bias absent: a None input
+        values, idx = (y @ w).max(dim=1)  # two outputs, one of them integer
+        z = (values.softmax(0) * idx.float()).sum() + (y * a).mean()
+        z.backward()
+        return [t.numpy() for t in (y.detach(), values.detach(), idx, z.detach(), a.grad, b.grad, w.grad)], (y, idx, a)
+
+    local, _ = run(lambda v, s: flow.tensor(v, requires_grad=True))
+    one_rank, (y, idx, a) = run(lambda v, s: flow.tensor(v, placement=p, sbp=(s,) * nd, requires_grad=True))
+    for lv, gv in zip(local, one_rank):
+        assert lv.dtype == gv.dtype and np.array_equal(lv, gv)
+    assert y.is_global and y.sbp == (S.broadcast,) * nd and y.placement == p and idx.dtype == flow.int64
+    assert a.grad.is_global and a.grad.sbp == (S.split(0),) * nd  # the leaf's own layout
+
+    # a gradient arriving partial-sum (another op's output layout) is whole on one rank
+    x = flow.tensor(A, placement=p, sbp=(S.broadcast,) * nd, requires_grad=True)
+    (x * 3).to_global(sbp=(S.partial_sum,) * nd).sum().backward()
+    assert np.array_equal(x.grad.numpy(), np.full_like(A, 3))

@@ -3,11 +3,12 @@
     python tools/benchmarks/ops.py [names ...]
 
 Each op runs on the same float32 values in both libraries (shapes of the GPT-2 block benchmark),
-in alternating groups of runs; prints medians and the engine/PyTorch ratio.
+in alternating groups of runs (about 1.5 s of each, at least 12 runs); prints medians and the engine/PyTorch ratio.
 """
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -31,6 +32,21 @@ def cases(flow, torch):
             x, m.arange(2048) % 1000))),
         "conv2d [8,16,16,16]x[32,16,3,3]": ((8, 16, 16, 16), lambda m: m.nn.Conv2d(16, 32, 3, padding=1)),
     }
+
+
+def _iterations(*fns, budget_s=1.5, least=12, most=600):
+    """Timed runs per function: enough for about `budget_s` of each, so that a sub-millisecond op
+    gets hundreds of samples (its median then stands still on a noisy shared machine), a slow one
+    at least `least`."""
+    per_run = max(_once(fn) for fn in fns)
+    return int(min(most, max(least, budget_s / max(per_run, 1e-6))))
+
+
+def _once(fn):
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main():
@@ -62,7 +78,7 @@ def main():
             xf.grad = None
             ff(xf).backward(gf)
 
-        tt, tf = interleaved_times([run_t, run_f], 12)
+        tt, tf = interleaved_times([run_t, run_f], _iterations(run_t, run_f))
         mt, mf = statistics.median(tt), statistics.median(tf)
         print(f"{name:36s} {mf * 1e3:10.2f} {mt * 1e3:10.2f} {mf / mt:6.2f}")
 
