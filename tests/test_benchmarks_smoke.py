@@ -122,3 +122,13 @@ def test_graph_chains_reports_a_tiny_gpt2():
     assert re.search(r"elementwise ops: [\d.]+ ms \([\d.]+% of the step\); in \d+ chains of 2\+", out), out
     assert re.search(r"fusing every chain saves at most [\d.]+ ms", out), out
     assert "Matmul" in out or "Linear" in out, out
+
+
+def test_hot_ops_table_rows():
+    """ops.py, filtered to two rows: each prints both libraries' milliseconds and the ratio
+    (the fused bias + dropout + residual row runs LiBai's op against PyTorch's composition)."""
+    out = run_bench("ops.py", "bias+dropout", "conv2d")
+    print(out)
+    for name in (r"bias\+dropout\+residual \[8,256,384\]", r"conv2d \[8,16,16,16\]x\[32,16,3,3\]"):
+        assert re.search(name + r"\s+[\d.]+\s+[\d.]+\s+\d+\.\d\d$", out, re.M), out
+    assert len(out.strip().splitlines()) == 3, out  # the header and the two rows asked for

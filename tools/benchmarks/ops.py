@@ -30,8 +30,24 @@ def cases(flow, torch):
         "add [8,256,384]": ((8, 256, 384), lambda m: (lambda x: x + x)),
         "cross_entropy [2048,1000]": ((2048, 1000), lambda m: (lambda x: m.nn.functional.cross_entropy(
             x, m.arange(2048) % 1000))),
+        "bias+dropout+residual [8,256,384]": ((8, 256, 384), lambda m: _bias_dropout_residual(m, flow, torch)),
         "conv2d [8,16,16,16]x[32,16,3,3]": ((8, 16, 16, 16), lambda m: m.nn.Conv2d(16, 32, 3, padding=1)),
     }
+
+
+def _bias_dropout_residual(m, flow, torch, p=0.1):
+    """residual + dropout(x + bias) as a transformer block's MLP output uses it: LiBai's fused op
+    (bias_dropout_fusion) against PyTorch's dropout of the sum plus the residual; the bias and
+    the residual take gradients too, with the same values in both libraries."""
+    rng = np.random.default_rng(1)
+    b, r = rng.standard_normal(384).astype(np.float32), rng.standard_normal((8, 256, 384)).astype(np.float32)
+    if m is torch:
+        bt, rt = (torch.from_numpy(a).requires_grad_() for a in (b, r))
+        return lambda x: torch.nn.functional.dropout(x + bt, p) + rt
+    from engine.ops.dropout import bias_dropout_add
+
+    bf, rf = (flow.from_numpy(a).requires_grad_() for a in (b, r))
+    return lambda x: bias_dropout_add(x, bf, rf, p)
 
 
 def _iterations(*fns, budget_s=1.5, least=12, most=600):
