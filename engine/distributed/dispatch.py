@@ -237,9 +237,6 @@ def _plan(op, rule, inputs, metas, attrs, placement):
 
 
 # ------------------------------------------------------------------ one rank
-_ALL_BROADCAST = {}  # mesh ndim -> (B,) * ndim
-
-
 def _apply_on_one_rank(op, inputs, attrs, placement):
     """global_apply on a placement of one rank, the case of every LiBai model run in one process.
 
@@ -252,14 +249,13 @@ def _apply_on_one_rank(op, inputs, attrs, placement):
         ins = ", ".join("B" for t in inputs if t is not None)
         return ", ".join([f"({ins}) -> ({', '.join(['B'] * n_out)})"] * placement.ndim)
 
-    ctx, outs, needs_grad = _forward(op, inputs, attrs, sbp_text)
-    sbp = _ALL_BROADCAST.get(placement.ndim) or _ALL_BROADCAST.setdefault(placement.ndim,
-                                                                          (broadcast,) * placement.ndim)
+    ctx, outs, single, needs_grad = _forward(op, inputs, attrs, sbp_text)
+    sbp = (broadcast,) * placement.ndim
     device = next(t._device for t in inputs if t is not None)
     results = [make_global(a, GlobalMeta.trusted(placement, sbp, a.shape), device) for a in outs]
     if needs_grad:
         _attach_one_rank_backward(op, ctx, inputs, results, placement, sbp, device)
-    return tuple(results) if isinstance(outs, list) else results[0]
+    return results[0] if single else tuple(results)
 
 
 def _attach_one_rank_backward(op, ctx, inputs, results, placement, sbp, device):
@@ -292,16 +288,16 @@ def _whole_array(g, placement, sbp):
 
 def _run_kernel(plan):
     """The op's forward on the shards: (ctx, output arrays, whether a backward is recorded)."""
-    ctx, outs, needs_grad = _forward(plan.op, plan.boxed, plan.local_attrs, lambda n_out: _sbp_text(plan))
-    plan.single_output = not isinstance(outs, list)
-    return ctx, tuple(outs), needs_grad
+    ctx, outs, plan.single_output, needs_grad = _forward(plan.op, plan.boxed, plan.local_attrs,
+                                                         lambda n_out: _sbp_text(plan))
+    return ctx, outs, needs_grad
 
 
 def _forward(op, inputs, attrs, sbp_text):
     """Run the op's local forward on the inputs' arrays (recorded when nn.Graph is capturing,
-    with `sbp_text(number of outputs)` in the entry's description): (ctx, outputs, whether a
-    backward is recorded). The outputs are a tuple of one array for a one-output kernel and a
-    list for a kernel that returns a tuple."""
+    with `sbp_text(number of outputs)` in the entry's description): (ctx, the output arrays as
+    a tuple, whether the kernel returned a single array rather than a tuple, whether a backward
+    is recorded)."""
     ctx = Context()
     needs_grad = op.differentiable and _state.enabled and any(t is not None and t._requires_grad for t in inputs)
     if needs_grad:
@@ -313,9 +309,9 @@ def _forward(op, inputs, attrs, sbp_text):
     else:  # nn.Graph is capturing this step
         out = tracer.kernel(op, ctx, arrays, attrs)
         tracer.entries[-1].info += f" sbp {sbp_text(len(out) if isinstance(out, tuple) else 1)}"
-    if not isinstance(out, tuple):
-        return ctx, (np.asarray(out) if isinstance(out, np.generic) else out,), needs_grad
-    return ctx, [np.asarray(a) if isinstance(a, np.generic) else a for a in out], needs_grad
+    single = not isinstance(out, tuple)
+    outs = tuple(np.asarray(a) if isinstance(a, np.generic) else a for a in ((out,) if single else out))
+    return ctx, outs, single, needs_grad
 
 
 def _sbp_text(plan):

@@ -114,7 +114,3 @@ class Signature:
 
     def __repr__(self):
         return f"{self.ins} -> {self.outs}"
-
-
-def all_broadcast_signature(n_in, n_out, present):
-    return Signature([broadcast if p else None for p in present], [broadcast] * n_out)

@@ -150,7 +150,7 @@ def blocked(fn, shape, target=BLOCK_ELEMENTS):
     the per-block results in this list's order gives the same bits on every run and with any
     number of threads. `fn` must only write its own block's outputs: combining results in a
     shared accumulator (or a list appended to) from `fn` would follow the threads' timing."""
-    blocks = row_blocks(tuple(shape), target)
+    blocks = row_blocks(shape, target)
     size = 1
     for d in shape:
         size *= d

@@ -11,9 +11,8 @@ out of range gets a NaN loss and gradient) instead of reading them back; ENGINE_
 restores the host check and its IndexError. `VocabStats` and `VocabCrossEntropy` are the phases of
 the vocab-parallel cross-entropy on a shard of the classes, for its SBP rule.
 """
-import warnings
-
 import math
+import warnings
 
 import numpy as np
 
