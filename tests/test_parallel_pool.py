@@ -113,20 +113,26 @@ def _in_child(q):
     q.put(parallel.parallel_for(lambda s, e: e - s, 10, work=BIG))
 
 
-def test_a_forked_child_gets_its_own_threads(threads):
+def _run_in_forked_child(target, what):
+    """target(queue) in a forked child; what it put in the queue (the child must end in 60 s)."""
     import multiprocessing as mp
 
-    parallel.parallel_for(lambda s, e: None, 10, work=BIG)  # the parent's threads exist
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    p = ctx.Process(target=_in_child, args=(q,))
+    p = ctx.Process(target=target, args=(q,))
     p.start()
     p.join(timeout=60)
     alive = p.is_alive()
     if alive:
         p.kill()
-    assert not alive, "parallel_for hung in a forked child"
-    assert p.exitcode == 0 and q.get(timeout=10) == [4, 4, 2]
+    assert not alive, f"{what} hung in a forked child"
+    assert p.exitcode == 0
+    return q.get(timeout=10)
+
+
+def test_a_forked_child_gets_its_own_threads(threads):
+    parallel.parallel_for(lambda s, e: None, 10, work=BIG)  # the parent's threads exist
+    assert _run_in_forked_child(_in_child, "parallel_for") == [4, 4, 2]
 
 
 # ------------------------------------------------------------------ copies on the threads
@@ -167,3 +173,157 @@ def test_reshape_keeps_views_where_numpy_does(threads):
 def test_roll_equals_numpy(threads, shape, shifts, axes):
     a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     np.testing.assert_array_equal(parallel.roll(a, shifts, axes), np.roll(a, shifts, axis=axes))
+
+
+# ------------------------------------------------------------------ the native lane
+LANE_OPS = [np.add, np.subtract, np.multiply, np.true_divide]
+LANE_N = (1 << 17) + 37  # above MIN_LANE_ELEMENTS, not a multiple of the ranges' alignment
+
+
+@pytest.fixture
+def polling(threads, monkeypatch):
+    """The pool threads poll for ~0.4 s after each job, so that every lane call is shared."""
+    if not parallel.lane_stats()["enabled"]:
+        pytest.skip("the native lane needs numba (engine.backend.jit)")
+    monkeypatch.setattr(parallel, "SPIN_CYCLES", 1 << 30)
+    _wait_until_polling()
+    yield
+
+
+def _wait_until_polling(timeout=10.0):
+    """Wake the pool threads (a lane call does) and wait until each polls its row."""
+    x = np.ones(LANE_N, np.float32)
+    parallel.parallel_ufunc(np.add, x, x)
+    workers = parallel.get_num_threads() - 1
+    end = time.monotonic() + timeout
+    while not all(parallel._ctrl[i, 0] == 1 for i in range(workers)):  # _lane_kernels.SPIN
+        assert time.monotonic() < end, f"pool threads never polled: {parallel._ctrl[:workers, 0]}"
+        parallel.parallel_ufunc(np.add, x, x)  # wakes any that went back to sleep
+        time.sleep(0.001)
+
+
+def _operands(dtype, case, rng):
+    a = rng.standard_normal((LANE_N // 37, 37)).astype(dtype)  # odd rows: ranges cut rows
+    b = rng.standard_normal(a.shape).astype(dtype)
+    b.flat[::97] = 0  # x / 0 and 0 / 0 as numpy gives them (inf, nan)
+    a.flat[::193] = 0
+    if case == "scalar":
+        b = np.asarray(dtype(-1.75))
+    elif case == "one element":
+        b = b[:1, :1]
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ufunc", LANE_OPS)
+@pytest.mark.parametrize("case", ["arrays", "scalar", "one element", "same array", "into a", "into b"])
+def test_lane_results_are_numpys_bits(polling, ufunc, dtype, case):
+    rng = np.random.default_rng(LANE_OPS.index(ufunc))
+    a, b = _operands(dtype, "arrays" if case in ("into b", "same array") else case, rng)
+    if case == "same array":
+        b = a
+    with np.errstate(all="ignore"):
+        want = ufunc(a, b)
+    before = parallel.lane_stats()
+    if case == "into a":
+        out = parallel.parallel_ufunc(ufunc, a, b, out=a)
+        assert out is a
+    elif case == "into b":
+        out = parallel.parallel_ufunc(ufunc, a, b, out=b)
+        assert out is b
+    else:
+        out = parallel.parallel_ufunc(ufunc, a, b)
+    after = parallel.lane_stats()
+    assert after["calls"] == before["calls"] + 1 and after["shared"] == before["shared"] + 1
+    assert out.dtype == want.dtype and out.shape == want.shape
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))  # the bits, nan included
+
+
+def test_lane_declines_what_it_does_not_take(polling):
+    """Broadcasts other than a scalar, mixed dtypes, strided operands and partial overlaps go
+    to numpy's own loops, with numpy's results."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    row = rng.standard_normal(384).astype(np.float32)
+    cases = [(a, row, None), (a, row.astype(np.float64), None), (a[:, ::2], a[:, 1::2], None),
+             (a.astype(np.int32), a.astype(np.int32), None)]
+    before = parallel.lane_stats()["calls"]
+    for x, y, _ in cases:
+        np.testing.assert_array_equal(parallel.parallel_ufunc(np.add, x, y), np.add(x, y))
+    flat = a.reshape(-1).copy()
+    want = flat[1:] + flat[:-1]
+    parallel.parallel_ufunc(np.add, flat[1:], flat[:-1], out=flat[:-1])  # out overlaps a, shifted
+    np.testing.assert_array_equal(flat[:-1], want)
+    assert parallel.lane_stats()["calls"] == before
+
+
+def test_lane_and_python_calls_interleave_and_run_from_several_threads(polling):
+    """Native jobs and Python calls on the same polling threads, from the main thread and from
+    four others at once (one caller at a time gets the pool; the rest run alone): every result
+    right, nothing hangs."""
+    x = np.random.default_rng(2).standard_normal((1024, 200)).astype(np.float32)
+    want_sum = [float(x[s:e].sum()) for s, e in [(0, 342), (342, 684), (684, 1024)]]
+
+    def mixed(i):
+        for k in range(30):
+            np.testing.assert_array_equal(parallel.parallel_ufunc(np.multiply, x, x), x * x)
+            assert parallel.parallel_for(lambda s, e: float(x[s:e].sum()), 1024, work=BIG) == want_sum
+            if k % 7 == i % 7:
+                time.sleep(0.002)  # let the threads go back to sleep now and then
+
+    mixed(0)
+    errors = []
+
+    def guarded(i):
+        try:
+            mixed(i)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=guarded, args=(i,)) for i in range(1, 5)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in ts), "a lane or pool call hung"
+    assert not errors, errors
+
+
+def test_lane_threads_sleep_when_idle_and_wake_for_the_next_call(threads, monkeypatch):
+    if not parallel.lane_stats()["enabled"]:
+        pytest.skip("the native lane needs numba (engine.backend.jit)")
+    x = np.ones(LANE_N, np.float32)
+    parallel.parallel_ufunc(np.add, x, x)
+    workers = parallel.get_num_threads() - 1
+    end = time.monotonic() + 10
+    while not all(parallel._ctrl[i, 0] == 0 for i in range(workers)):  # all SLEEP: no CPU burnt
+        assert time.monotonic() < end, f"pool threads still polling: {parallel._ctrl[:workers, 0]}"
+        time.sleep(0.01)
+    before = parallel.lane_stats()
+    np.testing.assert_array_equal(parallel.parallel_ufunc(np.add, x, x), x + x)  # the caller alone
+    assert parallel.lane_stats()["calls"] == before["calls"] + 1
+    monkeypatch.setattr(parallel, "SPIN_CYCLES", 1 << 30)  # (so that they stay awake to be seen)
+    _wait_until_polling()  # and the call woke them
+
+
+def _lane_in_child(q):
+    x = np.arange(LANE_N, dtype=np.float32)
+    q.put(bool(np.array_equal(parallel.parallel_ufunc(np.subtract, x, x), np.zeros_like(x))))
+
+
+def test_a_forked_child_uses_the_lane_with_its_own_threads(polling):
+    assert _run_in_forked_child(_lane_in_child, "a lane call") is True
+
+
+def test_engine_pool_spin_0_turns_the_lane_off():
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from engine.backend import parallel as p; p.set_num_threads(2); "
+            "p.parallel_for(lambda s, e: None, 10, work=1 << 20); "
+            "x = np.ones((1 << 18,), np.float32); assert np.array_equal(p.parallel_ufunc(np.add, x, x), x + x); "
+            "s = p.lane_stats(); assert not s['enabled'] and s['calls'] == 0, s; "
+            "assert p._workers and all(type(w) is p._Worker for w in p._workers), p._workers; print('ok')")
+    env = dict(__import__("os").environ, ENGINE_POOL_SPIN="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -96,15 +96,18 @@ class _Worker:
     def _loop(self):
         while True:
             self._go.acquire()
-            fn, args = self._call
-            try:
-                self._result, self._error = fn(*args), None
-            except BaseException as e:  # handed to the caller in join()
-                self._result, self._error = None, e
-            # drop the call: its closure holds the kernel's arrays, and a reference kept here
-            # would make them look shared (no buffer reuse, no gradient adoption)
-            self._call = fn = args = None
+            self._run_call()
             self._done.release()
+
+    def _run_call(self):
+        fn, args = self._call
+        try:
+            self._result, self._error = fn(*args), None
+        except BaseException as e:  # handed to the caller in join()
+            self._result, self._error = None, e
+        # drop the call: its closure holds the kernel's arrays, and a reference kept here
+        # would make them look shared (no buffer reuse, no gradient adoption)
+        self._call = fn = args = None
 
     def start(self, fn, *args):
         self._call = (fn, args)
@@ -127,13 +130,69 @@ class _Worker:
         return result
 
 
+class _PollingWorker(_Worker):
+    """A pool thread that, between calls, polls its row of the native lane's control array
+    for SPIN_CYCLES without the GIL (engine.backend._lane_kernels has the states): it runs the
+    lane's elementwise jobs there, in native code, and picks up a Python call from the same
+    loop. After SPIN_CYCLES idle it sleeps on `_go` as a plain `_Worker` does, and a caller
+    wakes it (`wake`) for the next job.
+
+    Why poll: a thread asleep in a futex takes 10-80 us to run again on this VM (its vCPU has
+    halted), which a 100 us elementwise kernel cannot repay; PyTorch's OpenMP threads poll the
+    same way after each parallel region. A polling thread takes a native job within a
+    microsecond. A Python call still needs the GIL, which the caller holds until its own
+    range starts, so it gains nothing there."""
+
+    def __init__(self, name, lane, row):
+        self._lane, self._row = lane, row
+        super().__init__(name)
+
+    def _loop(self):
+        lane, row = self._lane, self._row
+        while True:  # the row says SLEEP here (a new thread's starts so)
+            self._go.acquire()  # start() or wake() released it
+            claimed = lane.swap_state(row, lane.PYTHON, lane.RUNNING)
+            if not claimed:
+                lane.swap_state(row, lane.WAKING, lane.SPIN)  # woken, or its call taken back
+            while claimed or lane.serve(row, SPIN_CYCLES) == lane.RUNNING:
+                claimed = False
+                self._run_call()
+                lane.set_state(row, lane.SPIN)
+                self._done.release()
+
+    def start(self, fn, *args):
+        self._call = (fn, args)
+        lane, row = self._lane, self._row
+        while True:  # the thread moves only between SPIN, SLEEP and WAKING meanwhile
+            if lane.swap_state(row, lane.SPIN, lane.PYTHON) or lane.swap_state(row, lane.WAKING, lane.PYTHON):
+                return
+            if lane.swap_state(row, lane.SLEEP, lane.PYTHON):
+                self._go.release()
+                return
+
+    def cancel(self):
+        if self._lane.swap_state(self._row, self._lane.PYTHON, self._lane.WAKING):
+            self._call = None
+            return True
+        return False
+
+    def wake(self):
+        """Have a sleeping thread poll again (for the next native job)."""
+        if self._lane.swap_state(self._row, self._lane.SLEEP, self._lane.WAKING):
+            self._go.release()
+
+
 _workers = []
 _pool_lock = threading.Lock()  # one caller at a time uses the workers; others run serially
 
 
 def _get_workers(count):
+    lane = _native_lane()
     while len(_workers) < count:
-        _workers.append(_Worker(f"engine-cpu_{len(_workers)}"))
+        i = len(_workers)
+        name = f"engine-cpu_{i}"
+        _workers.append(_PollingWorker(name, lane, _ctrl[i]) if lane is not None and i < len(_ctrl)
+                        else _Worker(name))
     return _workers[:count]
 
 
@@ -141,6 +200,113 @@ def _forget_workers_after_fork():
     global _pool_lock
     _workers.clear()  # the threads do not exist in the child
     _pool_lock = threading.Lock()
+    if _ctrl is not None:
+        _ctrl[:] = 0  # every row SLEEP: no thread polls it
+
+
+# ------------------------------------------------------------------ the native lane
+# Pool threads poll for this many cycles (rdtsc: ~0.4 ms at 2.5 GHz) after their last job
+# before they sleep; ENGINE_POOL_SPIN=0 turns polling and the lane off.
+SPIN_CYCLES = 1 << 20
+# below this many elements an elementwise kernel runs on the calling thread: a native hand-off
+# costs ~1-2 us of polling and the call into the lane ~3 us (numba's argument checks)
+MIN_LANE_ELEMENTS = 1 << 16
+_lane = None  # engine.backend._lane_kernels once loaded; False where the lane is off
+_ctrl = None  # its control rows, one per pool thread
+
+
+def _native_lane():
+    """engine.backend._lane_kernels (compiled, or loaded from numba's cache, on first use), or
+    None without numba, with ENGINE_JIT=0 or ENGINE_POOL_SPIN=0."""
+    global _lane, _ctrl
+    if _lane is None:
+        from . import jit
+        from ._native import switched_off
+
+        _lane = False
+        if jit.available() and not switched_off("ENGINE_POOL_SPIN"):
+            from . import _lane_kernels as lane
+
+            lane.warm_up()
+            _ctrl = lane.new_ctrl(64)
+            _lane = lane
+    return _lane or None
+
+
+_LANE_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2, np.true_divide: 3}  # _lane_kernels.ADD..DIV
+_LANE_KINDS = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}  # _lane_kernels.F32, F64
+
+
+def _lane_binary(ufunc, a, b, out, shape, size):
+    """`ufunc(a, b, out=out)` through the native lane when it takes the call: add, subtract,
+    multiply or divide of float32/float64 arrays of one dtype, `a` C-contiguous of the output's
+    shape, `b` the same or a single element, `out` fresh or exactly `a` or `b` (an in-place
+    update). Returns the output, or None for the caller's other paths.
+
+    The results are numpy's bits: one IEEE operation per element, no reassociation."""
+    op = _LANE_OPS.get(ufunc)
+    if op is None or _lane is False or size < MIN_LANE_ELEMENTS or not isinstance(a, np.ndarray):
+        return None
+    if isinstance(b, np.generic):
+        b = np.asarray(b)
+    elif not isinstance(b, np.ndarray):
+        return None
+    kind = _LANE_KINDS.get(a.dtype)
+    if kind is None or b.dtype != a.dtype or a.shape != shape or not a.flags.c_contiguous:
+        return None
+    if b.size == 1:
+        operands = 1  # _lane_kernels.SCALAR_B
+        b = b.copy()  # read once per range: an in-place update of the array it views must not change it
+    elif b.shape == shape and b.flags.c_contiguous:
+        operands = 0
+    else:
+        return None
+    workers = min(_threads - 1, 64)
+    if workers < 1:
+        return None
+    lane = _native_lane()
+    if lane is None:
+        return None
+    if out is None:
+        out = buffers.empty(shape, a.dtype)
+        alias = 0
+    elif out.dtype != a.dtype or out.shape != shape or not out.flags.c_contiguous:
+        return None
+    else:
+        # the output may be exactly an operand (same address, shape and layout), never overlap
+        # one otherwise: ranges run side by side, and a shifted overlap would read what another
+        # range already wrote (numpy's own loop buffers such operands)
+        at = out.ctypes.data
+        alias = lane.OUT_IS_A if at == a.ctypes.data else lane.OUT_IS_B if at == b.ctypes.data else 0
+        for x in (a, b):
+            if x.ctypes.data != at and np.may_share_memory(out, x):
+                return None
+    if not _pool_lock.acquire(blocking=False):
+        return None  # the pool is busy (a nested call): numpy on this thread
+    try:
+        pool = _get_workers(workers)
+        for i in range(workers):
+            if _ctrl[i, 0] == lane.SLEEP:
+                # it runs no range of this call (it needs the GIL to leave its lock, and gets it
+                # while this call runs without it), and polls for the next ones
+                pool[i].wake()
+        shared = lane.run_parallel(_ctrl, workers, op, kind, operands | alias, a.ctypes.data, b.ctypes.data,
+                                   out.ctypes.data, size)
+    finally:
+        _pool_lock.release()
+    _lane_counts[0] += 1
+    _lane_counts[1] += shared != 0
+    return out
+
+
+_lane_counts = [0, 0]  # lane calls, and of those the ones a pool thread took part in
+
+
+def lane_stats():
+    """{"enabled", "calls", "shared"}: whether the native lane is in use (numba, more than one
+    thread, polling on), the elementwise calls it ran, and how many of them a pool thread shared
+    (the others found every thread asleep: the caller ran them alone and woke the threads)."""
+    return {"enabled": _native_lane() is not None, "calls": _lane_counts[0], "shared": _lane_counts[1]}
 
 
 if hasattr(os, "register_at_fork"):
@@ -320,6 +486,10 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
         size *= s
     if len(shape) == 0 or shape[0] < 2 or size < MIN_PARALLEL_ELEMENTS:
         return ufunc(*inputs, out=out) if out is not None else ufunc(*inputs)
+    if len(inputs) == 2 and dtype is None:
+        done = _lane_binary(ufunc, inputs[0], inputs[1], out, shape, size)
+        if done is not None:
+            return done
     if out is None:  # a large result comes from the buffer pool (no fresh pages to fault in)
         res_dtype = dtype or np.result_type(*inputs)
         out = buffers.empty(shape, res_dtype)
