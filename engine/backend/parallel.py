@@ -205,9 +205,14 @@ def _forget_workers_after_fork():
 
 
 # ------------------------------------------------------------------ the native lane
-# Pool threads poll for this many cycles (rdtsc: ~0.4 ms at 2.5 GHz) after their last job
-# before they sleep; ENGINE_POOL_SPIN=0 turns polling and the lane off.
-SPIN_CYCLES = 1 << 20
+# Pool threads poll for this many cycles (rdtsc: ~7 ms at 2.5 GHz) after their last job before
+# they sleep, as OpenMP's threads do. Shorter windows cost more than they save: a GPT-2 step
+# makes ~164 Python calls and 25 lane calls on the pool, and with ~0.4 ms (2^20) 113 of the
+# Python calls found the thread asleep, ~1.7 ms 14-27, ~7 ms none; a thread that polled and then
+# slept also wakes slowly on this VM (a Python call after 3 ms idle started 390 us late, against
+# 75 us for a thread that never polled and 96-116 us after a 1k-cycle window).
+# ENGINE_POOL_SPIN=0 turns polling and the lane off.
+SPIN_CYCLES = 1 << 24
 # below this many elements an elementwise kernel runs on the calling thread: a native hand-off
 # costs ~1-2 us of polling and the call into the lane ~3 us (numba's argument checks)
 MIN_LANE_ELEMENTS = 1 << 16
