@@ -222,14 +222,19 @@ _ctrl = None  # its control rows, one per pool thread
 
 def _native_lane():
     """engine.backend._lane_kernels (compiled, or loaded from numba's cache, on first use), or
-    None without numba, with ENGINE_JIT=0 or ENGINE_POOL_SPIN=0."""
+    None without numba, with ENGINE_JIT=0 or ENGINE_POOL_SPIN=0, and off x86-64: the polling
+    budget reads the time-stamp counter, which LLVM's `readcyclecounter` gives as 0 on some
+    other CPUs (the threads would then never stop polling)."""
     global _lane, _ctrl
     if _lane is None:
+        import platform
+
         from . import jit
         from ._native import switched_off
 
         _lane = False
-        if jit.available() and not switched_off("ENGINE_POOL_SPIN"):
+        if jit.available() and not switched_off("ENGINE_POOL_SPIN") and \
+                platform.machine().lower() in ("x86_64", "amd64"):
             from . import _lane_kernels as lane
 
             lane.warm_up()
