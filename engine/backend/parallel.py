@@ -255,7 +255,7 @@ def _lane_binary(ufunc, a, b, out, shape, size):
 
     The results are numpy's bits: one IEEE operation per element, no reassociation."""
     op = _LANE_OPS.get(ufunc)
-    if op is None or _lane is False or size < MIN_LANE_ELEMENTS or not isinstance(a, np.ndarray):
+    if op is None or _lane is False or _threads < 2 or size < MIN_LANE_ELEMENTS or not isinstance(a, np.ndarray):
         return None
     if isinstance(b, np.generic):
         b = np.asarray(b)
@@ -264,19 +264,17 @@ def _lane_binary(ufunc, a, b, out, shape, size):
     kind = _LANE_KINDS.get(a.dtype)
     if kind is None or b.dtype != a.dtype or a.shape != shape or not a.flags.c_contiguous:
         return None
-    if b.size == 1:
-        operands = 1  # _lane_kernels.SCALAR_B
-        b = b.copy()  # read once per range: an in-place update of the array it views must not change it
-    elif b.shape == shape and b.flags.c_contiguous:
-        operands = 0
-    else:
-        return None
-    workers = min(_threads - 1, 64)
-    if workers < 1:
-        return None
     lane = _native_lane()
     if lane is None:
         return None
+    if b.size == 1:
+        operands = lane.SCALAR_B
+        b = b.copy()  # read once per range: an in-place update of the array it views must not change it
+    elif b.shape == shape and b.flags.c_contiguous:
+        operands = lane.ARRAYS
+    else:
+        return None
+    workers = min(_threads - 1, len(_ctrl))
     if out is None:
         out = buffers.empty(shape, a.dtype)
         alias = 0
