@@ -132,3 +132,36 @@ def test_hot_ops_table_rows():
     for name in (r"bias\+dropout\+residual \[8,256,384\]", r"conv2d \[8,16,16,16\]x\[32,16,3,3\]"):
         assert re.search(name + r"\s+[\d.]+\s+[\d.]+\s+\d+\.\d\d$", out, re.M), out
     assert len(out.strip().splitlines()) == 3, out  # the header and the two rows asked for
+
+
+def test_interleaved_times_settles_each_group_before_timing():
+    """The benchmarks' shared timing loop: alternating groups, `group - 1` timed runs per group
+    after untimed ones lasting at least `settle_s` (so the other library's polling threads have
+    gone to sleep), exactly the asked count of timed runs per function when it divides evenly."""
+    sys.path.insert(0, BENCH)
+    try:
+        from gpt2_block import interleaved_times
+    finally:
+        sys.path.remove(BENCH)
+    import time
+
+    log = []
+
+    def make(name):
+        def fn():
+            log.append((name, time.perf_counter()))
+            time.sleep(0.001)
+        return fn
+
+    times = interleaved_times([make("a"), make("b")], iters=6, group=4, settle_s=0.01)
+    assert [len(t) for t in times] == [6, 6]
+    assert all(t >= 0.001 for ts in times for t in ts)
+    runs = [name for name, _ in log]
+    groups = [runs[0]]  # the sequence of libraries, one entry per group
+    for prev, cur in zip(runs, runs[1:]):
+        if cur != prev:
+            groups.append(cur)
+    assert groups == ["a", "b", "a", "b"]
+    first_group = log[:runs.index("b")]  # untimed runs, then the 3 timed ones
+    first_timed = first_group[-3]
+    assert len(first_group) >= 5 and first_timed[1] - first_group[0][1] >= 0.01

@@ -254,6 +254,15 @@ def test_lane_declines_what_it_does_not_take(polling):
     want = flat[1:] + flat[:-1]
     parallel.parallel_ufunc(np.add, flat[1:], flat[:-1], out=flat[:-1])  # out overlaps a, shifted
     np.testing.assert_array_equal(flat[:-1], want)
+    flat = a.reshape(-1).copy()
+    want = flat[:-1] * flat[1:]
+    parallel.parallel_ufunc(np.multiply, flat[:-1], flat[1:], out=flat[1:])  # out overlaps b, shifted
+    np.testing.assert_array_equal(flat[1:], want)
+    frozen = a.copy()
+    frozen.flags.writeable = False  # a read-only operand: numpy's loop, same result
+    np.testing.assert_array_equal(parallel.parallel_ufunc(np.subtract, frozen, a), np.zeros_like(a))
+    with pytest.raises(ValueError, match="read-only"):  # a read-only output: numpy's own error
+        parallel.parallel_ufunc(np.add, a, a, out=frozen)
     assert parallel.lane_stats()["calls"] == before
 
 

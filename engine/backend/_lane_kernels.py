@@ -231,11 +231,24 @@ def serve(row, budget):
 
 
 @_jit
-def run_parallel(ctrl, workers, op, kind, shape, pa, pb, po, n):
-    """out = a <op> b over n elements, split in equal ranges between the caller and the first
-    `workers` rows of `ctrl`. A thread that is not polling when the caller gets to its range
-    (after its own) gets none: the caller runs it.
-    Returns a bit mask of the threads that ran a range."""
+def run_parallel(ctrl, workers, op, kind, operands, a, b, o):
+    """o = a <op> b on 1-D contiguous arrays (b of o's size, or one element with operands
+    SCALAR_B), split in equal ranges between the caller and the first `workers` rows of `ctrl`.
+    A thread that is not polling when the caller gets to its range (after its own) gets none:
+    the caller runs it.
+
+    o may be exactly a or b (an in-place update); any other overlap with them declines the call
+    before anything runs (returns -1: ranges run side by side, and a shifted overlap would read
+    what another range already wrote). Otherwise returns a bit mask of the threads that ran a
+    range. The addresses are taken here rather than in Python, where `ndarray.ctypes.data`
+    costs ~3 us each."""
+    n = o.size
+    size = o.itemsize
+    pa, pb, po = a.ctypes.data, b.ctypes.data, o.ctypes.data
+    for px, nx in ((pa, a.size), (pb, b.size)):
+        if px != po and px < po + n * size and po < px + nx * size:
+            return -1
+    shape = operands | (OUT_IS_A if po == pa else OUT_IS_B if po == pb else OUT_FRESH)
     parts = workers + 1
     step = (n + parts - 1) // parts
     step = (step + 15) // 16 * 16  # ranges start on 64-byte boundaries of an aligned array
@@ -301,7 +314,8 @@ def warm_up():
     row = ctrl[0]
     swap_state(row, SLEEP, SLEEP)
     set_state(row, SLEEP)
-    x = np.ones(4, np.float32)
-    run_parallel(ctrl, 1, ADD, F32, ARRAYS, x.ctypes.data, x.ctypes.data, x.ctypes.data, 4)
+    for dtype, kind in ((np.float32, F32), (np.float64, F64)):
+        x = np.ones(4, dtype)
+        run_parallel(ctrl, 1, ADD, kind, ARRAYS, x, x, x)
     set_state(row, PYTHON)
     serve(row, 0)

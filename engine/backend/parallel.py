@@ -274,21 +274,17 @@ def _lane_binary(ufunc, a, b, out, shape, size):
         operands = lane.ARRAYS
     else:
         return None
-    workers = min(_threads - 1, len(_ctrl))
+    # the kernels are compiled for writeable aligned arrays only (another array type would
+    # compile a new specialisation in the middle of a step)
+    fa, fb = a.flags, b.flags
+    if not (fa.writeable and fb.writeable and fa.aligned and fb.aligned):
+        return None
     if out is None:
         out = buffers.empty(shape, a.dtype)
-        alias = 0
-    elif out.dtype != a.dtype or out.shape != shape or not out.flags.c_contiguous:
+    elif out.dtype != a.dtype or out.shape != shape or not (out.flags.c_contiguous and out.flags.writeable
+                                                             and out.flags.aligned):
         return None
-    else:
-        # the output may be exactly an operand (same address, shape and layout), never overlap
-        # one otherwise: ranges run side by side, and a shifted overlap would read what another
-        # range already wrote (numpy's own loop buffers such operands)
-        at = out.ctypes.data
-        alias = lane.OUT_IS_A if at == a.ctypes.data else lane.OUT_IS_B if at == b.ctypes.data else 0
-        for x in (a, b):
-            if x.ctypes.data != at and np.may_share_memory(out, x):
-                return None
+    workers = min(_threads - 1, len(_ctrl))
     if not _pool_lock.acquire(blocking=False):
         return None  # the pool is busy (a nested call): numpy on this thread
     try:
@@ -298,10 +294,12 @@ def _lane_binary(ufunc, a, b, out, shape, size):
                 # it runs no range of this call (it needs the GIL to leave its lock, and gets it
                 # while this call runs without it), and polls for the next ones
                 pool[i].wake()
-        shared = lane.run_parallel(_ctrl, workers, op, kind, operands | alias, a.ctypes.data, b.ctypes.data,
-                                   out.ctypes.data, size)
+        # 1-D views (C-contiguous arrays: no copies)
+        shared = lane.run_parallel(_ctrl, workers, op, kind, operands, a.ravel(), b.ravel(), out.ravel())
     finally:
         _pool_lock.release()
+    if shared < 0:
+        return None  # out overlaps an operand without being it: numpy's loop buffers that
     _lane_counts[0] += 1
     _lane_counts[1] += shared != 0
     return out
@@ -488,7 +486,12 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
     """`ufunc(*inputs)` with numpy broadcasting, split along the output's first axis.
 
     Falls back to one plain call for small outputs, 0-d/1-row outputs or non-numpy inputs."""
-    shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
+    first = inputs[0]
+    if len(inputs) == 2 and type(first) is np.ndarray and type(inputs[1]) is np.ndarray \
+            and first.shape == inputs[1].shape:
+        shape = first.shape  # the common case, without broadcast_shapes' ~5 us
+    else:
+        shape = np.broadcast_shapes(*(np.shape(a) for a in inputs))
     size = 1
     for s in shape:
         size *= s

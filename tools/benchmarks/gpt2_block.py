@@ -49,16 +49,26 @@ def make_block(lib, hidden, heads, seq):
     return Block()
 
 
-def interleaved_times(fns, iters, group=4):
-    """Time each function `iters` times in alternating groups of `group` consecutive runs.
+def interleaved_times(fns, iters, group=4, settle_s=0.03):
+    """Time each function `iters` times in alternating groups of `group` consecutive runs, the
+    first of each group untimed and repeated for at least `settle_s`.
 
-    Alternating groups lets a slow phase of a shared machine hit every function alike, and the
-    first run of each group is discarded so that one library's worker threads, still spinning
-    after its last call, do not slow the other's. Returns the list of times per function."""
+    Alternating groups lets a slow phase of a shared machine hit every function alike. The
+    untimed start of a group covers the other library's polling window: its worker threads keep
+    polling for milliseconds after its last call (libgomp's default spin count: ~15-20 ms for
+    PyTorch on the benchmark VM; the engine's pool: ~7 ms), and on a 2-core machine a polling
+    thread of one library takes a core from the other's run (layer_norm forward + backward just
+    after a PyTorch group: 2.2-2.9 ms for the first 13 ms, 1.1 ms from 25 ms on). Busy runs, not
+    a pause, cover the window: after a pause a VM runs the next milliseconds slowly. A training
+    step is longer than the window, so for steps this is the first step discarded. Returns the
+    list of times per function."""
     times = [[] for _ in fns]
     while len(times[0]) < iters:
         for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
             fn()
+            while time.perf_counter() - t0 < settle_s:
+                fn()
             for _ in range(group - 1):
                 t0 = time.perf_counter()
                 fn()

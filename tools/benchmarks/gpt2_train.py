@@ -49,6 +49,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from gpt2_block import interleaved_times  # noqa: E402 (tools/benchmarks is the script's folder)
+
 LAYERS, HIDDEN, HEADS, VOCAB, SEQ, BATCH = 6, 384, 6, 8192, 256, 8
 SIZES = {"bench": (6, 384, 6, 8192, 256, 8), "tiny": (6, 32, 4, 1024, 8, 1)}
 
@@ -197,20 +199,6 @@ def load_engine(path):
     model.GPT_model = GPTModel.from_huggingface(path, embedding_dropout_prob=0.0, attention_dropout_prob=0.0,
                                                 output_dropout_prob=0.0)
     return model
-
-
-def interleaved_times(fns, iters, group):
-    """Alternating groups of `group` consecutive runs per function, the first of each group
-    discarded; `iters` kept runs per function."""
-    times = [[] for _ in fns]
-    while len(times[0]) < iters:
-        for fn, ts in zip(fns, times):
-            fn()
-            for _ in range(group - 1):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-    return times
 
 
 # ------------------------------------------------------------------ memory children
