@@ -35,7 +35,7 @@ ALIGN = 64
 _limit = int(float(os.environ.get("ENGINE_BUFFER_POOL_MB", "2048")) * (1 << 20))
 _pool = OrderedDict()  # nbytes -> [uint8 buffers], most recently used size last
 _pooled = 0
-_pooled_ids = set()  # id() of the buffers in _pool
+_pooled_ids = {}  # id() of the buffers in _pool -> where their aligned part starts (ctypes.data costs ~3 us)
 _getrefcount = sys.getrefcount
 _lock = threading.Lock()  # two threads must not both take the same free buffer
 
@@ -59,7 +59,7 @@ def _release(nbytes_needed):
         for buf in buffers:
             if _getrefcount(buf) == 3 and _pooled + nbytes_needed > _limit:
                 _pooled -= size
-                _pooled_ids.discard(id(buf))
+                _pooled_ids.pop(id(buf), None)
             else:
                 keep.append(buf)
         if keep:
@@ -86,13 +86,15 @@ def empty(shape, dtype):
         buf = _free_buffer(buffers) if buffers else None
         if buf is None:
             buf = np.empty(nbytes + ALIGN, np.uint8)
+            start = -buf.ctypes.data % ALIGN
             if _release(nbytes):
                 _pool.setdefault(nbytes, []).append(buf)
-                _pooled_ids.add(id(buf))
+                _pooled_ids[id(buf)] = start
                 _pooled += nbytes
+        else:
+            start = _pooled_ids[id(buf)]
         if buffers is not None:
             _pool.move_to_end(nbytes)
-        start = -buf.ctypes.data % ALIGN
         return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
