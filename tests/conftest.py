@@ -5,7 +5,16 @@ import os
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(var, "1")
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
+
+# A suite started in the background by a non-interactive shell (`pytest ... &`) inherits SIGINT
+# ignored, and so would every launcher a test starts: the launcher honours an inherited SIG_IGN
+# on purpose (tests/distributed/test_launch_signals.py), so the tests that send SIGINT to a job
+# would wait for nothing. A handler here, unlike SIG_IGN, is reset to the default in children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import engine as flow  # noqa: E402
 

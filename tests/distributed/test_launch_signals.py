@@ -42,14 +42,14 @@ def _files(outdir, prefix):
 class Job:
     """The launcher on NPROCS ranks of signal_loop.py, in its own session."""
 
-    def __init__(self, tmp_path, log, mode, *launcher_args, env=None):
+    def __init__(self, tmp_path, log, mode, *launcher_args, env=None, preexec_fn=None):
         self.outdir = tmp_path / "out"
         self.outdir.mkdir()
         self.log = log
         self.proc = subprocess.Popen(
             LAUNCH + ["--nproc-per-node", str(NPROCS), *launcher_args, SCRIPT, str(self.outdir), mode],
             cwd=ROOT, env=env or mpi_env(), stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=preexec_fn)
         self.pids = set()
 
     def wait_started(self):
@@ -112,6 +112,20 @@ def test_signal_reaches_every_rank_and_launcher_waits(job, signum):
     assert _files(j.outdir, "stopped") == {str(r): str(int(signum)) for r in range(NPROCS)}, out
     assert rc == 128 + signum, out
     assert "Abort" not in out and "exited with status" not in out, out
+    j.assert_all_gone()
+
+
+def test_a_signal_ignored_when_the_launcher_started_stays_ignored(job):
+    """A launcher started with SIGINT ignored (a background job of a script, `nohup cmd &`) does
+    not stop on SIGINT nor pass it to the ranks; SIGTERM still stops the job."""
+    j = job("graceful", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    j.signal(signal.SIGINT)
+    time.sleep(3)  # a forwarded SIGINT stops graceful ranks within a step (milliseconds)
+    assert j.proc.poll() is None and not _files(j.outdir, "stopped"), j.output()
+    j.signal(signal.SIGTERM)
+    rc = j.wait()
+    assert _files(j.outdir, "stopped") == {str(r): str(int(signal.SIGTERM)) for r in range(NPROCS)}, j.output()
+    assert rc == 128 + signal.SIGTERM, j.output()
     j.assert_all_gone()
 
 
