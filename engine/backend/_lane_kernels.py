@@ -186,7 +186,10 @@ def _run_typed(op, shape, a, b, o):
         _arrays(op, a, b, o)
 
 
-@_jit
+# one explicit signature: the callers pass row slots (int64), addresses (uint64 from
+# ctypes.data) and constants (literal types), and each distinct set of argument types would
+# compile this function again, its 40 vectorised loops taking ~4-9 s each time on a fresh machine
+@numba.njit(types.void(*[types.int64] * 8), nogil=True, cache=True, error_model="numpy")
 def run_range(op, kind, shape, pa, pb, po, start, stop):
     """out[start:stop] = a[start:stop] <op> b[start:stop] on the arrays at addresses pa, pb, po."""
     n = stop - start
@@ -244,7 +247,7 @@ def run_parallel(ctrl, workers, op, kind, operands, a, b, o):
     costs ~3 us each."""
     n = o.size
     size = o.itemsize
-    pa, pb, po = a.ctypes.data, b.ctypes.data, o.ctypes.data
+    pa, pb, po = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(o.ctypes.data)
     for px, nx in ((pa, a.size), (pb, b.size)):
         if px != po and px < po + n * size and po < px + nx * size:
             return -1
