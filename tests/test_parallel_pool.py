@@ -262,6 +262,7 @@ for dtype in (np.float32, np.float64):
     parallel.parallel_ufunc(np.multiply, a, a)
     parallel.parallel_ufunc(np.add, a, dtype(2), out=a)
     parallel.parallel_ufunc(np.subtract, a, a[:1].copy())
+assert parallel.lane_stats()["calls"] == 6, parallel.lane_stats()
 print(dict(compiled))
 """
 
@@ -282,6 +283,7 @@ def test_lane_kernels_compile_once_on_a_fresh_machine(tmp_path):
     assert compiled.get("run_parallel") == 2 and compiled.get("serve") == 1, compiled
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_lane_declines_what_it_does_not_take(polling):
     """Broadcasts other than a scalar, mixed dtypes, strided operands and partial overlaps go
     to numpy's own loops, with numpy's results."""
@@ -299,14 +301,44 @@ def test_lane_declines_what_it_does_not_take(polling):
     np.testing.assert_array_equal(flat[:-1], want)
     flat = a.reshape(-1).copy()
     want = flat[:-1] * flat[1:]
-    parallel.parallel_ufunc(np.multiply, flat[:-1], flat[1:], out=flat[1:])  # out overlaps b, shifted
+    parallel.parallel_ufunc(np.multiply, flat[:-1], flat[1:], out=flat[1:])  # out is b, a overlaps it shifted
     np.testing.assert_array_equal(flat[1:], want)
+    flat = a.reshape(-1).copy()
+    want = flat[1:] - flat[:-1]
+    parallel.parallel_ufunc(np.subtract, flat[1:], flat[:-1], out=flat[1:])  # out is a, b overlaps it shifted
+    np.testing.assert_array_equal(flat[1:], want)
+    m = np.asmatrix(a)  # subclasses: numpy's loop (a matrix ravels to 2-D, a masked array not at all)
+    np.testing.assert_array_equal(np.asarray(parallel.parallel_ufunc(np.add, m, m)), a + a)
+    masked = np.ma.masked_array(a, mask=a > 1)
+    got = parallel.parallel_ufunc(np.multiply, masked, masked)
+    np.testing.assert_array_equal(np.ma.getdata(got)[a <= 1], (a * a)[a <= 1])
     frozen = a.copy()
     frozen.flags.writeable = False  # a read-only operand: numpy's loop, same result
     np.testing.assert_array_equal(parallel.parallel_ufunc(np.subtract, frozen, a), np.zeros_like(a))
     with pytest.raises(ValueError, match="read-only"):  # a read-only output: numpy's own error
         parallel.parallel_ufunc(np.add, a, a, out=frozen)
     assert parallel.lane_stats()["calls"] == before
+
+
+@pytest.mark.parametrize("shift", ["out behind", "out ahead", "row of out"])
+def test_partially_overlapping_output_gets_numpys_result_on_every_path(threads, shift):
+    """Above the lane's and the cheap ufuncs' thresholds the call is split in ranges that run side
+    by side; an input that overlaps the output without being it would be read where another
+    range already wrote. Such calls take numpy's own loop, which buffers the overlap."""
+    rng = np.random.default_rng(11)
+    flat = rng.standard_normal((1 << 21) + 3).astype(np.float32)
+    grid = flat[:(1 << 21)].reshape(2048, 1024)
+    ref = flat.copy()
+    ref_grid = ref[:(1 << 21)].reshape(2048, 1024)
+    for arr, g in ((ref, ref_grid), (flat, grid)):
+        call = parallel.parallel_ufunc if arr is flat else (lambda f, *xs, out: f(*xs, out=out))
+        if shift == "out behind":
+            call(np.maximum, arr[1:], arr[1:], out=arr[:-1])
+        elif shift == "out ahead":
+            call(np.maximum, arr[:-1], arr[:-1], out=arr[1:])
+        else:
+            call(np.add, g, g[1], out=g)  # a row of the output, broadcast as an operand
+    np.testing.assert_array_equal(flat, ref)
 
 
 def test_lane_and_python_calls_interleave_and_run_from_several_threads(polling):

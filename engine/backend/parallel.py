@@ -255,11 +255,13 @@ def _lane_binary(ufunc, a, b, out, shape, size):
 
     The results are numpy's bits: one IEEE operation per element, no reassociation."""
     op = _LANE_OPS.get(ufunc)
-    if op is None or _lane is False or _threads < 2 or size < MIN_LANE_ELEMENTS or not isinstance(a, np.ndarray):
+    # plain ndarrays only: a subclass's ravel() may not be a 1-D ndarray (np.matrix) or one
+    # numba takes (a masked array)
+    if op is None or _lane is False or _threads < 2 or size < MIN_LANE_ELEMENTS or type(a) is not np.ndarray:
         return None
     if isinstance(b, np.generic):
         b = np.asarray(b)
-    elif not isinstance(b, np.ndarray):
+    elif type(b) is not np.ndarray:
         return None
     kind = _LANE_KINDS.get(a.dtype)
     if kind is None or b.dtype != a.dtype or a.shape != shape or not a.flags.c_contiguous:
@@ -281,8 +283,8 @@ def _lane_binary(ufunc, a, b, out, shape, size):
         return None
     if out is None:
         out = buffers.empty(shape, a.dtype)
-    elif out.dtype != a.dtype or out.shape != shape or not (out.flags.c_contiguous and out.flags.writeable
-                                                             and out.flags.aligned):
+    elif type(out) is not np.ndarray or out.dtype != a.dtype or out.shape != shape or \
+            not (out.flags.c_contiguous and out.flags.writeable and out.flags.aligned):
         return None
     workers = min(_threads - 1, len(_ctrl))
     if not _pool_lock.acquire(blocking=False):
@@ -504,6 +506,8 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
     if out is None:  # a large result comes from the buffer pool (no fresh pages to fault in)
         res_dtype = dtype or np.result_type(*inputs)
         out = buffers.empty(shape, res_dtype)
+    elif _overlaps_partially(out, inputs):
+        return ufunc(*inputs, out=out)  # numpy's own loop buffers the overlap
     if _threads == 1 or (size < MIN_PARALLEL_CHEAP and ufunc in CHEAP_UFUNCS):
         return ufunc(*inputs, out=out)
     slicers = [_leading_slicer(a, shape) for a in inputs]
@@ -513,6 +517,19 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
 
     parallel_for(run, shape[0], work=size)
     return out
+
+
+def _overlaps_partially(out, inputs):
+    """Whether an input shares memory with `out` without being the same view of it (same
+    address, shape and strides). Ranges run side by side, so such an input would be read where
+    another range has already written (`np.maximum(x[1:], x[1:], out=x[:-1])`, or a row of `out`
+    broadcast as an operand)."""
+    for x in inputs:
+        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out):
+            if x.shape != out.shape or x.strides != out.strides or \
+                    x.__array_interface__["data"][0] != out.__array_interface__["data"][0]:
+                return True
+    return False
 
 
 # below this many multiply-adds a product runs on the calling thread
