@@ -519,17 +519,19 @@ def parallel_ufunc(ufunc, *inputs, out=None, dtype=None):
     return out
 
 
+def same_view(a, b):
+    """Whether two numpy arrays are the same view of memory: same address, shape and strides
+    (an in-place update's operand and output, even as two array objects)."""
+    return a.shape == b.shape and a.strides == b.strides and \
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
 def _overlaps_partially(out, inputs):
-    """Whether an input shares memory with `out` without being the same view of it (same
-    address, shape and strides). Ranges run side by side, so such an input would be read where
-    another range has already written (`np.maximum(x[1:], x[1:], out=x[:-1])`, or a row of `out`
-    broadcast as an operand)."""
-    for x in inputs:
-        if isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out):
-            if x.shape != out.shape or x.strides != out.strides or \
-                    x.__array_interface__["data"][0] != out.__array_interface__["data"][0]:
-                return True
-    return False
+    """Whether an input shares memory with `out` without being the same view of it. Ranges run
+    side by side, so such an input would be read where another range has already written
+    (`np.maximum(x[1:], x[1:], out=x[:-1])`, or a row of `out` broadcast as an operand)."""
+    return any(isinstance(x, np.ndarray) and x is not out and np.may_share_memory(x, out) and not same_view(x, out)
+               for x in inputs)
 
 
 # below this many multiply-adds a product runs on the calling thread

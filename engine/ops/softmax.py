@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend import dtypes, jit, xp_of
 from ..backend.fpenv import flush_denormals
+from ..backend.parallel import same_view
 from ..tensor import _check_dim, tensor_method
 from ._core import broadcast_shapes, cast, check_float, shape_str
 from ._kernels import BLOCK_ELEMENTS, blocked, empty, fill_where, row_dot, row_max, row_sum, rows_of, select_bits, work_array
@@ -70,11 +71,6 @@ def _compiled_rows(*arrays):
     return None
 
 
-def _same_memory(a, b):
-    """Whether two arrays of one shape and layout (see _compiled_rows) are the same memory."""
-    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-
-
 def softmax_compiled():
     """Whether float32 softmax rows run as the compiled loop (numba available and on)."""
     return _SOFTMAX_JIT is not None
@@ -90,7 +86,7 @@ def _softmax_rows(x, z, axis, log):
     axis %= x.ndim
     rows = _compiled_rows(x, z) if not log and _SOFTMAX_JIT is not None and axis == x.ndim - 1 else None
     if rows is not None:
-        if _same_memory(x, z):
+        if same_view(x, z):
             _SOFTMAX_INPLACE_JIT(rows[1])
         else:
             _SOFTMAX_JIT(*rows)
@@ -111,7 +107,7 @@ def _softmax_grad_rows(g, y, dx, axis, scale, zero_mask):
     axis %= g.ndim
     rows = _compiled_rows(g, y, dx) if _SOFTMAX_GRAD_JIT is not None and axis == g.ndim - 1 else None
     if rows is not None:
-        if _same_memory(g, dx):
+        if same_view(g, dx):
             _SOFTMAX_GRAD_INPLACE_JIT(rows[0], rows[1], np.float32(scale))
         else:
             _SOFTMAX_GRAD_JIT(*rows, np.float32(scale))
