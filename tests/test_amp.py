@@ -90,6 +90,85 @@ def test_float32_parameters_get_float32_gradients_and_backward_is_not_autocast()
         np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=2e-2, atol=2e-3)
 
 
+def _low_linear_grads(dt, device="cpu"):
+    """Under autocast(dt) on `device`: y = linear(x, W, b) and y.backward(g); returns the
+    leaves' gradients and the reference W and b gradients in float64 from the low-precision
+    g and x the backward sees (the products' exact values)."""
+    x = rng.standard_normal((3, 7, 16)).astype(np.float32)
+    w = rng.standard_normal((10, 16)).astype(np.float32)
+    b = rng.standard_normal(10).astype(np.float32)
+    g = rng.standard_normal((3, 7, 10)).astype(np.float32)
+    X, Wt, Bt = (flow.tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+    with flow.autocast(device, dtype=dt):
+        y = F.linear(X, Wt, Bt)
+    assert y.dtype == dt
+    low = flow.tensor(g).to(dt)
+    y.backward(low.to(device))
+    x64 = flow.tensor(x).to(dt).double().numpy().reshape(-1, 16)
+    g64 = low.double().numpy().reshape(-1, 10)
+    grads = [t.grad.cpu() for t in (X, Wt, Bt)]
+    return grads, g64.T @ x64, g64.sum(0)
+
+
+@pytest.mark.parametrize("dt", [flow.bfloat16, flow.float16], ids=["bfloat16", "float16"])
+def test_master_weight_gradients_come_from_the_product_in_float32(dt):
+    """A float32 weight and bias lowered by autocast get float32 gradients straight from the
+    low-precision product's float32 accumulator (Megatron's wgrad into fp32 main_grad): equal to
+    the exact product of the low-precision g and x up to float32 rounding, not that product
+    rounded to the low dtype first and cast (what PyTorch's autocast gives, checked to be far
+    coarser here, so this test fails on a rounding backward)."""
+    (gx, gw, gb), want_w, want_b = _low_linear_grads(dt)
+    assert gw.dtype == gb.dtype == gx.dtype == flow.float32
+    for got, want in ((gw.numpy(), want_w), (gb.numpy(), want_b)):
+        err = np.abs(got - want).max() / np.abs(want).max()
+        rounded = flow.tensor(want.astype(np.float32)).to(dt).double().numpy()
+        assert err < 1e-6, err
+        assert np.abs(rounded - want).max() / np.abs(want).max() > 100 * 1e-6
+
+
+def test_master_weight_gradients_on_cuda_through_the_double(cuda_double):
+    """The same on CUDA: cuBLAS writes the float32 gradients from float16 operands."""
+    (gx, gw, gb), want_w, want_b = _low_linear_grads(flow.float16, device="cuda")
+    assert gw.dtype == gb.dtype == flow.float32
+    for got, want in ((gw.numpy(), want_w), (gb.numpy(), want_b)):
+        assert np.abs(got - want).max() / np.abs(want).max() < 1e-6
+
+
+@pytest.mark.parametrize("wdt,twdt", [(flow.float16, torch.float16), (flow.float64, torch.float64)],
+                         ids=["float16", "float64"])
+def test_weights_autocast_does_not_lower_keep_their_gradient_dtype(wdt, twdt):
+    """Only float32 masters take the float32 path: a float16 weight (not cast) and a float64
+    one (never cast) get gradients in their own dtype, as in PyTorch."""
+    x = flow.tensor(X, requires_grad=True)
+    w = flow.tensor(W, dtype=wdt, requires_grad=True)
+    with flow.autocast("cpu", dtype=flow.float16):
+        y = F.linear(x.to(wdt), w)
+    y.float().sum().backward()
+    assert w.grad.dtype == wdt
+    tw = torch.tensor(W, dtype=twdt, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        TF.linear(torch.tensor(X).to(tw.dtype), tw).float().sum().backward()
+    np.testing.assert_allclose(w.grad.float().numpy(), tw.grad.float().numpy(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dt,tdt", DTYPES, ids=["bfloat16", "float16"])
+def test_double_backward_through_an_autocast_linear_matches_torch(dt, tdt):
+    """create_graph through the float32 gradient product: its backward passes the gradient in
+    the operands' low dtype, as the cast it replaces would."""
+    x, w, b = (flow.tensor(a, requires_grad=True) for a in (X, W, B))
+    with flow.autocast("cpu", dtype=dt):
+        y = F.linear(x, w, b)
+    gw, gb = flow.autograd.grad((y.float() ** 2).sum(), (w, b), create_graph=True)
+    gx, = flow.autograd.grad((gw ** 2).sum() + (gb ** 2).sum(), (x,))
+    tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (X, W, B))
+    with torch.autocast("cpu", dtype=tdt):
+        ty = TF.linear(tx, tw, tb)
+    tgw, tgb = torch.autograd.grad((ty.float() ** 2).sum(), (tw, tb), create_graph=True)
+    tgx, = torch.autograd.grad((tgw ** 2).sum() + (tgb ** 2).sum(), (tx,))
+    assert gw.dtype == gb.dtype == gx.dtype == flow.float32
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=2e-2, atol=2e-2 * np.abs(tgx.numpy()).max())
+
+
 def test_nesting_disabling_decorator_and_float64():
     x64 = flow.tensor(X.astype(np.float64))
     with flow.autocast("cpu"):  # bfloat16 by default on the CPU

@@ -181,6 +181,47 @@ def test_unavailable_without_cublas_library():
     assert cublas.gemm_batched(a, a.transpose(0, 2, 1), np.empty((2, 3, 3), np.float16)) is False
 
 
+def test_float16_operands_into_a_float32_output(cuda_double):
+    """float16 x float16 -> float32 (a master weight's gradient): the float32 accumulator is the
+    output, on a transposed operand and through the batch-folding plan; float32 operands into a
+    float16 output, and other pairs cuBLAS has no combination for, are declined (False)."""
+    cp = cuda_double
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((3, 40, 24)).astype(np.float16)
+    x = rng.standard_normal((3, 40, 16)).astype(np.float16)
+    out = cp.full((24, 16), np.nan, np.float32)
+    g2, x2 = cp.asarray(g.reshape(-1, 24)), cp.asarray(x.reshape(-1, 16))
+    assert cublas.gemm_batched(g2.T, x2, out)
+    want = g.reshape(-1, 24).astype(np.float64).T @ x.reshape(-1, 16).astype(np.float64)
+    got = cp.asnumpy(out).astype(np.float64)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-6  # float32 rounding only
+    assert np.abs(want.astype(np.float16) - want).max() / np.abs(want).max() > 1e-4  # float16 would not pass
+    batched = cp.full((3, 40, 24), np.nan, np.float32)  # rows of a batch against a shared right operand
+    w = rng.standard_normal((16, 24)).astype(np.float16)
+    assert cublas.gemm_batched(cp.asarray(x), cp.asarray(w)[None], batched)
+    want = x.astype(np.float64) @ w.astype(np.float64)
+    assert np.abs(cp.asnumpy(batched) - want).max() / np.abs(want).max() < 1e-6
+    f32 = cp.ones((4, 4), np.float32)
+    assert cublas.gemm_batched(f32, f32, cp.empty((4, 4), np.float16)) is False
+    assert cublas.gemm_batched(f32, f32, cp.empty((4, 4), np.float64)) is False
+    h = cp.ones((4, 4), np.float16)
+    assert cublas.gemm_batched(h, h, cp.empty((4, 4), np.float64)) is False
+    col = cublas.column_sum(g2, np.float32)
+    assert col.dtype == np.float32 and col.shape == (24,) and col.base is None  # its own memory
+    want = g.reshape(-1, 24).astype(np.float64).sum(0)
+    assert np.abs(cp.asnumpy(col) - want).max() / np.abs(want).max() < 1e-6
+    assert cublas.matmul(g2.T, x2, np.float32).dtype == np.float32
+
+
+def test_the_double_refuses_what_cublas_refuses():
+    """The double's cuBLAS stand-in fails on a type combination cublasGemmEx has not (so the
+    engine's CPU suite cannot pass on a call a GPU would reject)."""
+    from cupy_double.cublas import DoubleCublas
+
+    with pytest.raises(AssertionError, match="does not take"):
+        DoubleCublas().gemm(None, 0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 1, 0, 1, 68, -1)
+
+
 @pytest.mark.skipif(real_cupy() is None, reason="needs CuPy with a CUDA GPU")
 def test_real_cublas_on_head_views():
     """The real cuBLAS call on the attention core's float16 views against float64 numpy, the
@@ -205,3 +246,20 @@ def test_real_cublas_on_head_views():
     want = (p.astype(np.float64) @ hv).transpose(0, 2, 1, 3)
     assert np.linalg.norm(got[..., :d] - want) / np.linalg.norm(want) < 2e-3
     assert np.isnan(got[..., d:]).all()
+
+
+@pytest.mark.skipif(real_cupy() is None, reason="needs CuPy with a CUDA GPU")
+def test_real_cublas_float16_operands_float32_output():
+    """The real cublasGemmEx with float16 operands and a float32 output (a weight gradient)."""
+    cp = real_cupy()
+    assert cublas.available(), cublas.why_unavailable()
+    rng = np.random.default_rng()
+    g = rng.standard_normal((300, 48)).astype(np.float16)
+    x = rng.standard_normal((300, 40)).astype(np.float16)
+    out = cp.full((48, 40), np.nan, np.float32)
+    assert cublas.gemm_batched(cp.asarray(g).T, cp.asarray(x), out)
+    want = g.astype(np.float64).T @ x.astype(np.float64)
+    assert np.abs(cp.asnumpy(out) - want).max() / np.abs(want).max() < 1e-5
+    col = cublas.column_sum(cp.asarray(g), np.float32)
+    want = g.astype(np.float64).sum(0)
+    assert col.dtype == np.float32 and np.abs(cp.asnumpy(col) - want).max() / np.abs(want).max() < 1e-5

@@ -16,8 +16,9 @@ flags, leading dimensions, batch strides, the offsets of the calls when the batc
 merge into one stride, and batch rows folded into the rows of one product when the right
 operand is shared) and needs no GPU: the tests run it through a numpy model of the cuBLAS call
 against numpy's matmul on arbitrary views, and the CuPy double runs the whole path through the
-same model (tests/cupy_double/cublas.py). float16 accumulates in float32 (as PyTorch's),
-float32 follows engine.backends' TF32 setting, float64 is exact; other dtypes, and layouts with
+same model (tests/cupy_double/cublas.py). float16 accumulates in float32 (as PyTorch's) and
+is written in float16, or in float32 where the caller asks (the weight and bias gradients of a
+float32 master weight under autocast: engine/ops/linalg.py's Linear), float32 follows engine.backends' TF32 setting, float64 is exact; other dtypes, and layouts with
 no unit stride in a matrix, return None/False and the caller uses CuPy.
 """
 import ctypes
@@ -285,27 +286,33 @@ def _types(dtype, exact=False):
 def gemm_batched(a, b, out, exact=False):
     """out[...] = a @ b on CUDA through cuBLAS, for arrays of equal rank >= 2, reading and writing
     the views in place; False (nothing written) where it cannot. `out` must not overlap a or b.
+    `out` is a's dtype, or float32 for float16 operands (their float32 accumulator written as it
+    is: a weight gradient for a float32 master weight, without a float16 copy and a cast).
     `exact`: no TF32 for float32 (see _types)."""
-    dt = out.dtype
-    if a.dtype != dt or b.dtype != dt or a.ndim != out.ndim or b.ndim != out.ndim or a.ndim < 2:
+    dt = a.dtype
+    if b.dtype != dt or a.ndim != out.ndim or b.ndim != out.ndim or a.ndim < 2:
+        return False
+    wide = out.dtype != dt
+    if wide and not (dt == np.float16 and out.dtype == np.float32):
         return False
     types = _types(dt, exact)
     if types is None or _load() is None:
         return False
-    item = dt.itemsize
-    if any(s % item for x in (a, b, out) for s in x.strides):
+    item, out_item = dt.itemsize, out.dtype.itemsize
+    if any(s % item for x in (a, b) for s in x.strides) or any(s % out_item for s in out.strides):
         return False
-    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, item)
+    key = (a.shape, a.strides, b.shape, b.strides, out.shape, out.strides, item, out_item)
     p = _plans.get(key, False)
     if p is False:
         p = plan(a.shape, [s // item for s in a.strides], b.shape, [s // item for s in b.strides],
-                 out.shape, [s // item for s in out.strides])
+                 out.shape, [s // out_item for s in out.strides])
         if len(_plans) >= _PLAN_CACHE:
             _plans.clear()
         _plans[key] = p
     if p is None:
         return False
     cuda_type, compute, (one, zero), algo = types
+    out_type = _CUDA_R_32F if wide else cuda_type  # float16 x float16 -> float32: a cuBLAS GemmEx combination
     from . import cupy
     handle = _api.handle(cupy())
     pa, pb, pc = a.data.ptr, b.data.ptr, out.data.ptr
@@ -313,15 +320,16 @@ def gemm_batched(a, b, out, exact=False):
         _api.gemm(handle, p.trans_b, p.trans_a, p.m, p.n, p.k, one.ctypes.data,
                   pb + off_b * item, cuda_type, p.ld_b, p.stride_b,
                   pa + off_a * item, cuda_type, p.ld_a, p.stride_a,
-                  zero.ctypes.data, pc + off_c * item, cuda_type, p.ld_c, p.stride_c,
+                  zero.ctypes.data, pc + off_c * out_item, out_type, p.ld_c, p.stride_c,
                   p.batch, compute, algo)
     return True
 
 
-def matmul(a, b):
+def matmul(a, b, out_dtype=None):
     """a @ b (numpy's matmul rules for operands of rank >= 2) into a new array through cuBLAS,
     operands without a unit stride made contiguous first; None for what it does not take (rank
-    1, a dtype other than float16/32/64, no cuBLAS)."""
+    1, a dtype other than float16/32/64, no cuBLAS). `out_dtype` float32 for float16 operands:
+    the product's float32 accumulator, never rounded to float16."""
     if a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or _types(a.dtype) is None or _load() is None:
         return None
     if a.shape[-1] != b.shape[-2]:
@@ -332,7 +340,7 @@ def matmul(a, b):
     b = b.reshape((1,) * (nd - b.ndim) + b.shape)
     from . import cupy
     xp = cupy()
-    out = xp.empty(lead + (a.shape[-2], b.shape[-1]), a.dtype)
+    out = xp.empty(lead + (a.shape[-2], b.shape[-1]), a.dtype if out_dtype is None else out_dtype)
     if 0 in a.shape or 0 in b.shape:
         out[...] = 0
         return out
@@ -345,11 +353,12 @@ def matmul(a, b):
 _ones = {}  # (device, dtype) -> the longest [1, rows] ones vector made so far, sliced for fewer rows
 
 
-def column_sum(x2):
+def column_sum(x2, out_dtype=None):
     """x2 [m, n] summed over its rows as ones[1, m] @ x2 (float32 accumulation for float16, never
-    TF32): a bias gradient. Measured on an H100: CuPy's sum over axis 0 of GPT-2 124M's [8192, n]
-    float16 gradients took 7.9 ms per step for 49 of them (a reduction kernel that reads columns
-    with a stride). None where gemm_batched declines."""
+    TF32): a bias gradient, in x2's dtype or in `out_dtype` float32 for a float16 x2. Measured on
+    an H100: CuPy's sum over axis 0 of GPT-2 124M's [8192, n] float16 gradients took 7.9 ms per
+    step for 49 of them (a reduction kernel that reads columns with a stride). None where
+    gemm_batched declines."""
     if x2.ndim != 2 or _types(x2.dtype) is None or _load() is None:
         return None
     from . import capture_state, cupy
@@ -361,7 +370,7 @@ def column_sum(x2):
         ones = xp.ones((1, rows), x2.dtype)
         if capture_state() is None:  # one made inside a capture lives in the graph's pool only
             _ones[key] = ones
-    out = xp.empty((1, x2.shape[1]), x2.dtype)
-    if not gemm_batched(ones[:, :rows], x2, out, exact=True):
+    out = xp.empty(x2.shape[1], x2.dtype if out_dtype is None else out_dtype)  # its own memory: a
+    if not gemm_batched(ones[:, :rows], x2, out.reshape(1, -1), exact=True):  # leaf adopts it uncopied
         return None
-    return out.reshape(x2.shape[1])
+    return out

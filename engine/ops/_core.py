@@ -76,12 +76,14 @@ class SumTo(Op):
     name = "SumTo"
 
     @staticmethod
-    def forward(ctx, x, shape):
-        ctx.in_shape = x.shape
-        return sum_to_array(x, shape)
+    def forward(ctx, x, shape, dtype=None):
+        ctx.in_shape, ctx.in_dtype = x.shape, (x.dtype if dtype is not None else None)
+        return sum_to_array(x, shape, dtype)
 
     @staticmethod
     def backward(ctx, g):
+        if ctx.in_dtype is not None:
+            g = cast(g, dtypes.from_numpy_dtype(ctx.in_dtype))
         return broadcast_to(g, ctx.in_shape)
 
 
@@ -95,22 +97,29 @@ def as_shape(a, shape):
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
 
-def sum_to_array(x, shape):
+def sum_to_array(x, shape, dtype=None):
+    """x summed down to `shape`, in x's dtype or in `dtype` (float32 for a half-precision x: the
+    bias gradient of a float32 master weight, accumulated and returned in float32)."""
     shape = tuple(shape)
+    if dtype is not None and np.dtype(dtype) == x.dtype:
+        dtype = None
     if x.shape == shape:
-        return x
+        return x if dtype is None else x.astype(dtype)
     n = shape[-1] if shape else 0
-    summable = x.dtype in _SUM_DTYPES or (x.dtype == np.float16 and not isinstance(x, np.ndarray))  # GPU: cuBLAS
+    summable = (x.dtype in _SUM_DTYPES or dtype is not None
+                or (x.dtype == np.float16 and not isinstance(x, np.ndarray)))  # GPU: cuBLAS
     if (x.ndim >= 2 and shape and x.shape[-1] == n and all(s == 1 for s in shape[:-1]) and summable
             and x.flags.c_contiguous and x.size):
         # every axis but the last summed away (a bias gradient): one column sum
         from ._kernels import column_sum
 
-        return as_shape(column_sum(x.reshape(-1, n)), shape)
+        return as_shape(column_sum(x.reshape(-1, n), dtype), shape)
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, s in enumerate(shape) if s == 1 and x.shape[i + lead] != 1)
     xp = xp_of(x)
-    out = x.sum(axis=axes, keepdims=True, dtype=x.dtype) if axes else x
+    if not axes and dtype is not None:
+        x = x.astype(dtype)
+    out = x.sum(axis=axes, keepdims=True, dtype=x.dtype if dtype is None else dtype) if axes else x
     if lead:
         out = out.reshape(out.shape[lead:])
     if out.shape != shape:
@@ -119,9 +128,12 @@ def sum_to_array(x, shape):
     return out if out.flags.c_contiguous else xp.ascontiguousarray(out)
 
 
-def sum_to(t, shape):
-    """Gradient reduction for broadcasting: a no-op when shapes already match."""
+def sum_to(t, shape, dtype=None):
+    """Gradient reduction for broadcasting: a no-op when shapes already match. `dtype` (a numpy
+    float32 for a half-precision t): the sum accumulated and returned in that dtype."""
     shape = tuple(shape)
+    if dtype is not None and np.dtype(dtype) != t._data.dtype:
+        return SumTo.apply(t, shape=shape, dtype=np.dtype(dtype))
     if tuple(t.shape) == shape:
         return t
     return SumTo.apply(t, shape=shape)

@@ -162,13 +162,16 @@ def blocked(fn, shape, target=BLOCK_ELEMENTS):
 PARALLEL_COLUMN_SUM = 1 << 21
 
 
-def column_sum(x2):
+def column_sum(x2, out_dtype=None):
     """x2 [m, n] summed over its rows, in x2's dtype. einsum (1.3x faster than `sum(axis=0)`,
     same order, same bits); large arrays by fixed blocks of rows summed in block order, so the
-    bits do not depend on the thread count."""
+    bits do not depend on the thread count. `out_dtype` float32 for a float16/bfloat16 x2: the
+    sum accumulated and returned in float32 (a master weight's bias gradient)."""
     if xp_of(x2) is not np:
-        out = cublas.column_sum(x2)  # a product with a ones vector: CuPy's axis-0 sum is slow here
-        return out if out is not None else x2.sum(axis=0)
+        out = cublas.column_sum(x2, out_dtype)  # a product with a ones vector: CuPy's axis-0 sum is slow here
+        return out if out is not None else x2.sum(axis=0, dtype=out_dtype)
+    if out_dtype is not None and out_dtype != x2.dtype:
+        x2 = x2.astype(out_dtype)
     if x2.size < PARALLEL_COLUMN_SUM:
         return np.einsum("ij->j", x2)
     parts = blocked(lambda sel: np.einsum("ij->j", x2[sel]), x2.shape, PARALLEL_COLUMN_SUM // 2)
@@ -183,19 +186,22 @@ def rows_of(a, shape):
     return a if a.shape == tuple(shape) else np.broadcast_to(a, shape)
 
 
-def matmul(xp, a, b, bias=None):
+def matmul(xp, a, b, bias=None, out_dtype=None):
     """xp.matmul (+ bias over the last axis), split over the engine's threads on the CPU (see
     engine.backend.parallel). On the CPU float16/bfloat16 products run as float32 BLAS products
     rounded to the low dtype (a half-precision GEMM's float32 accumulation; numpy has no
-    float16 BLAS and its own float16 matmul is ~50x slower)."""
+    float16 BLAS and its own float16 matmul is ~50x slower). `out_dtype` float32 (with no bias)
+    keeps that float32 accumulator instead of rounding it, on the CPU and through cuBLAS."""
     if xp is np:
         low = low_precision(a) if a.dtype == b.dtype else None
         if low is not None:
-            return parallel_matmul(a.astype(np.float32), b.astype(np.float32), as_float32(bias)).astype(low)
+            out = parallel_matmul(a.astype(np.float32), b.astype(np.float32), as_float32(bias))
+            return out if out_dtype == np.float32 else out.astype(low)
         return parallel_matmul(a, b, bias)
-    out = cublas.matmul(a, b)  # cuBLAS called by the engine: CUDA-graph capturable (engine.backend.cublas)
+    wide = out_dtype is not None and out_dtype != a.dtype
+    out = cublas.matmul(a, b, out_dtype if wide else None)  # cuBLAS called by the engine: CUDA-graph capturable
     if out is None:
-        out = xp.matmul(a, b)
+        out = xp.matmul(a.astype(out_dtype), b.astype(out_dtype)) if wide else xp.matmul(a, b)
     if bias is not None:
         out += bias
     return out

@@ -9,10 +9,12 @@ plus a reduction into one large GEMM.
 import math
 import string
 
-from .op import Op, autocast_unifies
+import numpy as np
+
+from .op import Op, autocast_lowers, autocast_unifies
 from ..backend import xp_of
 from ..tensor import Tensor, tensor_method
-from ._core import broadcast_shapes, broadcast_to, reshape, shape_str, sum_to
+from ._core import broadcast_shapes, broadcast_to, cast, reshape, shape_str, sum_to
 from ._kernels import matmul as _matmul
 from .indexing import IndexZero
 
@@ -58,17 +60,23 @@ class Matmul(Op):
     save_inputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, a, b):
+    def forward(ctx, a, b, out_dtype=None):
+        """`out_dtype` (float32 for half-precision operands, see `matmul_wide`): the product's
+        float32 accumulator as the result."""
         xp = xp_of(a)
+        ctx.wide = out_dtype is not None and out_dtype != a.dtype
         if b.ndim == 2 and a.ndim > 2:  # fold batch dims into rows: one GEMM instead of a loop
             rows = math.prod(a.shape[:-1])  # not -1: a zero-size inner dim makes -1 ambiguous
-            return _matmul(xp, a.reshape(rows, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
-        return xp.asarray(_matmul(xp, a, b))  # 1-D @ 1-D gives a numpy scalar
+            return _matmul(xp, a.reshape(rows, a.shape[-1]), b,
+                           out_dtype=out_dtype).reshape(a.shape[:-1] + (b.shape[1],))
+        return xp.asarray(_matmul(xp, a, b, out_dtype=out_dtype))  # 1-D @ 1-D gives a numpy scalar
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         need_a, need_b = ctx.needs_input_grad
+        if ctx.wide:  # the operands' dtype, as a cast of a half-precision product would pass it back
+            g = cast(g, a.dtype)
         if a.ndim == 1 and b.ndim == 1:
             return (g * b if need_a else None), (g * a if need_b else None)
         a2 = a if a.ndim > 1 else reshape(a, (1, a.shape[0]))
@@ -113,6 +121,14 @@ def matmul(input, other):
             raise RuntimeError(f"matmul: batch dimensions of shapes {shape_str(a)} and "
                                f"{shape_str(b)} cannot be broadcast") from None
     return Matmul.apply(input, other)
+
+
+def matmul_wide(input, other, dtype):
+    """input @ other of two half-precision tensors, returned in `dtype` (numpy float32) straight
+    from the product's float32 accumulator: what casting the half-precision product would give,
+    less its rounding, its temporary and the cast (cuBLAS writes float32 from float16 operands)."""
+    _same_dtype(input, other, "matmul")
+    return Matmul.apply(input, other, out_dtype=np.dtype(dtype))
 
 
 def mm(input, mat2):
@@ -174,14 +190,21 @@ def outer(input, vec2):
 
 # ------------------------------------------------------------------ linear
 class Linear(Op):
-    """y = x W^T + b: one GEMM on the 2-D view of x, bias added in place."""
+    """y = x W^T + b: one GEMM on the 2-D view of x, bias added in place.
+
+    `grad_dtype` (set by `linear` under autocast when W and b are float32 master weights that
+    autocast lowers): the backward computes W's and b's gradients in float32 straight from the
+    half-precision product's float32 accumulator (Megatron's weight gradient into fp32 main_grad).
+    Autocast's cast of W passes a float32 gradient through unchanged, so the half-precision
+    gradient, its rounding and the cast kernel of each weight and bias disappear from the step."""
 
     name = "Linear"
     autocast = "lower"
     save_inputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, x, w, b):
+    def forward(ctx, x, w, b, grad_dtype=None):
+        ctx.grad_dtype = grad_dtype
         xp = xp_of(x)
         out_f, in_f = w.shape
         y = _matmul(xp, x.reshape(-1, in_f), w.T, b)  # the bias added piece by piece, in cache
@@ -192,11 +215,26 @@ class Linear(Op):
         x, w = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad
         out_f, in_f = w.shape
+        wide = ctx.grad_dtype
         g2 = reshape(g, (-1, out_f))
         gx = reshape(matmul(g2, w), tuple(x.shape)) if need_x else None
-        gw = matmul(_mT(g2), reshape(x, (-1, in_f))) if need_w else None
-        gb = sum_to(g2, (out_f,)) if need_b else None
+        gw = gb = None
+        if need_w:
+            x2 = reshape(x, (-1, in_f))
+            gw = matmul(_mT(g2), x2) if wide is None else matmul_wide(_mT(g2), x2, wide)
+        if need_b:
+            gb = sum_to(g2, (out_f,), dtype=wide)
         return gx, gw, gb
+
+
+def _master_grad_dtype(weight, bias):
+    """float32 when an active autocast lowers this linear's float32 weight (and float32 bias):
+    their gradients then leave the backward in float32 (see Linear)."""
+    if not autocast_lowers(weight) or weight._data.dtype != np.float32:
+        return None
+    if bias is not None and (bias._data.dtype != np.float32 or not autocast_lowers(bias)):
+        return None
+    return weight._data.dtype
 
 
 def linear(input, weight, bias=None):
@@ -215,7 +253,10 @@ def linear(input, weight, bias=None):
             return Linear.apply(input, weight, None) + bias
         if tuple(bias.shape) != (weight.shape[0],):
             bias = broadcast_to(bias, (weight.shape[0],))
-    return Linear.apply(input, weight, bias)
+    grad_dtype = _master_grad_dtype(weight, bias)
+    if grad_dtype is None:
+        return Linear.apply(input, weight, bias)
+    return Linear.apply(input, weight, bias, grad_dtype=grad_dtype)
 
 
 # ------------------------------------------------------------------ einsum

@@ -257,9 +257,11 @@ def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
         g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False), mean.reshape(m),
         rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)
     empty = xp_of(g).zeros(0, dtype=g.dtype)
+    # as_shape, not reshape: a view of the same shape would not own its memory, and the leaf
+    # would copy it (a launch per LayerNorm weight and bias)
     return (dx.reshape(g.shape).astype(g.dtype, copy=False),
-            empty if dw is None else dw.reshape(wshape).astype(w.dtype, copy=False),
-            empty if db is None else db.reshape(wshape).astype(g.dtype, copy=False))
+            empty if dw is None else as_shape(dw.astype(w.dtype, copy=False), wshape),
+            empty if db is None else as_shape(db.astype(g.dtype, copy=False), wshape))
 
 
 def _sum_in_order(arrays):

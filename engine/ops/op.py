@@ -125,14 +125,21 @@ def _autocast_inputs(policy, mode, inputs):
         target = _F32
     else:
         return inputs
-    out = []
-    for t in inputs:
-        if t is not None and t._device.type == device_type:
-            dt = t._data.dtype
-            if (dt.kind == "f" or dt == _BF16) and dt != np.float64 and dt != target.np:
-                t = _autocast_cast(t, target)
-        out.append(t)
-    return tuple(out)
+    return tuple(_autocast_cast(t, target) if _casts(t, device_type, target.np) else t for t in inputs)
+
+
+def _casts(t, device_type, target):
+    """Whether autocast on `device_type` casts `t` to the numpy dtype `target`."""
+    if t is None or t._device.type != device_type:
+        return False
+    dt = t._data.dtype
+    return (dt.kind == "f" or dt == _BF16) and dt != np.float64 and dt != target
+
+
+def autocast_lowers(t):
+    """Whether an active autocast casts `t` to its low dtype in a "lower" op (matmul, linear)."""
+    mode = _state.autocast
+    return mode is not None and _casts(t, mode[0], mode[1].np)
 
 
 def autocast_unifies(*tensors):

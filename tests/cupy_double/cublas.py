@@ -16,6 +16,9 @@ from . import _double
 
 _TYPES = {0: np.float32, 1: np.float64, 2: np.float16}
 _COMPUTE = {68: np.float32, 77: np.float32, 70: np.float64}
+# (A/B type, C type, compute type) combinations cublasGemmEx takes (cuBLAS docs, "cublasGemmEx"),
+# of those the engine may pass; anything else is an error a GPU would return
+_SUPPORTED = {(2, 2, 68), (2, 0, 68), (0, 0, 68), (0, 0, 77), (1, 1, 70)}
 
 
 def _matrix(ptr, dtype, rows, cols, ld, trans):
@@ -36,8 +39,9 @@ class DoubleCublas:
 
     def gemm(self, handle, ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ctype, ldc, sc,
              batch, compute, algo):
-        dt, acc = np.dtype(_TYPES[atype]), _COMPUTE[compute]
-        assert atype == btype == ctype, "mixed cuBLAS data types"
+        dt, out, acc = np.dtype(_TYPES[atype]), np.dtype(_TYPES[ctype]), _COMPUTE[compute]
+        assert atype == btype and (atype, ctype, compute) in _SUPPORTED, \
+            f"cuBLAS does not take A/B type {atype}, C type {ctype}, compute type {compute}"
         one = ctypes.cast(alpha, ctypes.POINTER(ctypes.c_float if acc == np.float32 else ctypes.c_double))[0]
         zero = ctypes.cast(beta, ctypes.POINTER(ctypes.c_float if acc == np.float32 else ctypes.c_double))[0]
         assert one == 1 and zero == 0, "the engine passes alpha 1 and beta 0"
@@ -46,11 +50,11 @@ class DoubleCublas:
                              f"for m {m} n {n} k {k}")
         # the operands resolved now (a replay of a captured call uses these same arrays)
         mats = [(_matrix(a + p * sa * dt.itemsize, dt, m, k, lda, ta), _matrix(b + p * sb * dt.itemsize, dt, k, n, ldb, tb),
-                 _matrix(c + p * sc * dt.itemsize, dt, m, n, ldc, 0)) for p in range(batch)]
+                 _matrix(c + p * sc * out.itemsize, out, m, n, ldc, 0)) for p in range(batch)]
 
         def run():
             for opa, opb, cm in mats:
-                cm[...] = (opa.astype(acc) @ opb.astype(acc)).astype(dt)
+                cm[...] = (opa.astype(acc) @ opb.astype(acc)).astype(out)
 
         run()
         _double.record(run)

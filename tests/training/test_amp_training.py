@@ -1,5 +1,5 @@
 """train.amp through the trainer: loss curves of bf16 and fp16 against fp32 over 50 GPT-2 steps
-(tools/train_net.py), fp16 under dp x pp with ZeRO-2 against one process, and the trainer's loss
+(tools/train_net.py), fp16 under dp x pp with ZeRO-2 and under tp against one process, and the trainer's loss
 scaling against torch.amp.GradScaler step by step with an injected inf gradient."""
 import os
 import sys
@@ -44,6 +44,16 @@ def test_fp16_with_pipeline_data_parallel_and_zero_matches_one_process(tmp_path)
     got = run(tmp_path, "dp2_pp2_zero2", *args, "train.dist.data_parallel_size=2",
               "train.dist.pipeline_parallel_size=2", "train.zero_optimization.enabled=True",
               "train.zero_optimization.stage=2", iters=6, nprocs=4)
+    assert max_rel_err(got, ref) < 1e-4
+
+
+def test_fp16_with_tensor_parallel_matches_one_process(tmp_path):
+    """Column- and row-parallel linears under fp16 autocast: their weight and bias gradients come
+    out of the sharded products in float32 (engine/ops/linalg.py Linear), as in one process."""
+    args = ["train.train_micro_batch_size=4", "train.amp.enabled=True", "train.amp.dtype=float16"]
+    ref = run(tmp_path, "single", *args, iters=6)
+    got = run(tmp_path, "tp2", *args, "train.dist.tensor_parallel_size=2",
+              "tokenization.make_vocab_size_divisible_by=128", iters=6, nprocs=2)  # the same padded vocabulary
     assert max_rel_err(got, ref) < 1e-4
 
 
