@@ -126,6 +126,22 @@ def test_master_weight_gradients_come_from_the_product_in_float32(dt):
         assert np.abs(rounded - want).max() / np.abs(want).max() > 100 * 1e-6
 
 
+def test_a_broadcast_bias_of_another_shape_keeps_the_float32_weight_gradient():
+    """linear(x, W, b) with b of shape [1, out] (added after the product): W's gradient still
+    comes from the product in float32, the bias's through the add, as PyTorch gives them."""
+    x = flow.tensor(X, requires_grad=True)
+    w = flow.tensor(W, requires_grad=True)
+    b = flow.tensor(B[None], requires_grad=True)
+    with flow.autocast("cpu", dtype=flow.bfloat16):
+        y = F.linear(x, w, b)
+    y.float().sum().backward()
+    assert y.grad_fn.name_() == "AddBackward" and w.grad.dtype == b.grad.dtype == flow.float32
+    x16 = flow.tensor(X).to(flow.bfloat16).double().numpy()
+    want = np.ones((4, 6)).T @ x16  # the exact product: bfloat16 rounding of it would be ~1e-3 off
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), np.full((1, 6), 4.0))
+
+
 def test_master_weight_gradients_on_cuda_through_the_double(cuda_double):
     """The same on CUDA: cuBLAS writes the float32 gradients from float16 operands."""
     (gx, gw, gb), want_w, want_b = _low_linear_grads(flow.float16, device="cuda")

@@ -250,9 +250,13 @@ def linear(input, weight, bias=None):
     if bias is not None:
         _same_dtype(input, bias, "linear")
         if tuple(bias.shape) not in ((weight.shape[0],), (1,), ()):
-            return Linear.apply(input, weight, None) + bias
+            return _linear(input, weight, None) + bias
         if tuple(bias.shape) != (weight.shape[0],):
             bias = broadcast_to(bias, (weight.shape[0],))
+    return _linear(input, weight, bias)
+
+
+def _linear(input, weight, bias):
     grad_dtype = _master_grad_dtype(weight, bias)
     if grad_dtype is None:
         return Linear.apply(input, weight, bias)
