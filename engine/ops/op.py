@@ -128,12 +128,18 @@ def _autocast_inputs(policy, mode, inputs):
     return tuple(_autocast_cast(t, target) if _casts(t, device_type, target.np) else t for t in inputs)
 
 
-def _casts(t, device_type, target):
-    """Whether autocast on `device_type` casts `t` to the numpy dtype `target`."""
+def _castable(t, device_type):
+    """Whether autocast on `device_type` may cast `t`: a floating tensor on that device type,
+    float64 excepted (as PyTorch's cached_cast)."""
     if t is None or t._device.type != device_type:
         return False
     dt = t._data.dtype
-    return (dt.kind == "f" or dt == _BF16) and dt != np.float64 and dt != target
+    return (dt.kind == "f" or dt == _BF16) and dt != np.float64
+
+
+def _casts(t, device_type, target):
+    """Whether autocast on `device_type` casts `t` to the numpy dtype `target`."""
+    return _castable(t, device_type) and t._data.dtype != target
 
 
 def autocast_lowers(t):
@@ -148,8 +154,7 @@ def autocast_unifies(*tensors):
     mode = _state.autocast
     if mode is None:
         return False
-    return all(t._device.type == mode[0] and (t._data.dtype.kind == "f" or t._data.dtype == _BF16)
-               and t._data.dtype != np.float64 for t in tensors)
+    return all(_castable(t, mode[0]) for t in tensors)
 
 
 def wrap_outputs(cls, ctx, inputs, out, needs_grad):
