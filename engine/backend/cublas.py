@@ -18,8 +18,9 @@ operand is shared) and needs no GPU: the tests run it through a numpy model of t
 against numpy's matmul on arbitrary views, and the CuPy double runs the whole path through the
 same model (tests/cupy_double/cublas.py). float16 accumulates in float32 (as PyTorch's) and
 is written in float16, or in float32 where the caller asks (the weight and bias gradients of a
-float32 master weight under autocast: engine/ops/linalg.py's Linear), float32 follows engine.backends' TF32 setting, float64 is exact; other dtypes, and layouts with
-no unit stride in a matrix, return None/False and the caller uses CuPy.
+float32 master weight under autocast: engine/ops/linalg.py's Linear); float32 follows
+engine.backends' TF32 setting, float64 is exact; other dtypes, and layouts with no unit stride
+in a matrix, return None/False and the caller uses CuPy.
 """
 import ctypes
 import itertools
