@@ -348,3 +348,43 @@ def test_index_select_on_a_0dim_tensor_stays_0dim_like_torch():
     for bad in ([0, 0], []):
         with pytest.raises(RuntimeError, match="Index to scalar can have only 1 value"):
             flow.index_select(x, 0, flow.tensor(bad, dtype=flow.int64))
+
+
+# ------------------------------------------------------------------ views share version counters
+_VIEWS = {
+    "view": lambda t: t.view(-1),
+    "transpose": lambda t: t.transpose(0, 1),
+    "row": lambda t: t[1],
+    "slice": lambda t: t[:, 1:3],
+    "narrow": lambda t: t.narrow(1, 0, 2),
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "permute": lambda t: t.permute(1, 0),
+    "detach": lambda t: t.detach(),
+}
+
+
+@pytest.mark.parametrize("how", list(_VIEWS))
+def test_a_write_through_a_view_bumps_the_base_version_as_torch(how):
+    """As in PyTorch, a view shares its base's version counter: an unrecorded write through the
+    view is seen by the base (saved tensors, autocast's kept copies of parameters)."""
+    a, ta = flow.zeros(3, 4), torch.zeros(3, 4)
+    v, tv = _VIEWS[how](a), _VIEWS[how](ta)
+    before = (a._version, v._version)
+    with flow.no_grad():
+        v[0].fill_(1.0)
+    with torch.no_grad():
+        tv[0].fill_(1.0)
+    assert a._version > before[0] and v._version == a._version
+    assert ta._version > 0 and tv._version == ta._version  # the oracle agrees
+    np.testing.assert_array_equal(a.numpy(), ta.numpy())
+
+
+def test_a_saved_tensor_written_through_a_view_is_detected_as_in_torch():
+    for lib in (flow, torch):
+        x = lib.ones(2, 3, requires_grad=True)
+        y = x * 2
+        z = y * y  # saves y
+        with lib.no_grad():
+            y.view(-1)[0] = 5.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.sum().backward()

@@ -21,6 +21,7 @@ import numpy as np
 from ..autograd.function import Context
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
+from ..ops.op import share_versions
 from ..tensor import Tensor
 from . import comm
 from .global_tensor import GlobalMeta, _stage_state, global_to_global, make_global
@@ -169,6 +170,7 @@ def global_apply(op, inputs, attrs):
     plan = _plan(op, rule, inputs, metas, attrs, placement)
     ctx, outs, needs_grad = _run_kernel(plan)
     results = _wrap_outputs(plan, outs)
+    share_versions(plan.boxed, results)
     if needs_grad:
         _attach_backward(plan, ctx, results)
     return results[0] if plan.single_output else tuple(results)
@@ -253,6 +255,7 @@ def _apply_on_one_rank(op, inputs, attrs, placement):
     sbp = (broadcast,) * placement.ndim
     device = next(t._device for t in inputs if t is not None)
     results = [make_global(a, GlobalMeta.trusted(placement, sbp, a.shape), device) for a in outs]
+    share_versions(inputs, results)
     if needs_grad:
         _attach_one_rank_backward(op, ctx, inputs, results, placement, sbp, device)
     return results[0] if single else tuple(results)

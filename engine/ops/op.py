@@ -157,6 +157,39 @@ def autocast_unifies(*tensors):
     return all(_castable(t, mode[0]) for t in tensors)
 
 
+def memory_of(a):
+    """The allocation array `a` lives in, one object for all its views (numpy's base owner,
+    CuPy's Memory), or None for an empty array (no memory to share)."""
+    if not isinstance(a, np.ndarray):
+        if isinstance(a, np.generic) or not a.size:  # a numpy scalar owns its value
+            return None
+        return a.data.mem
+    if not a.size:
+        return None
+    b = a.base
+    while b is not None:  # as_strided's views go through a DummyArray, which has a .base too
+        a = b
+        b = getattr(a, "base", None)
+    return a
+
+
+def share_versions(inputs, outputs):
+    """Give each output that is a view of an input (the same memory) that input's version
+    counter, as PyTorch's views share their base's: a write through either is seen through both
+    (saved tensors, autocast's kept copies of parameters)."""
+    owners = None
+    for t in outputs:
+        mem = memory_of(t._data)
+        if mem is None:
+            continue
+        if owners is None:
+            owners = [None if x is None else memory_of(x._data) for x in inputs]
+        for x, owner in zip(inputs, owners):
+            if owner is mem:
+                t._vc = x._vc
+                break
+
+
 def wrap_outputs(cls, ctx, inputs, out, needs_grad):
     """Tensors around the kernel's output array(s); with `needs_grad`, a Node recording the call
     and the saved tensors its backward reads."""
@@ -174,6 +207,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad):
             break
     if not needs_grad:
         res = tuple(Tensor._make(a, device) for a in outs)
+        share_versions(inputs, res)
         return res[0] if single else res
     node = Node(cls.name or cls.__name__, cls.backward, ctx,
                 tuple(None if t is None else t._grad_edge() for t in inputs), len(outs))
@@ -185,6 +219,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad):
             t.grad_fn = node
             t._output_nr = i
         res.append(t)
+    share_versions(inputs, res)
     if cls.save_inputs or cls.save_outputs:
         saved = [saved_input(inputs[i]) for i in cls.save_inputs]
         if cls.save_outputs:

@@ -180,11 +180,14 @@ class Device:
 
 
 class MemoryPointer:
-    __slots__ = ("ptr", "device_id")
+    """cupy.cuda.MemoryPointer: `mem` is the allocation (the same object for every view of it, as
+    CuPy's Memory; here the root numpy array)."""
+    __slots__ = ("ptr", "device_id", "mem")
 
-    def __init__(self, ptr, device_id):
+    def __init__(self, ptr, device_id, mem=None):
         self.ptr = ptr
         self.device_id = device_id
+        self.mem = mem
 
 
 _IMPLICIT = ("Implicit conversion to a NumPy array is not allowed. "
@@ -224,7 +227,7 @@ class ndarray:
 
     @property
     def data(self):
-        return MemoryPointer(address(self._a), self._dev)
+        return MemoryPointer(address(self._a), self._dev, _root(self._a))
 
     @property
     def __cuda_array_interface__(self):
