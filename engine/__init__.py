@@ -30,7 +30,7 @@ from .ops.loss import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.random_ops import *  # noqa: F401,F403
 from . import nn, optim, utils, amp  # noqa: E402
-from .amp import autocast  # noqa: E402
+from .amp import autocast, clear_autocast_cache, is_autocast_cache_enabled  # noqa: E402
 from . import distributed  # noqa: E402
 from .distributed import placement, sbp  # noqa: E402
 

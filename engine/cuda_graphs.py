@@ -26,6 +26,10 @@ between replays would otherwise leave the replayed gradients unreferenced). Grad
 existed before capture are accumulated into, as in eager mode: zero them in place
 (`zero_grad(set_to_none=False)`) between replays if that is not what you want.
 
+Autocast's kept copies of the parameters (engine/ops/cast_cache.py) are read in place by the
+captured kernels: a replay first casts again those whose parameter changed without its copy
+being written (an optimizer other than the fused AdamW), into the buffers the graph reads.
+
 Memory: everything allocated during capture comes from a private CuPy memory pool that the graph
 keeps (the replays reuse those addresses); `CUDAGraph.pool_bytes()` says how much it holds.
 
@@ -40,6 +44,7 @@ import contextlib
 
 from . import backend
 from .autograd.grad_mode import _state as _grad_state
+from .ops import cast_cache
 
 __all__ = ["CUDAGraph", "graph", "is_current_stream_capturing"]
 
@@ -55,6 +60,7 @@ class CUDAGraph:
         self._prev_stream = None
         self._prev_allocator = None
         self._grads = {}  # id(parameter) -> (parameter, gradient tensor the captured backward writes)
+        self._copies = {}  # pin key -> (parameter, dtype, Copy): autocast's copies the capture reads
 
     # ---------------------------------------------------------------- capture
     def capture_begin(self):
@@ -96,6 +102,7 @@ class CUDAGraph:
                 if param.grad is grad:
                     param.grad = None
             self._grads = {}
+            self._unpin_copies()
             self._pool = None
             if not isinstance(error, Exception):  # KeyboardInterrupt and the like: as they are
                 raise error
@@ -118,12 +125,31 @@ class CUDAGraph:
         one that existed before capture (accumulated into; kept alive by the graph that writes it)."""
         self._grads[id(param)] = (param, grad)
 
+    def reads_cast_copy(self, param, dtype, copy):
+        """Called by autocast when the captured code reads `param`'s kept low-precision copy
+        (engine/ops/cast_cache.py) instead of casting it: the capture holds no cast kernel, so
+        the graph pins that buffer and each replay first makes sure it holds the parameter's
+        current values."""
+        key = id(copy.buf)
+        if key not in self._copies:
+            self._copies[key] = (param, dtype, copy)
+            cast_cache.pin(copy)
+
+    def _unpin_copies(self):
+        for key, (_, _, copy) in self._copies.items():
+            cast_cache.unpin(copy, key)
+        self._copies = {}
+
     # ---------------------------------------------------------------- replay
     def replay(self):
-        """Launch the captured kernels on the current stream (after the work already queued there)
-        and give each parameter its captured gradient tensor back."""
+        """Cast again the autocast copies the capture reads whose parameters changed since (an
+        optimizer that did not write them), launch the captured kernels on the current stream
+        (after the work already queued there) and give each parameter its captured gradient
+        tensor back."""
         if self._graph is None:
             raise RuntimeError("CUDAGraph.replay: nothing captured (use engine.cuda.graph(g) first)")
+        for key, (param, dtype, copy) in self._copies.items():
+            cast_cache.refresh_pinned(param, dtype, copy, key)
         self._graph.launch(stream=backend.cupy().cuda.get_current_stream())
         for param, grad in self._grads.values():
             if param.grad is not grad:
@@ -134,6 +160,11 @@ class CUDAGraph:
         self._graph = None
         self._pool = None
         self._grads = {}
+        self._unpin_copies()
+
+    def __del__(self):
+        if cast_cache is not None:  # None at interpreter shutdown
+            self._unpin_copies()
 
     def pool_bytes(self):
         """Bytes the graph's private memory pool holds (0 before capture)."""

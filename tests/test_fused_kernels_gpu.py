@@ -226,13 +226,19 @@ def test_multi_tensor_adam(dtype, amsgrad):
 
     host = [params(), params(), params(0.1), params(0.01, True), params(0.01, True) if amsgrad else None]
     dev = [None if col is None else [_dev(a) for a in col] for col in host]
+    # autocast's float16 copies for every other parameter, poisoned: the kernel must write them all
+    halves = [cp.full(s, cp.nan, cp.float16) if i % 2 else None for i, s in enumerate(SHAPES)]
     for step in (1, 2, 3):
         hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, step, step != 2, step != 3, step == 2)
         ka.adam_update_numpy(*host, hyper)
-        ka.adam_update_cuda(*dev, hyper)
+        ka.adam_update_cuda(*dev, hyper, halves)
         for name, hs, ds in zip(("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"), host, dev):
             for a, b in zip(hs or [], ds or []):
                 _rel(b, a, dtype, f"adam {name} step {step}")
+        for p, half in zip(dev[0], halves):
+            if half is not None:  # exactly the parameter the kernel stored, rounded once
+                np.testing.assert_array_equal(cp.asnumpy(half).view(np.uint16),
+                                              cp.asnumpy(p.astype(cp.float16)).view(np.uint16))
 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])

@@ -230,17 +230,33 @@ def test_adam_launcher_matches_reference(cuda_double, dtype, amsgrad):
     rng = _rng(8)
     w, g, m, v, vmax = [_params(rng, ODD_SHAPES, dtype) for _ in range(5)]
     v, vmax = [np.abs(a) for a in v], [np.abs(a) for a in vmax]
-    host = [w, g, m, v, vmax if amsgrad else None]
-    dev = [None if lst is None else _dev(cuda_double, lst) for lst in host]
+    # autocast's float16 copies, written by the same pass, for every other parameter
+    halves = [np.full(a.shape, np.nan, np.float16) if i % 2 else None for i, a in enumerate(w)]
+    host = [w, g, m, v, vmax if amsgrad else None, halves]
+    dev = [None if lst is None else _dev(cuda_double, lst) for lst in host[:5]]
+    dev.append([None if a is None else cuda_double.asarray(a) for a in halves])
     for step in (1, 2):
         hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, step, step == 1, step == 1, step == 2)
-        ka.adam_update_numpy(*host, hyper)
+        ka.adam_update_numpy(*host[:5], hyper, host[5])
         cuda_double._double.stats.reset()
-        ka.adam_update(*dev, hyper)
+        ka.adam_update(*dev[:5], hyper, dev[5])
         assert cuda_double._double.stats.launches == 1
         for hs, ds in zip(host, dev):
             for a, b in zip(hs or [], ds or []):
-                np.testing.assert_array_equal(b.get(), a)
+                if a is not None:
+                    np.testing.assert_array_equal(b.get(), a)
+        for p, half in zip(w, halves):
+            if half is not None:  # the updated parameter, rounded once
+                np.testing.assert_array_equal(half, p.astype(np.float16))
+
+
+def test_adam_launcher_refuses_a_half_copy_of_another_size(cuda_double):
+    w = [cuda_double.zeros(10, np.float32)]
+    cols = [w, [cuda_double.ones(10, np.float32)], [cuda_double.zeros(10, np.float32)],
+            [cuda_double.zeros(10, np.float32)]]
+    hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, 1, True, True, False)
+    with pytest.raises(ValueError, match="float16 copy must match its parameter's 10 elements, got 9"):
+        ka.adam_update(*cols, None, hyper, [cuda_double.zeros(9, np.float16)])
 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])

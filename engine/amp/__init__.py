@@ -23,10 +23,11 @@ import numpy as np
 
 from ..autograd.grad_mode import _state
 from ..backend import capture_state, dtypes, xp_of
-from ..ops import _core
+from ..ops import _core, cast_cache
 from ..tensor import Tensor
 
-__all__ = ["autocast", "GradScaler", "StaticGradScaler", "is_autocast_enabled", "get_autocast_dtype"]
+__all__ = ["autocast", "GradScaler", "StaticGradScaler", "is_autocast_enabled", "get_autocast_dtype",
+           "is_autocast_cache_enabled", "clear_autocast_cache"]
 
 _DEFAULT_DTYPES = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
 
@@ -34,8 +35,9 @@ _DEFAULT_DTYPES = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16}
 class autocast:
     """Context manager (and decorator): ops run with PyTorch's autocast policy for `device_type`
     ("cpu" or "cuda") in `dtype` (default: bfloat16 on the CPU, float16 on CUDA).
-    `enabled=False` turns an enclosing autocast off; `cache_enabled` is accepted (the engine
-    keeps no cast cache: a weight is cast again at each use)."""
+    `enabled=False` turns an enclosing autocast off. `cache_enabled` (default True) reuses each
+    parameter's low-precision copy while the parameter is unchanged, across steps
+    (engine/ops/cast_cache.py); False casts a parameter at every use."""
 
     def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
         if device_type not in _DEFAULT_DTYPES:
@@ -47,23 +49,37 @@ class autocast:
             raise TypeError("autocast('cuda', dtype=bfloat16): CuPy has no bfloat16, so the engine computes "
                             "half precision on CUDA in float16; use dtype=float16 with engine.amp.GradScaler")
         self.device_type, self.fast_dtype, self.enabled = device_type, dtype, bool(enabled)
+        self.cache_enabled = cache_enabled
 
     def __enter__(self):
-        self._prev = _state.autocast
+        self._prev = _state.autocast, _state.autocast_cache
         _state.autocast = (self.device_type, self.fast_dtype) if self.enabled else None
+        if self.cache_enabled is not None:
+            _state.autocast_cache = bool(self.cache_enabled)
         return self
 
     def __exit__(self, *exc):
-        _state.autocast = self._prev
+        _state.autocast, _state.autocast_cache = self._prev
         return False
 
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with autocast(self.device_type, self.fast_dtype, self.enabled):
+            with autocast(self.device_type, self.fast_dtype, self.enabled, self.cache_enabled):
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def is_autocast_cache_enabled():
+    """Whether autocast reuses parameters' low-precision copies (torch.is_autocast_cache_enabled)."""
+    return _state.autocast_cache
+
+
+def clear_autocast_cache():
+    """Free every parameter's low-precision copy kept by autocast (torch.clear_autocast_cache);
+    the next use under autocast casts again."""
+    cast_cache.clear()
 
 
 def is_autocast_enabled(device_type=None):

@@ -9,6 +9,9 @@ class _State(threading.local):
     # Kept here, with the grad mode, because Op.apply reads it on every call and backward
     # turns it off (as PyTorch, autocast shapes the forward; backward follows its dtypes).
     autocast = None
+    # autocast(cache_enabled=...): whether autocast reuses parameters' low-precision copies
+    # (engine/ops/cast_cache.py) instead of casting them at every use
+    autocast_cache = True
     # engine.autograd.trace.Tracer while nn.Graph captures a step (every kernel door reports to it)
     tracer = None
     # engine.cuda.CUDAGraph while it captures (the gradients its backward creates are recorded)

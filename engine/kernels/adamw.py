@@ -1,7 +1,10 @@
 """Multi-tensor Adam / AdamW: one launch updates every parameter of a group (of one dtype).
 
-`adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper)` updates lists of
-arrays in place with torch's formulas (engine/optim/adam.py has them). `adam_update_numpy` is the
+`adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None)`
+updates lists of arrays in place with torch's formulas (engine/optim/adam.py has them); where
+`half_copies` gives a float16 array for a parameter, the updated parameter is also written there
+in float16 (autocast's copy of that parameter, engine/ops/cast_cache.py: written in the same pass,
+the forward that follows casts no weight). `adam_update_numpy` is the
 reference: the same operations in the same order as the kernel, each rounded to the compute type
 (the parameter's own type; float32 for float16 parameters, whose values are stored back in
 float16). For float32 and float64 this is bit for bit the engine's CPU update (`Adam._update`).
@@ -24,7 +27,9 @@ AdamHyper = namedtuple("AdamHyper", "lr beta1 beta2 eps weight_decay step decoup
 
 # flags of the kernel (one int)
 DECOUPLED, HAS_WD, LERP_SMALL, MAXIMIZE, AMSGRAD = 1, 2, 4, 8, 16
-COLUMNS = 5  # param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (0 without amsgrad)
+# param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (0 without amsgrad), float16 copy (0: none)
+COLUMNS = 6
+HALF_COPY = 5
 
 
 def compute_dtype(dtype):
@@ -50,9 +55,10 @@ def constants(hyper, dtype, amsgrad):
     return scalars, np.int32(flags)
 
 
-def adam_arrays(w, g, m, v, vmax, scalars, flags):
+def adam_arrays(w, g, m, v, vmax, scalars, flags, half_copy=None):
     """The kernel's arithmetic on flat arrays of one tensor, in place (vmax is None without
-    amsgrad); the numpy reference and the kernel's emulator both run this."""
+    amsgrad; half_copy, when given, receives the new w in float16); the numpy reference and the
+    kernel's emulator both run this."""
     decay, wd, lerp_w, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step = scalars
     a = compute_dtype(w.dtype)
     wi, gi = w.astype(a), g.astype(a)
@@ -77,18 +83,20 @@ def adam_arrays(w, g, m, v, vmax, scalars, flags):
     w[...] = wi + (mi / den) * neg_step
     m[...] = mi
     v[...] = vi
+    if half_copy is not None:
+        half_copy[...] = w  # the stored value, rounded once to float16 (the kernel's cvt.rn)
 
 
-def adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper):
+def adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
     """Reference: update each parameter (lists of same-dtype arrays; max_exp_avg_sqs is None
-    without amsgrad) in place."""
+    without amsgrad, half_copies None or a list of float16 arrays and Nones) in place."""
     if not params:
         return
     scalars, flags = constants(hyper, params[0].dtype, max_exp_avg_sqs is not None)
     with np.errstate(all="ignore"):
         for i, (w, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
             vmax = None if max_exp_avg_sqs is None else max_exp_avg_sqs[i]
-            adam_arrays(w, g, m, v, vmax, scalars, flags)
+            adam_arrays(w, g, m, v, vmax, scalars, flags, None if half_copies is None else half_copies[i])
 
 
 _SOURCE = r"""
@@ -97,6 +105,7 @@ typedef ${T} scalar_t;
 typedef ${A} acc_t;
 __device__ __forceinline__ acc_t load(const scalar_t* p, long long i) { return ${load}; }
 __device__ __forceinline__ scalar_t to_scalar(acc_t x) { return ${store}; }
+__device__ __forceinline__ unsigned short to_half(scalar_t x) { return ${half_of}; }  // rounded once
 ${lookup}
 extern "C" __global__ void ${name}(const long long* __restrict__ table, const int n_tensors,
         const long long n_chunks, const int chunk, const acc_t decay, const acc_t wd, const acc_t lerp_w,
@@ -108,12 +117,13 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
     const bool amsgrad = flags & 16;
     for (long long c = blockIdx.x; c < n_chunks; c += gridDim.x) {
         long long begin, end;
-        const int t = tab.chunk_range(c, 5, chunk, &begin, &end);
+        const int t = tab.chunk_range(c, 6, chunk, &begin, &end);
         scalar_t* p = reinterpret_cast<scalar_t*>(tab.ptr(0, t));
         const scalar_t* gr = reinterpret_cast<const scalar_t*>(tab.ptr(1, t));
         scalar_t* m_ = reinterpret_cast<scalar_t*>(tab.ptr(2, t));
         scalar_t* v_ = reinterpret_cast<scalar_t*>(tab.ptr(3, t));
         scalar_t* vmax = reinterpret_cast<scalar_t*>(tab.ptr(4, t));
+        unsigned short* half_copy = reinterpret_cast<unsigned short*>(tab.ptr(5, t));  // null: none
         for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
             acc_t w = load(p, i);
             acc_t g = load(gr, i);
@@ -134,7 +144,9 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
                 vmax[i] = to_scalar(vd);
             }
             const acc_t den = ${sqrt}(vd) / bc2_sqrt + eps;
-            p[i] = to_scalar(w + (m / den) * neg_step);
+            const scalar_t w_new = to_scalar(w + (m / den) * neg_step);
+            p[i] = w_new;
+            if (half_copy) half_copy[i] = to_half(w_new);
             m_[i] = to_scalar(m);
             v_[i] = to_scalar(v);
         }
@@ -142,10 +154,10 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
 }
 """
 
-_TYPES = {  # numpy dtype -> (name suffix, storage type, compute type, load, store, sqrt)
-    "float32": ("float", "float", "float", "p[i]", "x", "sqrtf"),
-    "float64": ("double", "double", "double", "p[i]", "x", "sqrt"),
-    "float16": ("half", "unsigned short", "float", "half_to_float(p[i])", "float_to_half(x)", "sqrtf"),
+_TYPES = {  # numpy dtype -> (name suffix, storage type, compute type, load, store, sqrt, stored -> float16)
+    "float32": ("float", "float", "float", "p[i]", "x", "sqrtf", "float_to_half(x)"),
+    "float64": ("double", "double", "double", "p[i]", "x", "sqrt", "float_to_half(x)"),
+    "float16": ("half", "unsigned short", "float", "half_to_float(p[i])", "float_to_half(x)", "sqrtf", "x"),
 }
 
 
@@ -155,19 +167,25 @@ def kernel_name(dtype):
 
 
 def kernel_source(dtype):
-    suffix, storage, acc, load, store, sqrt = _TYPES[np.dtype(dtype).name]
+    suffix, storage, acc, load, store, sqrt, half_of = _TYPES[np.dtype(dtype).name]
     return Template(_SOURCE).substitute(half=mt.HALF, T=storage, A=acc, load=load, store=store, sqrt=sqrt,
-                                        lookup=mt.MT_LOOKUP, name=kernel_name(dtype))
+                                        half_of=half_of, lookup=mt.MT_LOOKUP, name=kernel_name(dtype))
 
 
-def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper):
-    """One launch for the whole list (same dtype, C-contiguous CuPy arrays of matching sizes)."""
+def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
+    """One launch for the whole list (same dtype, C-contiguous CuPy arrays of matching sizes;
+    `half_copies`: None or a list of float16 arrays of the parameters' sizes and Nones)."""
     keep = [i for i, w in enumerate(params) if w.size]
     if not keep:
         return
     dtype = params[keep[0]].dtype
     cols = [[lst[i] for i in keep] for lst in (params, grads, exp_avgs, exp_avg_sqs)]
-    cols.append([None] * len(keep) if max_exp_avg_sqs is None else [max_exp_avg_sqs[i] for i in keep])
+    for extra in (max_exp_avg_sqs, half_copies):
+        cols.append([None] * len(keep) if extra is None else [extra[i] for i in keep])
+    for a, w in zip(cols[HALF_COPY], cols[0]):
+        if a is not None and (a.dtype != np.float16 or a.size != w.size):
+            raise ValueError(f"adam_update: a float16 copy must match its parameter's {w.size} elements, "
+                             f"got {a.size} x {a.dtype}")
     tab, n_chunks = mt.table(cols, [params[i].size for i in keep])
     scalars, flags = constants(hyper, dtype, max_exp_avg_sqs is not None)
     kernel = _cuda.raw_kernel(kernel_source(dtype), kernel_name(dtype))
@@ -175,9 +193,9 @@ def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hype
            (tab, _cuda.i32(len(keep)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK)) + scalars + (flags,))
 
 
-def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper):
+def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
     """Update lists of same-dtype arrays in place: the CUDA kernel for CuPy arrays, else numpy."""
     if params and xp_of(params[0]) is not np:
-        adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper)
+        adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies)
     else:
-        adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper)
+        adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..backend import check_dtype_on, device_of, dtypes, parallel, xp_of
 from ..tensor import Tensor, tensor_method
+from . import cast_cache
 from .op import Op, set_autocast_cast
 
 
@@ -18,8 +19,10 @@ class Cast(Op):
     name = "ToCopy"
 
     @staticmethod
-    def forward(ctx, x, dtype):
+    def forward(ctx, x, dtype, copy=None):
         ctx.src = x.dtype
+        if copy is not None and copy.src is x:  # autocast's current copy of a parameter (cast_cache)
+            return copy.buf
         if not isinstance(x, np.ndarray):
             check_dtype_on(dtype.np, device_of(x))
         return x.astype(dtype.np, copy=False) if x.dtype != dtype.np else x
@@ -36,7 +39,17 @@ def cast(t, dtype):
     return Cast.apply(t, dtype=dtype)
 
 
-set_autocast_cast(cast)
+def autocast_cast(t, dtype):
+    """Autocast's cast of an op input: a parameter's kept copy when it is current
+    (engine/ops/cast_cache.py), else a cast; recorded either way, so that the gradient flows
+    back to `t` in its own dtype."""
+    copy = cast_cache.current_copy(t, dtype.np)
+    if copy is None:
+        return Cast.apply(t, dtype=dtype)
+    return Cast.apply(t, dtype=dtype, copy=copy)
+
+
+set_autocast_cast(autocast_cast)
 
 
 class Clone(Op):

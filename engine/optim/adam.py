@@ -14,7 +14,9 @@ denom = sqrt(v) + eps and p -= lr * m / denom. A parameter group without the key
 torch state) corrects, as torch always does.
 
 On CUDA the parameters of a group are updated by the multi-tensor kernel of engine/kernels/adamw.py:
-one launch per (dtype, step count) bucket instead of a dozen per parameter. Parameters it cannot
+one launch per (dtype, step count) bucket instead of a dozen per parameter, which also writes
+autocast's float16 copy of each float32 parameter that has one (engine/ops/cast_cache.py), so
+that the next forward under autocast casts no weight. Parameters it cannot
 take (a gradient of another dtype, non-contiguous parameter or state) and every CPU parameter go
 through `_update` one by one.
 """
@@ -23,9 +25,12 @@ import numpy as np
 from ..backend import jit, xp_of
 from ..backend.parallel import parallel_for
 from ..kernels.adamw import AdamHyper, adam_update
+from ..ops import cast_cache
 from .optimizer import Optimizer, check_number, zeros_state
 
 __all__ = ["Adam", "AdamW"]
+
+_F16 = np.dtype(np.float16)
 
 
 class Adam(Optimizer):
@@ -60,16 +65,20 @@ class Adam(Optimizer):
                 state["max_exp_avg_sq"] = zeros_state(p)
             buckets.setdefault((w.device.id, w.dtype, step), []).append((p, g, state))
         beta1, beta2 = group["betas"]
-        for (device, _, step), items in buckets.items():
+        for (device, dtype, step), items in buckets.items():
             hyper = AdamHyper(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step, self._decoupled,
                               group.get("do_bias_correction", True), group["maximize"])
             vmax = [s["max_exp_avg_sq"]._data for _, _, s in items] if group["amsgrad"] else None
+            # autocast's float16 copies of these parameters, written by the same pass (cast_cache)
+            halves = [cast_cache.writable_copy(p, _F16) for p, _, _ in items] if dtype == np.float32 else None
             with xp_of(items[0][0]._data).cuda.Device(device):
                 adam_update([p._data for p, _, _ in items], [xp_of(g).ascontiguousarray(g) for _, g, _ in items],
                             [s["exp_avg"]._data for _, _, s in items], [s["exp_avg_sq"]._data for _, _, s in items],
-                            vmax, hyper)
-            for p, _, _ in items:
+                            vmax, hyper, halves)
+            for i, (p, _, _) in enumerate(items):
                 p._bump_version()
+                if halves is not None and halves[i] is not None:
+                    cast_cache.mark_written(p, _F16)
         return rest
 
     def _update(self, group, p, grad, state):

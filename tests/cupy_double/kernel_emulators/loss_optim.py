@@ -70,13 +70,15 @@ def adamw(name, grid, block, args, shared_mem):
     for i, s in enumerate(scalars):
         _scalar(name, s, acc, f"scalar argument {i + 4}")
     _scalar(name, flags, np.int32, "flags")
-    w, g, m, v, vmax = _table_views(name, table, n, n_chunks, chunk, _adamw.COLUMNS, [dtype] * _adamw.COLUMNS)
+    dtypes = [dtype] * _adamw.COLUMNS
+    dtypes[_adamw.HALF_COPY] = np.dtype(np.float16)
+    w, g, m, v, vmax, half = _table_views(name, table, n, n_chunks, chunk, _adamw.COLUMNS, dtypes)
     amsgrad = bool(flags & _adamw.AMSGRAD)
     if amsgrad and any(x is None for x in vmax):
         raise ValueError(f"{name}: amsgrad without a max_exp_avg_sq pointer")
     with np.errstate(all="ignore"):
         for i in range(int(n)):
-            _adamw.adam_arrays(w[i], g[i], m[i], v[i], vmax[i] if amsgrad else None, tuple(scalars), flags)
+            _adamw.adam_arrays(w[i], g[i], m[i], v[i], vmax[i] if amsgrad else None, tuple(scalars), flags, half[i])
 
 
 @emulates("engine_grad_norm_partial")
