@@ -179,7 +179,14 @@ def share_versions(inputs, outputs):
     (saved tensors, autocast's kept copies of parameters)."""
     owners = None
     for t in outputs:
-        mem = memory_of(t._data)
+        a = t._data
+        if a.base is None:  # owns its memory (most outputs): a view only if it is an input's array
+            for x in inputs:
+                if x is not None and x._data is a:
+                    t._vc = x._vc
+                    break
+            continue
+        mem = memory_of(a)
         if mem is None:
             continue
         if owners is None:
