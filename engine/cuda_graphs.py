@@ -60,7 +60,9 @@ class CUDAGraph:
         self._prev_stream = None
         self._prev_allocator = None
         self._grads = {}  # id(parameter) -> (parameter, gradient tensor the captured backward writes)
-        self._copies = {}  # pin key -> (parameter, dtype, Copy): autocast's copies the capture reads
+        # pin key -> [parameter, dtype, Copy, the parameter's version when the capture read it or
+        # None once the capture ended having written the parameter]: autocast's copies it reads
+        self._copies = {}
 
     # ---------------------------------------------------------------- capture
     def capture_begin(self):
@@ -111,6 +113,9 @@ class CUDAGraph:
                 "as .item()/.numpy()/float(), a host-to-device copy, a random draw on the GPU, a synchronisation); "
                 f"warm the code up eagerly first and keep such calls outside the capture. Cause: {error}") from error
         self._graph = graph
+        for entry in self._copies.values():  # the captured code wrote this parameter (an optimizer step)
+            if entry[0]._version != entry[3]:
+                entry[3] = None
 
     def _restore(self):
         cp = backend.cupy()
@@ -132,11 +137,11 @@ class CUDAGraph:
         current values."""
         key = id(copy.buf)
         if key not in self._copies:
-            self._copies[key] = (param, dtype, copy)
+            self._copies[key] = [param, dtype, copy, param._version]
             cast_cache.pin(copy)
 
     def _unpin_copies(self):
-        for key, (_, _, copy) in self._copies.items():
+        for key, (_, _, copy, _) in self._copies.items():
             cast_cache.unpin(copy, key)
         self._copies = {}
 
@@ -148,9 +153,12 @@ class CUDAGraph:
         tensor back."""
         if self._graph is None:
             raise RuntimeError("CUDAGraph.replay: nothing captured (use engine.cuda.graph(g) first)")
-        for key, (param, dtype, copy) in self._copies.items():
-            cast_cache.refresh_pinned(param, dtype, copy, key)
+        for key, (param, dtype, copy, version) in self._copies.items():
+            cast_cache.refresh_pinned(param, dtype, copy, key, force=version is None)
         self._graph.launch(stream=backend.cupy().cuda.get_current_stream())
+        for param, _, _, version in self._copies.values():
+            if version is None:  # the replay wrote it: eager code must not take its copy as current
+                param._bump_version()
         for param, grad in self._grads.values():
             if param.grad is not grad:
                 param.grad = grad

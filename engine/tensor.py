@@ -104,6 +104,10 @@ class Tensor:
         self._data = value._data
         self._device = value._device
         self._global = value._global
+        # one memory, one version counter (PyTorch keeps the tensor's own here): a write through
+        # `value` must be seen by whatever relies on this tensor's version (saved tensors,
+        # autocast's kept copies of parameters tied this way)
+        self._vc = value._vc
 
     @property
     def shape(self):
@@ -423,6 +427,7 @@ class Parameter(Tensor):
             data = Tensor._make(np.empty((0,), dtype=dtypes.get_default_dtype().np), default_device())
         t = Tensor._make.__func__(cls, data._data, data._device)
         t._global = data._global
+        t._vc = data._vc  # as torch's Parameter(data), a detach of data: the same version counter
         t._requires_grad = requires_grad
         return t
 

@@ -111,19 +111,24 @@ def test_a_copy_held_by_a_pending_backward_is_not_overwritten():
 def test_training_with_the_cache_is_bitwise_training_without_it():
     def train(cache):
         model = _mlp()
-        opt = flow.optim.AdamW(model.parameters(), lr=1e-2)
         rng = np.random.default_rng(0)
-        losses = []
-        for _ in range(5):
-            x = flow.tensor(rng.standard_normal((8, 12)).astype(np.float32))
-            loss = (_forward(model, x, cache) ** 2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            losses.append(float(loss))
-        return losses
+        xs = [flow.tensor(rng.standard_normal((8, 12)).astype(np.float32)) for _ in range(5)]
+        return _adamw_losses(model, xs, lambda x: (_forward(model, x, cache) ** 2).mean(), lr=1e-2)
 
     assert train(True) == train(False)
+
+
+def _adamw_losses(model, batches, loss_of, lr):
+    """The losses of AdamW steps of `model`, one per batch."""
+    opt = flow.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for x in batches:
+        loss = loss_of(x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+    return losses
 
 
 def test_cache_switches_and_clearing():
@@ -263,7 +268,8 @@ def test_fused_adamw_skips_a_copy_a_pending_backward_holds(cuda_double):
 def test_cuda_graph_replays_read_current_copies(cuda_double, optimizer):
     """A capture reads the kept copies in place (no cast kernel in the graph); after an optimizer
     step, fused (copies written) or not (copies cast again before the replay), a replay computes
-    what an eager step from the same weights computes."""
+    what an eager step from the same weights computes. (An eager forward between replays reads a
+    buffer of its own: see test_a_replay_never_rewrites_what_a_pending_eager_backward_saved.)"""
     model = _mlp("cuda")
     opt = (flow.optim.AdamW(model.parameters(), lr=1e-2) if optimizer == "adamw"
            else flow.optim.SGD(model.parameters(), lr=1e-2))
@@ -286,17 +292,175 @@ def test_cuda_graph_replays_read_current_copies(cuda_double, optimizer):
     stats = cuda_double._double.stats
     for _ in range(3):
         g.replay()
+        opt.step()
+        stats.reset()
+        g.replay()  # right after the step: the copies must be current for this replay
+        refreshed = stats.by_name["copyto"]
+        assert refreshed == (0 if optimizer == "adamw" else 4), refreshed
         replayed = float(static)
         grads = [_bits(p.grad) for p in model.parameters()]
-        want = float(forward_backward())
+        want = float(forward_backward())  # eager, from the same weights
         assert replayed == want
         for got, p in zip(grads, model.parameters()):
             np.testing.assert_array_equal(got, _bits(p.grad))
-        opt.step()
-        stats.reset()
-        g.replay()  # after the step: the copies must be current for this replay
-        refreshed = stats.by_name["copyto"]
-        assert refreshed == (0 if optimizer == "adamw" else 4), refreshed
-        forward_backward()  # back to eager: the next loop replays from this step's state
     g.reset()
     assert all(not (_copy_of(p, flow.float16).pins or {}) for p in model.parameters())
+
+
+# ------------------------------------------------------------------ found by review (2026-11-29)
+@pytest.mark.parametrize("tie", ["data =", "Parameter(other)"])
+def test_two_parameters_on_one_array_see_each_others_writes(tie):
+    """A weight tied by `.data =` or `Parameter(other)` shares the other's version counter (as
+    torch's Parameter(t), a detach of t), so a write through one makes the other's copy stale."""
+    def run(cache):
+        flow.manual_seed(0)
+        emb, head = flow.nn.Linear(3, 3, bias=False), flow.nn.Linear(3, 3, bias=False)
+        if tie == "data =":
+            head.weight.data = emb.weight.data
+        else:
+            head.weight = flow.nn.Parameter(emb.weight)
+        x = flow.ones(1, 3)
+        outs = [_bits(_forward(head, x, cache))]
+        with flow.no_grad():
+            emb.weight.add_(2.0)
+        outs.append(_bits(_forward(head, x, cache)))
+        return outs
+
+    cached, uncached = run(True), run(False)
+    for got, want in zip(cached, uncached):
+        np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(cached[0], cached[1])
+
+
+def test_an_op_output_aliasing_a_copy_cannot_corrupt_it():
+    """einsum('ij->ij', w) under autocast returns the cast weight's own memory; an in-place write
+    to that result must not reach later forwards (the copy's version counter moves)."""
+    def run(cache):
+        flow.manual_seed(0)
+        lin, x = flow.nn.Linear(4, 4, bias=False), flow.randn(2, 4)
+        with flow.no_grad(), flow.autocast("cpu", cache_enabled=cache):
+            w = flow.einsum("ij->ij", lin.weight)
+        w.mul_(0.0)
+        return _bits(_forward(lin, x, cache))
+
+    np.testing.assert_array_equal(run(True), run(False))
+
+
+def test_checkpoint_recomputes_with_the_first_runs_cache_switch():
+    from engine.utils.checkpoint import checkpoint
+
+    lin = flow.nn.Linear(4, 4)
+    cast_cache.clear()
+    with flow.autocast("cpu", cache_enabled=False):
+        out = checkpoint(lin, flow.randn(2, 4, requires_grad=True), use_reentrant=False)
+    out.float().sum().backward()  # the recomputation runs outside the autocast block
+    assert id(lin.weight) not in cast_cache._copies
+
+
+def test_a_copy_does_not_keep_the_parameters_old_array_alive():
+    import weakref
+
+    lin = flow.nn.Linear(4, 4)
+    _forward(lin, flow.randn(2, 4), True)
+    old = weakref.ref(lin.weight._data)
+    lin.half()
+    gc.collect()
+    assert old() is None
+
+
+def test_a_parameter_moved_between_cpu_and_cuda_gets_a_copy_on_its_device(cuda_double):
+    for first, second in (("cuda", "cpu"), ("cpu", "cuda")):  # float16 on both: one cache entry
+        lin = _mlp(first)
+        _forward(lin, flow.randn(2, 12, device=first), True, first, flow.float16)
+        lin.to(second)
+        x = flow.randn(2, 12, device=second)
+        np.testing.assert_array_equal(_bits(_forward(lin, x, True, second, flow.float16)),
+                                      _bits(_forward(lin, x, False, second, flow.float16)))
+
+
+def test_fused_adamw_never_writes_a_copy_of_another_layout(cuda_double):
+    """A parameter first F-ordered (a transposed checkpoint tensor) then C-ordered: the copy is
+    always C-ordered, as the kernel writes it flat."""
+    def run(cache):
+        flow.manual_seed(0)
+        model = flow.nn.Linear(5, 3, bias=False).to("cuda")
+        model.weight = flow.nn.Parameter(flow.randn(5, 3, device="cuda").t())
+        x = flow.randn(4, 5, device="cuda")
+        _forward(model, x, cache, "cuda", flow.float16)
+        model.weight.data = flow.randn(3, 5, device="cuda")
+        return _adamw_losses(model, [x] * 3, lambda x: (_forward(model, x, cache, "cuda", flow.float16) ** 2).mean(),
+                             lr=0.1)
+
+    assert run(True) == run(False)
+
+
+def _graph_model(cache, optimizer="sgd"):
+    flow.manual_seed(0)
+    model = flow.nn.Linear(8, 4).to("cuda")
+    opt = flow.optim.SGD(model.parameters(), lr=0.1) if optimizer == "sgd" else \
+        flow.optim.AdamW(model.parameters(), lr=0.1)
+
+    def loss_of(x):
+        return (_forward(model, x, cache, "cuda", flow.float16) ** 2).mean()
+
+    return model, opt, loss_of
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_cuda_graph_that_steps_the_optimizer_replays_with_current_copies(cuda_double, optimizer):
+    """The whole step captured, optimizer included: replays write the parameters without Python,
+    so the graph re-casts the copies it reads before each replay and bumps the parameters'
+    versions after it (eager code then sees them changed)."""
+    def run(cache):
+        model, opt, loss_of = _graph_model(cache, optimizer)
+        x = flow.randn(5, 8, device="cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=False)
+            loss = loss_of(x)
+            loss.backward()
+            opt.step()
+            return loss
+
+        for _ in range(2):
+            step()
+        opt.zero_grad(set_to_none=False)
+        loss_of(x)  # the copies current: the capture reads them
+        g = flow.cuda.CUDAGraph()
+        with flow.cuda.graph(g):
+            static = step()
+        losses = []
+        for _ in range(4):
+            g.replay()
+            losses.append(float(static))
+        losses.append(float(loss_of(x)))  # eager after replays
+        return losses, len(g._copies)
+
+    (cached, pinned), (uncached, _) = run(True), run(False)
+    assert pinned == 2 and cached == uncached and len(set(cached)) == len(cached)
+
+
+def test_a_replay_never_rewrites_what_a_pending_eager_backward_saved(cuda_double):
+    def run(cache):
+        model, opt, loss_of = _graph_model(cache)
+        x = flow.randn(5, 8, device="cuda")
+        xg = flow.randn(5, 8, device="cuda").requires_grad_()
+        for _ in range(2):
+            opt.zero_grad(set_to_none=True)
+            loss_of(x).backward()
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_of(x).backward()
+        opt.zero_grad(set_to_none=True)
+        g = flow.cuda.CUDAGraph()
+        with flow.cuda.graph(g):
+            loss_of(x).backward()
+        pending = loss_of(xg)  # eager; its backward saved the float16 weight
+        opt.step()             # the weight changes; SGD does not write the copies
+        g.replay()             # casts the new weight into the buffer the graph reads
+        pending.backward()
+        return _bits(xg.grad), len(g._copies)
+
+    (cached, pinned), (uncached, _) = run(True), run(False)
+    assert pinned == 2
+    np.testing.assert_array_equal(cached, uncached)

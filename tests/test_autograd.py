@@ -388,3 +388,21 @@ def test_a_saved_tensor_written_through_a_view_is_detected_as_in_torch():
             y.view(-1)[0] = 5.0
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             z.sum().backward()
+
+
+@pytest.mark.parametrize("how", ["flip", "cat of one"])
+def test_flip_and_cat_of_one_return_new_memory_as_torch(how):
+    """torch.flip and torch.cat([x]) copy; a write to their result must not reach the input (nor
+    its saved value: numpy's flip is a view, and cat([x]) returned x itself)."""
+    def run(lib):
+        x = lib.tensor([1.0, 2.0, 4.0], requires_grad=True)
+        b = x * 1
+        y = b.flip(0) if how == "flip" else lib.cat([b])
+        z = b * b  # saves b
+        with lib.no_grad():
+            y.mul_(-2.0)
+        z.sum().backward()
+        return x.grad.numpy(), b.detach().numpy()
+
+    for got, want in zip(run(flow), run(torch)):
+        np.testing.assert_array_equal(got, want)

@@ -21,7 +21,7 @@ class Cast(Op):
     @staticmethod
     def forward(ctx, x, dtype, copy=None):
         ctx.src = x.dtype
-        if copy is not None and copy.src is x:  # autocast's current copy of a parameter (cast_cache)
+        if copy is not None and copy.src() is x:  # autocast's current copy of a parameter (cast_cache)
             return copy.buf
         if not isinstance(x, np.ndarray):
             check_dtype_on(dtype.np, device_of(x))
@@ -46,7 +46,7 @@ def autocast_cast(t, dtype):
     copy = cast_cache.current_copy(t, dtype.np)
     if copy is None:
         return Cast.apply(t, dtype=dtype)
-    return Cast.apply(t, dtype=dtype, copy=copy)
+    return cast_cache.hand_out(Cast.apply(t, dtype=dtype, copy=copy), copy)
 
 
 set_autocast_cast(autocast_cast)

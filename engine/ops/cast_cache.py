@@ -31,24 +31,38 @@ parameter while they live).
 import sys
 import weakref
 
-from ..autograd.grad_mode import _state
-from ..backend import capture_state, xp_of
+import numpy as np
 
-__all__ = ["current_copy", "writable_copy", "mark_written", "clear", "pin", "unpin", "refresh_pinned"]
+from ..autograd.grad_mode import _state
+from ..backend import capture_state, device_of, xp_of
+
+__all__ = ["current_copy", "hand_out", "writable_copy", "mark_written", "clear", "pin", "unpin", "refresh_pinned"]
 
 
 class Copy:
-    """One low-precision copy: `buf` holds `src` cast, as of the owner's version `version`
-    (-1: stale whatever the version). `pins` keeps the buffers CUDA graphs read alive:
-    {id(buffer): [buffer, number of graphs]}."""
+    """One low-precision copy: `buf` holds the array `src()` cast, as of the parameter's version
+    `version` (-1: stale whatever the version).
 
-    __slots__ = ("src", "version", "buf", "pins")
+    `vc` is the version counter of the tensors autocast hands out on `buf` (and of their views):
+    a write through one of them (an op whose output aliases its input, then an in-place write)
+    moves it past `seen` and makes the copy stale. `pins` keeps the buffers CUDA graphs read
+    alive: {id(buffer): [buffer, number of graphs]}."""
+
+    __slots__ = ("src", "version", "buf", "vc", "seen", "pins")
 
     def __init__(self, src, version, buf):
-        self.src, self.version, self.buf, self.pins = src, version, buf, None
+        self.src = weakref.ref(src)  # not kept alive: a parameter moved to another device frees it
+        self.version, self.buf, self.vc, self.seen, self.pins = version, buf, [0], 0, None
 
     def is_current(self, t):
-        return self.src is t._data and self.version == t._vc[0]
+        return self.src() is t._data and self.version == t._vc[0] and self.vc[0] == self.seen
+
+    def pinned(self):
+        return self.pins is not None and id(self.buf) in self.pins
+
+    def wrote(self, t):
+        """`buf` now holds `t`'s current values."""
+        self.src, self.version, self.seen = weakref.ref(t._data), t._vc[0], self.vc[0]
 
 
 # id(parameter) -> (weak reference to it, {numpy dtype: Copy}); the weak reference's callback drops
@@ -61,15 +75,21 @@ def _references(copy):
 
 
 # references to a buffer that only its Copy holds, measured through the same expression
-_ALONE = _references(Copy(None, 0, object()))
+_ALONE = _references(Copy(np.empty(0), 0, object()))
 
 
 def _held_elsewhere(copy):
     """Whether anything besides `copy` (and its pins) references its buffer (a saved tensor of a
     backward still to run, a view of it): the buffer must then not be written in place. A CUDA
     graph's pin does not count: a replay is meant to read the parameter's current values."""
-    pinned = copy.pins is not None and id(copy.buf) in copy.pins
-    return _references(copy) > _ALONE + pinned
+    return _references(copy) > _ALONE + copy.pinned()
+
+
+def _reusable(copy, src):
+    """Whether `copy.buf` can take `src` cast in place: same device, shape and C layout (the fused
+    optimizer walks it flat), nothing else reading it."""
+    return (copy.buf.shape == src.shape and copy.buf.flags.c_contiguous
+            and device_of(copy.buf) == device_of(src) and not _held_elsewhere(copy))
 
 
 def _cacheable(t):
@@ -94,25 +114,40 @@ def _entry(t, create):
 def current_copy(t, np_dtype):
     """The Copy of parameter `t` in `np_dtype`, current now (cast again if it was stale), or None
     when `t` is not cached (see the module docstring) or a CUDA graph is capturing and the copy
-    is stale: the capture then records a plain cast, which its replays run."""
+    is stale: the capture then records a plain cast, which its replays run.
+
+    Eager code never reads a buffer a CUDA graph pinned: a replay rewrites it (when its parameter
+    changed), which must not reach a backward that eager code has not run yet. The copy moves to
+    a buffer of its own; the next replay casts into the pinned one again and takes it back."""
     if not _cacheable(t):
         return None
     copies = _entry(t, create=True)
     copy = copies.get(np_dtype)
     graph = capture_state()
-    if copy is not None and copy.is_current(t):
-        if graph is not None:
-            graph.reads_cast_copy(t, np_dtype, copy)
-        return copy
     if graph is not None:
-        return None
+        if copy is None or not copy.is_current(t):
+            return None
+        graph.reads_cast_copy(t, np_dtype, copy)
+        return copy
+    if copy is not None and copy.is_current(t) and not copy.pinned():
+        return copy
     src = t._data
-    if copy is not None and copy.buf.shape == src.shape and not _held_elsewhere(copy):
+    if copy is None:
+        copy = copies[np_dtype] = Copy(src, t._vc[0], src.astype(np_dtype, order="C"))
+    elif not copy.pinned() and _reusable(copy, src):
         xp_of(src).copyto(copy.buf, src, casting="unsafe")
-        copy.src, copy.version = src, t._vc[0]
-    else:
-        copy = copies[np_dtype] = Copy(src, t._vc[0], src.astype(np_dtype))
+        copy.wrote(t)
+    else:  # a new buffer: the old one is read elsewhere, pinned, or of another layout or device
+        copy.buf = src.astype(np_dtype, order="C")
+        copy.wrote(t)
     return copy
+
+
+def hand_out(out, copy):
+    """Autocast's cast output `out`, when it is on `copy.buf`, gets the copy's own version counter."""
+    if out._data is copy.buf:
+        out._vc = copy.vc
+    return out
 
 
 def writable_copy(t, np_dtype):
@@ -121,9 +156,10 @@ def writable_copy(t, np_dtype):
     stale instead (the next use casts into a new buffer)."""
     copies = _entry(t, create=False)
     copy = None if copies is None else copies.get(np_dtype)
-    if copy is None or copy.src is not t._data or copy.buf.shape != t._data.shape:
+    src = t._data
+    if copy is None or copy.src() is not src:
         return None
-    if _held_elsewhere(copy):
+    if not _reusable(copy, src):  # (no local name for the buffer here: it would count as a holder)
         copy.version = -1
         return None
     return copy.buf
@@ -131,8 +167,7 @@ def writable_copy(t, np_dtype):
 
 def mark_written(t, np_dtype):
     """The optimizer wrote `t`'s copy in `np_dtype` with `t`'s new values (after its version bump)."""
-    copies = _entry(t, create=False)
-    copies[np_dtype].version = t._vc[0]
+    _entry(t, create=False)[np_dtype].wrote(t)
 
 
 def pin(copy):
@@ -152,16 +187,16 @@ def unpin(copy, key):
             del copy.pins[key]
 
 
-def refresh_pinned(t, np_dtype, copy, key):
+def refresh_pinned(t, np_dtype, copy, key, force=False):
     """Make the pinned buffer `key` (the one a CUDA graph read as `t`'s copy) hold `t` cast now,
-    unless it already does; `copy` becomes current with that buffer again. Called before each
-    replay."""
+    unless it already does (`force`: always, for a graph that itself writes `t`); `copy` becomes
+    current with that buffer again. Called before each replay."""
     buf = copy.pins[key][0]
-    if copy.buf is buf and copy.is_current(t):
+    if not force and copy.buf is buf and copy.is_current(t):
         return
-    src = t._data
-    xp_of(src).copyto(buf, src, casting="unsafe")
-    copy.src, copy.version, copy.buf = src, t._vc[0], buf
+    xp_of(buf).copyto(buf, t._data, casting="unsafe")
+    copy.buf = buf
+    copy.wrote(t)
     _entry(t, create=True)[np_dtype] = copy
 
 

@@ -476,7 +476,7 @@ def cat(tensors, dim=0):
     empty = [len(s) == 1 and s[0] == 0 for s in shapes]
     kept = [i for i in range(len(tensors)) if not empty[i]]
     if not kept:
-        return tensors[0] if len(tensors) == 1 else Cat.apply(*tensors, dim=0, skip=(False,) * len(tensors))
+        return tensors[0].clone() if len(tensors) == 1 else Cat.apply(*tensors, dim=0, skip=(False,) * len(tensors))
     ref = shapes[kept[0]]
     n = len(ref)
     if n == 0:
@@ -498,7 +498,7 @@ def cat(tensors, dim=0):
                     f"list (shapes: {', '.join(shape_str(t) for t in shapes)})"
                 )
     if len(tensors) == 1:
-        return tensors[0]
+        return tensors[0].clone()  # a new tensor, as torch.cat's (never an alias of the input)
     skip = tuple(empty)
     return Cat.apply(*tensors, dim=d, skip=skip)
 
@@ -613,7 +613,7 @@ class Flip(Op):
     @staticmethod
     def forward(ctx, x, dims):
         ctx.dims = dims
-        return xp_of(x).flip(x, dims)
+        return xp_of(x).flip(x, dims).copy()  # torch.flip copies; numpy's and CuPy's flip are views
 
     @staticmethod
     def backward(ctx, g):

@@ -102,7 +102,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     if not is_grad_enabled():
         return function(*args, **kwargs)
     rng = _RngKeeper(preserve_rng_state)
-    autocast = _state.autocast  # the recomputation runs under the first run's autocast
+    autocast = _state.autocast, _state.autocast_cache  # the recomputation runs under the first run's autocast
     first = function(*args, **kwargs)
     outs, rebuild = _flatten(first)
     needs = [o.requires_grad for o in outs]
@@ -120,14 +120,15 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
 
     def backward_fn(ctx, *grads):
         rng.swap_in()
-        saved_autocast, _state.autocast = _state.autocast, autocast
+        saved_autocast = _state.autocast, _state.autocast_cache
+        _state.autocast, _state.autocast_cache = autocast
         try:
             inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None else a
                       for a, t in zip(values, tensor_args)]
             with enable_grad():
                 again, _ = _flatten(function(*inputs[:n_pos], **dict(zip(names, inputs[n_pos:]))))
         finally:
-            _state.autocast = saved_autocast
+            _state.autocast, _state.autocast_cache = saved_autocast
             rng.swap_back()
         if determinism_check == "default":
             got = [(tuple(o.shape), o.dtype) for o in again]
