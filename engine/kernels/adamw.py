@@ -117,13 +117,13 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
     const bool amsgrad = flags & 16;
     for (long long c = blockIdx.x; c < n_chunks; c += gridDim.x) {
         long long begin, end;
-        const int t = tab.chunk_range(c, 6, chunk, &begin, &end);
+        const int t = tab.chunk_range(c, ${columns}, chunk, &begin, &end);
         scalar_t* p = reinterpret_cast<scalar_t*>(tab.ptr(0, t));
         const scalar_t* gr = reinterpret_cast<const scalar_t*>(tab.ptr(1, t));
         scalar_t* m_ = reinterpret_cast<scalar_t*>(tab.ptr(2, t));
         scalar_t* v_ = reinterpret_cast<scalar_t*>(tab.ptr(3, t));
         scalar_t* vmax = reinterpret_cast<scalar_t*>(tab.ptr(4, t));
-        unsigned short* half_copy = reinterpret_cast<unsigned short*>(tab.ptr(5, t));  // null: none
+        unsigned short* half_copy = reinterpret_cast<unsigned short*>(tab.ptr(${half_copy}, t));  // null: none
         for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
             acc_t w = load(p, i);
             acc_t g = load(gr, i);
@@ -169,7 +169,8 @@ def kernel_name(dtype):
 def kernel_source(dtype):
     suffix, storage, acc, load, store, sqrt, half_of = _TYPES[np.dtype(dtype).name]
     return Template(_SOURCE).substitute(half=mt.HALF, T=storage, A=acc, load=load, store=store, sqrt=sqrt,
-                                        half_of=half_of, lookup=mt.MT_LOOKUP, name=kernel_name(dtype))
+                                        half_of=half_of, columns=COLUMNS, half_copy=HALF_COPY,
+                                        lookup=mt.MT_LOOKUP, name=kernel_name(dtype))
 
 
 def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):

@@ -6,7 +6,7 @@ the copy when the region ends, so every training step casts every weight again: 
 kernel per weight and bias (97 of GPT-2 124M's 147 forward casts, docs/cuda.md). Here a copy is
 kept per parameter and dtype for as long as it is current:
 
-- it is current while the parameter holds the same array (`t._data is copy.src`) and its version
+- it is current while the parameter holds the same array (`t._data is copy.src()`) and its version
   counter has not moved (every in-place write through the engine bumps it: optimizer steps,
   `copy_`, `load_state_dict`, the `nn.init` functions, writes through `.data` and views);
 - a stale copy is cast again at its next use, into the same buffer, so a step allocates nothing;
