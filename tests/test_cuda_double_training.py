@@ -30,7 +30,8 @@ from gpu_helper import double_env, real_cupy  # noqa: E402
 LAUNCH_BUDGET = 140
 SYNC_BUDGET = 0
 # forward + backward of the same model under fp16 autocast with loss scaling, after a fused AdamW
-# step: measured 65 + 88 launches. The forward was 82 while autocast cast each float32 weight and
+# step: measured 63 + 88 launches (65 before the causal mask became a flag of the attention op;
+# 51 + 74 with flash attention). The forward was 82 while autocast cast each float32 weight and
 # bias to float16 at every step (17 casts; the AdamW kernel now writes the kept float16 copies,
 # engine/ops/cast_cache.py); the backward was 115 while each linear's float16 weight and bias
 # gradients were cast to float32 (17 casts) and 10 LayerNorm gradients copied
@@ -131,6 +132,38 @@ def test_fp16_step_budget_and_float32_gradients_from_cublas(cuda_layers):
         assert m.weight.grad.dtype == flow.float32 and m.bias.grad.dtype == flow.float32
 
 
+def _fp16_forward_backward(double, flash, monkeypatch):
+    """(loss, launches, flash kernel launches, gradients) of one fp16 forward + backward of the
+    tiny GPT-2 with flash attention on or off."""
+    from engine.ops import attention
+    monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", flash)
+    model, x, y = _tiny_gpt2()
+    stats = double._double.stats
+    stats.reset()
+    with flow.autocast("cuda", dtype=flow.float16):
+        loss = model(x, y)["lm_loss"]
+    loss.backward()
+    launches, syncs = stats.launches, stats.syncs
+    flash_launches = sum(n for name, n in stats.by_name.items() if name.startswith("flash_"))
+    grads = {name: p.grad.cpu().numpy() for name, p in model.named_parameters()}
+    return float(loss), launches, flash_launches, syncs, grads
+
+
+def test_fp16_gpt2_with_flash_attention_matches_the_unfused_core(cuda_layers, monkeypatch):
+    """FLASH_ATTENTION_ON_GPU: each layer's attention core is three kernels (forward, dq, dkdv),
+    the causal mask a flag; loss and every gradient as with the cuBLAS + softmax core."""
+    loss, launches, flash, syncs, grads = _fp16_forward_backward(cuda_layers, True, monkeypatch)
+    want_loss, want_launches, none, _, want_grads = _fp16_forward_backward(cuda_layers, False, monkeypatch)
+    print(f"fp16 GPT-2 forward + backward through the double: {launches} launches with flash attention, "
+          f"{want_launches} without")
+    assert flash == 2 * 3 and none == 0 and syncs == 0
+    assert launches < want_launches
+    assert abs(loss - want_loss) <= 1e-3 * abs(want_loss)
+    for name, g in want_grads.items():
+        err = np.linalg.norm(grads[name] - g) / max(np.linalg.norm(g), 1e-30)
+        assert err <= 1e-2, (name, err)
+
+
 def test_the_budget_test_sees_a_sync(cuda_layers, monkeypatch):
     """A host read planted in the step is counted (the budget test can fail)."""
     from engine.ops import elementwise
@@ -159,12 +192,22 @@ def _recipe(name):
     from gpt2_helpers import CONFIG
     return {"gpt2": (CONFIG, TINY),
             "gpt2-fp16": (CONFIG, TINY + ["train.amp.enabled=True", "train.amp.dtype=float16"]),
+            "gpt2-fp16-flash": (CONFIG, TINY + ["train.amp.enabled=True", "train.amp.dtype=float16"]),
             "bert": (bert_helpers.CONFIG, bert_helpers.TINY),
             "vit": (vision_helpers.VIT_CONFIG, vision_helpers.VIT_TINY),
             "swin": (vision_helpers.SWIN_CONFIG, vision_helpers.SWIN_NO_DROP)}[name]
 
 
-@pytest.mark.parametrize("recipe", ["gpt2", "gpt2-fp16", "bert", "vit", "swin"])
+RECIPES = ["gpt2", "gpt2-fp16", "gpt2-fp16-flash", "bert", "vit", "swin"]
+
+
+def _flash_env(recipe, monkeypatch):
+    """ENGINE_FLASH_ATTENTION=1 for the CUDA run of the -flash recipe (the CPU run never uses it)."""
+    if recipe.endswith("-flash"):
+        monkeypatch.setenv("ENGINE_FLASH_ATTENTION", "1")
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_train_net_on_cuda_through_the_double_matches_cpu(tmp_path, monkeypatch, recipe):
     config, tiny = _recipe(recipe)
     common = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False",
@@ -172,6 +215,7 @@ def test_train_net_on_cuda_through_the_double_matches_cpu(tmp_path, monkeypatch,
     cpu = trained_losses(str(tmp_path / "cpu"), *common, iters=3, config=config)
     for k, v in double_env().items():
         monkeypatch.setenv(k, v)
+    _flash_env(recipe, monkeypatch)
     gpu = trained_losses(str(tmp_path / "cuda"), *common, "train.input_placement_device=cuda", iters=3,
                          config=config)
     for i in range(3):
@@ -180,14 +224,15 @@ def test_train_net_on_cuda_through_the_double_matches_cpu(tmp_path, monkeypatch,
 
 @pytest.mark.skipif(real_cupy() is None, reason="needs CuPy with a CUDA GPU (the test above runs the same "
                                                  "recipes through the CuPy double)")
-@pytest.mark.parametrize("recipe", ["gpt2", "gpt2-fp16", "bert", "vit", "swin"])
-def test_train_net_on_a_real_gpu_matches_cpu(tmp_path, recipe):
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_train_net_on_a_real_gpu_matches_cpu(tmp_path, monkeypatch, recipe):
     config, tiny = _recipe(recipe)
     common = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False",
               "train.checkpointer.period=3", *tiny]
     cpu = trained_losses(str(tmp_path / "cpu"), *common, iters=3, config=config)
+    _flash_env(recipe, monkeypatch)
     gpu = trained_losses(str(tmp_path / "cuda"), *common, "train.input_placement_device=cuda", iters=3,
                          config=config)
-    tol = 5e-3 if recipe.endswith("fp16") else 1e-4
+    tol = 5e-3 if "fp16" in recipe else 1e-4
     for i in range(3):
         assert abs(gpu[i] - cpu[i]) <= tol * abs(cpu[i]), (recipe, i, gpu[i], cpu[i])

@@ -18,6 +18,7 @@ from engine import backend
 from engine.kernels import adamw as ka
 from engine.kernels import cross_entropy as kce
 from engine.kernels import dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import flash_attention as flash
 from engine.kernels import grad_norm as kgn
 from gpu_helper import real_cupy
 
@@ -125,6 +126,33 @@ def test_scale_mask_softmax(dtype, shape, causal, kind):
     _poison()
     dx = softmax.backward_cuda(_dev(g), y, _dev(mask), 0.7, causal)
     _rel(dx, softmax.backward_reference(g, _host(y), mask, 0.7, causal), dtype, "softmax dx")
+
+
+@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 64), (2, 2, 200), (1, 12, 1024)])  # b, heads, s
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["none", "padding", "square", "full"])
+def test_flash_attention(d, shape, causal, kind):
+    b, heads, s = shape
+    if s == 1024 and (d != 64 or kind in ("full", "square")):
+        pytest.skip("the GPT-2 124M shape is checked at its own head size, with the masks it uses")
+    rng = _rng()
+    qkv = (rng.standard_normal((b, s, heads, 3 * d)) * 1.5).astype(np.float16)
+    mask = None if kind == "none" else _mask(rng, kind, (b, heads, s, s))
+    if kind == "padding":
+        mask[0] = True  # a batch row with every key masked: uniform rows
+    g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
+    want_out, want_lse = flash.forward_reference(qkv, mask, 0.7, -10000.0, causal)
+    _poison()
+    out, lse = flash.forward_cuda(_dev(qkv), _dev(mask), 0.7, -10000.0, causal)
+    _rel(out, want_out, np.float16, "flash ctx")
+    np.testing.assert_allclose(_host(lse), want_lse, rtol=1e-4, atol=1e-3)
+    _poison()
+    dqkv, dsum = flash.backward_cuda(_dev(g), _dev(qkv), out, lse, _dev(mask), 0.7, -10000.0, causal)
+    want_dqkv, want_dsum = flash.backward_reference(g, qkv, _host(out), _host(lse), mask, 0.7, -10000.0, causal)
+    for i, part in enumerate("qkv"):
+        _rel(_host(dqkv)[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], np.float16, f"flash d{part}")
+    np.testing.assert_allclose(_host(dsum), want_dsum, rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

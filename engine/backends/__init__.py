@@ -13,9 +13,11 @@ What each switch does in the engine:
 * `cudnn.enabled / benchmark / deterministic / allow_tf32`: stored and read back only: the
   engine runs no cuDNN kernel (`cudnn.is_available()` is False). Its own kernels are
   deterministic already (fixed reduction orders).
-* `cuda.enable_flash_sdp / enable_mem_efficient_sdp / enable_math_sdp / enable_cudnn_sdp` and
-  their `*_enabled()`: stored and read back; the engine has one attention kernel
-  (scaled_dot_product_attention), used whatever they say.
+* `cuda.enable_flash_sdp(False)`: honoured by the fused attention core on CUDA, which then never
+  runs the flash-attention kernels (engine.ops.attention.FLASH_SDP_ENABLED; they are off by
+  default anyway, FLASH_ATTENTION_ON_GPU). `enable_mem_efficient_sdp / enable_math_sdp /
+  enable_cudnn_sdp` and all `*_enabled()`: stored and read back; `scaled_dot_product_attention`
+  has one kernel, used whatever they say.
 * `mps.is_available()` / `is_built()`: False. `mkldnn.is_available()`: whether oneDNN, which
   runs the engine's CPU convolutions (engine.backend.onednn), loaded; `mkldnn.enabled`:
   honoured (False: the numpy convolution kernels). `mkl.is_available()`: whether the engine's
@@ -38,6 +40,7 @@ from .. import backend as _backend
 from ..backend import cublas as _cublas
 from ..backend import mkl as _mkl
 from ..backend import onednn as _onednn
+from ..ops import attention as _attention
 
 __all__ = ["cuda", "cudnn", "mps", "mkldnn", "mkl", "set_float32_matmul_precision",
            "get_float32_matmul_precision"]
@@ -173,9 +176,10 @@ class _CudaBackend(_Flags):
 
     def enable_flash_sdp(self, enabled):
         self._enable("flash", enabled)
+        _attention.FLASH_SDP_ENABLED = enabled
 
     def flash_sdp_enabled(self):
-        return self._sdp["flash"]
+        return _attention.FLASH_SDP_ENABLED
 
     def enable_mem_efficient_sdp(self, enabled):
         self._enable("mem_efficient", enabled)

@@ -25,6 +25,7 @@ Dropout draws one uniform array of the scores' shape from the generator, as F.dr
 probabilities would, so a run keeps its random stream whether the core is fused or not.
 """
 import math
+import os
 
 import numpy as np
 
@@ -36,7 +37,8 @@ from ._core import NoDoubleBackward, broadcast_shapes, check_float, shape_str, s
 from ._kernels import (as_float32, empty, fill_where, ignore_fp_errors, low_precision, row_dot, row_max, row_sum,
                        select_bits)
 from .dropout import scaled_keep_mask
-from .op import Op, autocast_unifies
+from .op import Op, autocast_dtype, autocast_unifies
+from ..kernels import flash_attention as flash
 from ..kernels import softmax as fused_softmax
 from .softmax import _softmax_grad_rows, _softmax_rows
 
@@ -318,7 +320,7 @@ def _from_groups(arr5, lead, shape):
 
 
 def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropout_p=0.0, training=True,
-                         generator=None, bias=None):
+                         generator=None, bias=None, causal=False):
     """Attention core on a packed QKV projection (see the module docstring).
 
     qkv:   [*batch, s, heads * 3 * d] (one or more batch axes), each head's [q | k | v] side by side.
@@ -328,6 +330,8 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
     bias:  float, of qkv's dtype, broadcastable to [*batch, heads, s, s]: added to the scaled
            scores before the mask (a relative position bias, an additive mask); it gets a
            gradient. Swin passes qkv as [images, windows, s, ...] and a [windows, heads, s, s] bias.
+    causal: also mask key j for query i where j > i (with `mask`, either one masks). Flash
+           attention on CUDA (FLASH_ATTENTION_ON_GPU) then skips the tiles above the diagonal.
     Returns ctx [*batch, s, heads * d].
     """
     check_float(qkv, "packed_qkv_attention")
@@ -352,8 +356,80 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
     p = float(dropout_p) if training else 0.0
     d = qkv.shape[-1] // (3 * heads)
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
+    if bias is None and p == 0.0 and _flash_on(qkv, d, fill):
+        return FlashQKVAttention.apply(qkv, mask, heads=int(heads), scale=scale, fill=float(fill),
+                                       causal=bool(causal))[0]
+    if causal:
+        from .creation import arange
+        pos = arange(s, device=qkv.device)
+        future = (pos.view(1, s) > pos.view(s, 1)).view(1, 1, s, s)  # [1, 1, q, k]: key after query
+        mask = future if mask is None else (future | mask)
     return PackedQKVAttention.apply(qkv, mask, bias, heads=int(heads), scale=scale, fill=float(fill), dropout_p=p,
                                     generator=generator or default_generator)[0]
+
+
+# Flash attention on CUDA (engine/kernels/flash_attention.py): float16 attention without a bias or
+# dropout, one batch axis, a head size that is a multiple of 16 up to 128 and a finite fill runs
+# as three tensor-core kernels that never write the [b, heads, s, s] scores, instead of two
+# cuBLAS batched products around the fused softmax. Off by default: the kernels are checked on
+# the CPU (their CUDA source run on CPU threads, tests/test_flash_attention.py) but neither their
+# results nor their speed have been measured on a GPU yet (tools/gpu_checks.sh, docs/cuda.md).
+# ENGINE_FLASH_ATTENTION=1 in the environment turns them on for a run (tools/train_net.py);
+# engine.backends.cuda.enable_flash_sdp(False) turns them off.
+def _flash_from_env():
+    value = os.environ.get("ENGINE_FLASH_ATTENTION", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"ENGINE_FLASH_ATTENTION must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+FLASH_ATTENTION_ON_GPU = _flash_from_env()
+FLASH_SDP_ENABLED = True  # engine.backends.cuda.enable_flash_sdp's switch
+
+
+def _flash_on(qkv, head_size, fill):
+    """Whether packed_qkv_attention of this qkv runs as flash attention (see above)."""
+    if not (FLASH_ATTENTION_ON_GPU and FLASH_SDP_ENABLED) or qkv._device.type != "cuda" or qkv.ndim != 3:
+        return False
+    return flash.supports(autocast_dtype(qkv), head_size, fill)
+
+
+class FlashQKVAttention(Op):
+    """Outputs (ctx, lse): lse [b, heads, s], the rows' log-sum-exp, is a hidden output kept with
+    ctx for the backward, which recomputes the probabilities tile by tile from them."""
+
+    name = "FlashQKVAttention"
+    autocast = "lower"
+    save_inputs = (0,)
+    save_outputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, qkv, mask, heads, scale, fill, causal):
+        b, s = qkv.shape[:2]
+        out, lse = flash.flash_forward(qkv.reshape(b, s, heads, -1), mask, scale, fill, causal)
+        ctx.mask, ctx.heads, ctx.scale, ctx.fill, ctx.causal = mask, heads, scale, fill, causal
+        return out.reshape(b, s, -1), lse
+
+    @staticmethod
+    def backward(ctx, g, _):
+        qkv, out, lse = ctx.saved_tensors
+        dqkv = FlashQKVAttentionGrad.apply(g, qkv, out, lse, mask=ctx.mask, heads=ctx.heads, scale=ctx.scale,
+                                           fill=ctx.fill, causal=ctx.causal)
+        return dqkv, None
+
+
+class FlashQKVAttentionGrad(NoDoubleBackward, Op):
+    """dqkv of FlashQKVAttention, in the layout of qkv."""
+
+    name = "FlashQKVAttentionGrad"
+
+    @staticmethod
+    def forward(ctx, g, qkv, out, lse, mask, heads, scale, fill, causal):
+        ctx.op_name = "packed_qkv_attention"
+        b, s = qkv.shape[:2]
+        dqkv, _ = flash.flash_backward(g.reshape(b, s, heads, -1), qkv.reshape(b, s, heads, -1),
+                                       out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal)
+        return dqkv.reshape(qkv.shape)
 
 
 # ====================================================================== scaled_dot_product_attention

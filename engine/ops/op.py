@@ -148,6 +148,11 @@ def autocast_lowers(t):
     return mode is not None and _casts(t, mode[0], mode[1].np)
 
 
+def autocast_dtype(t):
+    """The numpy dtype `t` has inside a "lower" op under the active autocast (its own if none)."""
+    return _state.autocast[1].np if autocast_lowers(t) else t._data.dtype
+
+
 def autocast_unifies(*tensors):
     """Whether an active autocast will cast every one of `tensors` to its low dtype (a
     "lower" op's dtype checks then let mixed float dtypes through, as PyTorch's do)."""

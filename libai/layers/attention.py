@@ -94,10 +94,13 @@ class MultiheadAttention(nn.Module):
         b, s = qkv.shape[0], qkv.shape[1]
         heads = qkv.shape[2] // (3 * self.head_size)
         if past_key_value is None:
-            # the engine's fused core: same arithmetic as the separate ops below, one op
-            masked = self._mask(s, s, 0, attention_mask, batch_global, b, qkv.device)
+            # the engine's fused core: same arithmetic as the separate ops below, one op; the causal
+            # part of the mask goes as a flag (flash attention on CUDA skips the masked tiles)
+            causal = self.attn_mask_type == "causal"
+            masked = self._mask(s, s, 0, attention_mask, batch_global, b, qkv.device, causal=not causal)
             ctx = F.packed_qkv_attention(qkv, heads, masked, scale=self.norm_factor, fill=-10000.0,
-                                         dropout_p=self.attention_dropout_prob, training=self.training)
+                                         dropout_p=self.attention_dropout_prob, training=self.training,
+                                         causal=causal)
             present = None
             if use_cache:
                 present = tuple(t.permute(0, 2, 1, 3)
@@ -122,12 +125,12 @@ class MultiheadAttention(nn.Module):
         ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, heads * self.head_size)
         return ctx, (k, v)
 
-    def _mask(self, s, kv_len, past, attention_mask, batch_global, b, device):
+    def _mask(self, s, kv_len, past, attention_mask, batch_global, b, device, causal=True):
         """The bool mask (True = masked out) of s queries over kv_len keys, the first `past` of
-        them cached: causal and/or padding, broadcastable to [b, heads, s, kv_len]; or None.
-        Built on the scores' `device`."""
+        them cached: causal (unless `causal` is False) and/or padding, broadcastable to
+        [b, heads, s, kv_len]; or None. Built on the scores' `device`."""
         masked = None
-        if self.attn_mask_type == "causal":
+        if causal and self.attn_mask_type == "causal":
             qpos = flow.arange(past, kv_len, device=device).view(s, 1)
             kpos = flow.arange(kv_len, device=device).view(1, kv_len)
             masked = (kpos > qpos).view(1, 1, s, kv_len)

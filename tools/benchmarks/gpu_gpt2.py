@@ -359,7 +359,8 @@ def run(a):
 
     from engine.ops import attention
 
-    attention.HALF_ATTENTION_ON_GPU = {"auto": None, "float16": True, "float32": False}[a.attention]
+    attention.HALF_ATTENTION_ON_GPU = {"auto": None, "float16": True, "float32": False, "flash": None}[a.attention]
+    attention.FLASH_ATTENTION_ON_GPU = a.attention == "flash"
     fp16 = a.dtype == "fp16"
     vocab = padded_vocab(a.smoke)
     real_vocab = SMOKE_VOCAB if a.smoke else GPT2_VOCAB
@@ -466,9 +467,10 @@ def parse_args(argv=None):
     p.add_argument("--cuda-graph", action="store_true",
                    help="the engine's forward + backward captured once in a CUDA graph (engine.cuda.graph) and "
                         "replayed; the optimizer step stays eager")
-    p.add_argument("--attention", default="auto", choices=["auto", "float16", "float32"],
+    p.add_argument("--attention", default="auto", choices=["auto", "float16", "float32", "flash"],
                    help="what the engine's attention core computes float16 inputs in (engine.ops.attention."
-                        "HALF_ATTENTION_ON_GPU: auto = float16 where its products go through cuBLAS)")
+                        "HALF_ATTENTION_ON_GPU: auto = float16 where its products go through cuBLAS; flash = "
+                        "the flash-attention kernels, FLASH_ATTENTION_ON_GPU)")
     p.add_argument("--json", metavar="PATH", help="append the run's JSON record to PATH")
     p.add_argument("--smoke", action="store_true", help="tiny model, engine on 'cuda', torch on the CPU")
     a = p.parse_args(argv)

@@ -1,0 +1,502 @@
+"""Flash attention on the packed QKV projection, float16 on tensor cores: the [b, heads, s, s]
+scores are never written to memory.
+
+    ctx = softmax(q k^T * scale, masked_fill(mask, fill)) @ v
+
+q, k, v are read from qkv [b, s, heads, 3 * d] in place (each head's [q | k | v] side by side,
+the layout of packed_qkv_attention) and ctx is written as [b, s, heads, d]. Masking is the one
+of packed_qkv_attention: masked scores are set to the finite `fill` (not -inf), so a fully
+masked row is uniform over all keys, and masked scores get no gradient. `causal` masks key j
+for query i when j > i; with no other mask the tiles above the diagonal are skipped (their
+exp(fill - max) is 0 in float32 wherever a row has an unmasked key, and under a causal mask
+every row has one: key 0).
+
+The kernels follow FlashAttention-2 (Dao, 2023). One block of 4 warps handles 64 rows; each warp
+owns 16 of them and computes with `mma.sync.m16n8k16` (float16 operands, float32 accumulators),
+whose register layout the PTX ISA documents ("Matrix Fragments for mma.m16n8k16 with floating
+point type"). That documented layout is what lets the probabilities stay in registers: the
+accumulator fragments of two 16 x 8 score tiles are exactly the A-operand fragment of the
+16 x 16 tile that multiplies V.
+
+- forward (grid: query tiles x heads x batch): running row max m and sum l, the output
+  accumulator rescaled by exp(m_old - m_new); writes ctx and lse = m + log(l) [b, heads, s].
+- backward, two kernels, no atomics (deterministic): `dq` per query tile (also writes
+  D = rowsum(dO * O), which the softmax's gradient needs), then `dkdv` per key tile, reading D.
+  Both recompute p = exp(z - lse) tile by tile.
+
+Head sizes: multiples of 16 up to 128 (one compiled source per head size). Float16 only: the
+tensor-core instruction takes float16 operands; other dtypes keep the cuBLAS + fused-softmax
+path of engine/ops/attention.py.
+
+Verified without a GPU by running this CUDA source on CPU threads (tests/cuda_on_cpu: one OS
+thread per CUDA thread, __syncthreads a barrier, shuffles and the mma instruction emulated by
+warp-wide exchanges in the documented layout), against the numpy references below.
+"""
+import math
+
+import numpy as np
+
+from .. import backend
+from ._cuda import f32, i32, i64, raw_kernel
+from .softmax import unbroadcast
+
+ROWS = 64  # query (forward, dq) or key (dkdv) rows of one block: 4 warps x 16
+COLS = 64  # keys (forward, dq) or queries (dkdv) per step of the inner loop
+THREADS = 128
+HEAD_SIZES = tuple(range(16, 129, 16))
+
+_SOURCE = r"""
+#include <cuda_fp16.h>
+
+#define HD __HEAD_SIZE__
+#define KS (HD / 16)    // 16-wide k steps over the head dim
+#define NT (HD / 8)     // 8-wide n tiles over the head dim
+#define PAD (HD + 8)    // shared-memory row, padded against bank conflicts
+#define ROWS 64
+#define COLS 64
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+#ifndef FLASH_MMA_EMULATED
+// d[16x8] += a[16x16] b[16x8], float16 operands, float32 accumulators (PTX ISA layout)
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// two float16 as one .f16x2 register: `lo` in the low half (the lower-numbered element)
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  return (unsigned)__half_as_ushort(__float2half_rn(lo)) | ((unsigned)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+__device__ __forceinline__ unsigned pack2h(__half lo, __half hi) {
+  return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
+}
+// two adjacent float16 (even element index) as one register
+__device__ __forceinline__ unsigned ld2(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
+__device__ __forceinline__ float lo_f(unsigned r) { return __half2float(__ushort_as_half((unsigned short)(r & 0xffffu))); }
+__device__ __forceinline__ float hi_f(unsigned r) { return __half2float(__ushort_as_half((unsigned short)(r >> 16))); }
+
+// A-operand fragments of 16 rows [r0, r0 + 16) x HD of a row-major matrix (row stride `rs`, zero
+// past row `n`): frag[kk] covers columns [16 kk, 16 kk + 16)
+__device__ __forceinline__ void load_a(unsigned frag[KS][4], const __half* m, long long rs, int r0, int n, int g, int t) {
+  const int ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    const int c = kk * 16 + 2 * t;
+    frag[kk][0] = ra < n ? ld2(m + ra * rs + c) : 0u;
+    frag[kk][1] = rb < n ? ld2(m + rb * rs + c) : 0u;
+    frag[kk][2] = ra < n ? ld2(m + ra * rs + c + 8) : 0u;
+    frag[kk][3] = rb < n ? ld2(m + rb * rs + c + 8) : 0u;
+  }
+}
+
+// Rows [r0, r0 + 64) of a matrix (row stride `rs`, zero past row `n`) into shared memory
+__device__ __forceinline__ void load_tile(__half (*dst)[PAD], const __half* m, long long rs, int r0, int n) {
+  for (int w = threadIdx.x; w < ROWS * (HD / 2); w += blockDim.x) {
+    const int r = w / (HD / 2), c = 2 * (w % (HD / 2));
+    *reinterpret_cast<unsigned*>(&dst[r][c]) = r0 + r < n ? ld2(m + (r0 + r) * rs + c) : 0u;
+  }
+}
+
+// acc[16 x 64] = A[16 x HD] (fragments) times the 64 rows of `tile`, transposed
+__device__ __forceinline__ void mma_rows_t(float acc[8][4], const unsigned a[KS][4], const __half (*tile)[PAD], int g, int t) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      const unsigned b[2] = {ld2(&tile[nt * 8 + g][kk * 16 + 2 * t]), ld2(&tile[nt * 8 + g][kk * 16 + 8 + 2 * t])};
+      mma16816(acc[nt], a[kk], b);
+    }
+  }
+}
+
+// acc[16 x HD] += P[16 x 64] (accumulator layout, rounded to float16) times `tile` [64 x HD]
+__device__ __forceinline__ void mma_p_tile(float acc[NT][4], const float p[8][4], const __half (*tile)[PAD], int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // 16 columns of P (two n tiles) = one k step
+    const unsigned a[4] = {pack2(p[2 * j][0], p[2 * j][1]), pack2(p[2 * j][2], p[2 * j][3]),
+                           pack2(p[2 * j + 1][0], p[2 * j + 1][1]), pack2(p[2 * j + 1][2], p[2 * j + 1][3])};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int c = nt * 8 + g, r = j * 16 + 2 * t;
+      const unsigned b[2] = {pack2h(tile[r][c], tile[r + 1][c]), pack2h(tile[r + 8][c], tile[r + 9][c])};
+      mma16816(acc[nt], a, b);
+    }
+  }
+}
+
+// Whether score (query i, key j) is masked (set to fill). Only called for i, j < s.
+__device__ __forceinline__ bool masked(int i, int j, int causal, const unsigned char* mask, long long mq, long long mk) {
+  return (causal && j > i) || (mask != nullptr && mask[i * mq + j * mk]);
+}
+
+// Where a block and thread work: the block's tile of 64 rows, head and batch row; the thread's
+// warp, group g = lane / 4 and t = lane % 4 (its place in the mma fragments); the head's q, k, v
+// in qkv (token stride rs), its offset in the [b, s, heads, d] tensors (token stride os) and in
+// the [b, heads, s] rows of lse and D; its slice of the mask; r0, the warp's first row.
+struct Place {
+  int tile, h, b, warp, g, t, r0;
+  long long rs, os, bh, ob;
+  const __half *q, *k, *v;
+  const unsigned char* mask;
+  __device__ Place(const __half* qkv, const unsigned char* m, int s, int heads, int has_mask, long long mb,
+                   long long mh) {
+    tile = blockIdx.x; h = blockIdx.y; b = blockIdx.z;
+    warp = threadIdx.x >> 5; g = (threadIdx.x & 31) >> 2; t = threadIdx.x & 3;
+    r0 = tile * ROWS + warp * 16;
+    rs = (long long)heads * 3 * HD;
+    os = (long long)heads * HD;
+    bh = ((long long)b * heads + h) * s;
+    ob = (long long)b * s * os + (long long)h * HD;
+    q = qkv + (long long)b * s * rs + (long long)h * 3 * HD;
+    k = q + HD;
+    v = q + 2 * HD;
+    mask = has_mask ? m + b * mb + h * mh : nullptr;
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, __half* __restrict__ out,
+              float* __restrict__ lse, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
+              long long mh, long long mq, long long mk) {
+  __shared__ __align__(16) __half ks[COLS][PAD];
+  __shared__ __align__(16) __half vs[COLS][PAD];
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
+  const long long rs = w.rs;
+  const unsigned char* bm = w.mask;
+  const int row[2] = {r0 + g, r0 + g + 8};
+  unsigned qa[KS][4];
+  load_a(qa, w.q, rs, r0, s, g, t);
+  float o[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
+  for (int k0 = 0; k0 < kend; k0 += COLS) {
+    __syncthreads();  // the previous tiles are read
+    load_tile(ks, w.k, rs, k0, s);
+    load_tile(vs, w.v, rs, k0, s);
+    __syncthreads();
+    float z[8][4];
+    mma_rows_t(z, qa, ks, g, t);
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = row[e >> 1], j = k0 + nt * 8 + 2 * t + (e & 1);
+        float val = z[nt][e] * scale;
+        if (j >= s) val = NEG_INF;  // no such key
+        else if (i < s && masked(i, j, causal, bm, mq, mk)) val = fill;
+        z[nt][e] = val;
+        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // the row's max over the quad of threads that hold it
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float mnew = fmaxf(m[r], mx[r]);  // finite: key k0 < s exists and fill is finite
+      alpha[r] = expf(m[r] - mnew);
+      m[r] = mnew;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = expf(z[nt][e] - m[e >> 1]);
+        z[nt][e] = p;
+        l[e >> 1] += p;
+      }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
+      o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
+    }
+    mma_p_tile(o, z, vs, g, t);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  __half* ob = out + w.ob;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s) continue;
+    const float inv = 1.f / l[r];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      *reinterpret_cast<unsigned*>(ob + row[r] * w.os + nt * 8 + 2 * t) = pack2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+    if (t == 0) lse[w.bh + row[r]] = m[r] + logf(l[r]);
+  }
+}
+
+// dq = scale * sum_j ds_ij k_j with ds = p (dp - D), dp = dO v^T; also D = rowsum(dO * O)
+extern "C" __global__ void __launch_bounds__(128)
+flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, const __half* __restrict__ out,
+             const __half* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ dsum,
+             __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
+             long long mh, long long mq, long long mk) {
+  __shared__ __align__(16) __half ks[COLS][PAD];
+  __shared__ __align__(16) __half vs[COLS][PAD];
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
+  const long long rs = w.rs, os = w.os, bh = w.bh;
+  const unsigned char* bm = w.mask;
+  const int row[2] = {r0 + g, r0 + g + 8};
+  unsigned qa[KS][4], ga[KS][4], oa[KS][4];
+  load_a(qa, w.q, rs, r0, s, g, t);
+  load_a(ga, dout + w.ob, os, r0, s, g, t);
+  load_a(oa, out + w.ob, os, r0, s, g, t);
+  // D: each thread's share of its two rows, summed over the quad that holds the whole rows
+  float dd[2] = {0.f, 0.f};
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float prod = lo_f(ga[kk][e]) * lo_f(oa[kk][e]) + hi_f(ga[kk][e]) * hi_f(oa[kk][e]);
+      dd[e & 1] += prod;  // registers 0 and 2 hold row g, 1 and 3 row g + 8
+    }
+  float ls[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    dd[r] += __shfl_xor_sync(0xffffffffu, dd[r], 1);
+    dd[r] += __shfl_xor_sync(0xffffffffu, dd[r], 2);
+    ls[r] = row[r] < s ? lse[bh + row[r]] : 0.f;
+    if (t == 0 && row[r] < s) dsum[bh + row[r]] = dd[r];
+  }
+  float dq[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
+  for (int k0 = 0; k0 < kend; k0 += COLS) {
+    __syncthreads();
+    load_tile(ks, w.k, rs, k0, s);
+    load_tile(vs, w.v, rs, k0, s);
+    __syncthreads();
+    float p[8][4], dp[8][4];
+    mma_rows_t(p, qa, ks, g, t);
+    mma_rows_t(dp, ga, vs, g, t);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, i = row[r], j = k0 + nt * 8 + 2 * t + (e & 1);
+        float ds = 0.f;
+        if (i < s && j < s) {
+          const bool off = masked(i, j, causal, bm, mq, mk);
+          const float pr = expf((off ? fill : p[nt][e] * scale) - ls[r]);
+          ds = off ? 0.f : pr * (dp[nt][e] - dd[r]);
+        }
+        p[nt][e] = ds;
+      }
+    mma_p_tile(dq, p, ks, g, t);
+  }
+  __half* dqb = dqkv + (w.q - qkv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= s) continue;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      *reinterpret_cast<unsigned*>(dqb + row[r] * rs + nt * 8 + 2 * t) = pack2(dq[nt][2 * r] * scale, dq[nt][2 * r + 1] * scale);
+  }
+}
+
+// dv = sum_i p_ij dO_i, dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x 16)
+extern "C" __global__ void __launch_bounds__(128)
+flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
+               const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
+               __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
+               long long mh, long long mq, long long mk) {
+  __shared__ __align__(16) __half qs[COLS][PAD];
+  __shared__ __align__(16) __half gs[COLS][PAD];
+  __shared__ float ls[COLS], ds_[COLS];
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 keys from r0
+  const long long rs = w.rs, os = w.os, bh = w.bh;
+  const unsigned char* bm = w.mask;
+  const __half* gb = dout + w.ob;
+  const int key[2] = {r0 + g, r0 + g + 8};
+  unsigned ka[KS][4], va[KS][4];
+  load_a(ka, w.k, rs, r0, s, g, t);
+  load_a(va, w.v, rs, r0, s, g, t);
+  float dk[NT][4], dv[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
+  }
+  const int qstart = (causal && !has_mask) ? tile * ROWS : 0;  // earlier queries see none of these keys
+  for (int i0 = qstart; i0 < s; i0 += COLS) {
+    __syncthreads();
+    load_tile(qs, w.q, rs, i0, s);
+    load_tile(gs, gb, os, i0, s);
+    for (int c = threadIdx.x; c < COLS; c += blockDim.x) {
+      ls[c] = i0 + c < s ? lse[bh + i0 + c] : 0.f;
+      ds_[c] = i0 + c < s ? dsum[bh + i0 + c] : 0.f;
+    }
+    __syncthreads();
+    float p[8][4], dp[8][4];
+    mma_rows_t(p, ka, qs, g, t);  // scores transposed: [key, query]
+    mma_rows_t(dp, va, gs, g, t);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];
+        float pr = 0.f, ds = 0.f;
+        if (i < s && j < s) {
+          const bool off = masked(i, j, causal, bm, mq, mk);
+          pr = expf((off ? fill : p[nt][e] * scale) - ls[c]);
+          ds = off ? 0.f : pr * (dp[nt][e] - ds_[c]);
+        }
+        p[nt][e] = pr;
+        dp[nt][e] = ds;
+      }
+    mma_p_tile(dv, p, gs, g, t);
+    mma_p_tile(dk, dp, qs, g, t);
+  }
+  __half* dkb = dqkv + (w.k - qkv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (key[r] >= s) continue;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      *reinterpret_cast<unsigned*>(dkb + key[r] * rs + nt * 8 + 2 * t) = pack2(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
+      *reinterpret_cast<unsigned*>(dkb + HD + key[r] * rs + nt * 8 + 2 * t) = pack2(dv[nt][2 * r], dv[nt][2 * r + 1]);
+    }
+  }
+}
+"""
+
+
+def source(head_size):
+    """The CUDA source of the three kernels for one head size (a multiple of 16, at most 128)."""
+    if head_size not in HEAD_SIZES:
+        raise ValueError(f"flash attention: head size {head_size} is not a multiple of 16 in [16, 128]")
+    return _SOURCE.replace("__HEAD_SIZE__", str(head_size))
+
+
+def supports(dtype, head_size, fill):
+    """Whether these kernels compute this attention: float16, a supported head size, a finite fill."""
+    return np.dtype(dtype) == np.float16 and head_size in HEAD_SIZES and math.isfinite(fill)
+
+
+# ------------------------------------------------------------------ numpy references
+def _scores(qkv4, mask, scale, fill, causal):
+    """(q, k, v in float32 [b, heads, s, d], z: the scaled, masked scores [b, heads, s, s] in
+    float32, off: where they are masked)."""
+    d = qkv4.shape[-1] // 3
+    q, k, v = (qkv4[..., i * d:(i + 1) * d].astype(np.float32).transpose(0, 2, 1, 3) for i in range(3))
+    s = qkv4.shape[1]
+    off = np.zeros((1, 1, s, s), bool)
+    if causal:
+        off = off | (np.arange(s)[None, :] > np.arange(s)[:, None])
+    if mask is not None:
+        off = off | mask
+    z = np.where(off, np.float32(fill), (q @ k.transpose(0, 1, 3, 2)) * np.float32(scale))
+    return q, k, v, z, np.broadcast_to(off, z.shape)
+
+
+def forward_reference(qkv4, mask, scale, fill, causal):
+    """(ctx [b, s, heads, d] in qkv's dtype, lse [b, heads, s] float32) of qkv4 [b, s, heads, 3d];
+    `mask` bool broadcastable to [b, heads, s, s] or None."""
+    q, k, v, z, _ = _scores(qkv4, mask, scale, fill, causal)
+    mx = z.max(-1, keepdims=True)
+    e = np.exp(z - mx)
+    l = e.sum(-1, keepdims=True)
+    ctx = (e / l) @ v
+    lse = (mx + np.log(l))[..., 0]
+    return ctx.transpose(0, 2, 1, 3).astype(qkv4.dtype), lse.astype(np.float32)
+
+
+def backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dsum=None):
+    """(dqkv [b, s, heads, 3d] in qkv's dtype, D = rowsum(dO * O) [b, heads, s] float32) from the
+    output gradient g4 and output out4 [b, s, heads, d] (or from D itself, when given)."""
+    q, k, v, z, off = _scores(qkv4, mask, scale, fill, causal)
+    go = g4.astype(np.float32).transpose(0, 2, 1, 3)
+    if dsum is None:
+        dsum = (go * out4.astype(np.float32).transpose(0, 2, 1, 3)).sum(-1)
+    p = np.exp(z - lse[..., None])
+    dv = p.transpose(0, 1, 3, 2) @ go
+    ds = np.where(off, np.float32(0), p * (go @ v.transpose(0, 1, 3, 2) - dsum[..., None]))
+    dq = ds @ k * np.float32(scale)
+    dk = ds.transpose(0, 1, 3, 2) @ q * np.float32(scale)
+    dqkv = np.concatenate([t.transpose(0, 2, 1, 3) for t in (dq, dk, dv)], axis=-1)
+    return dqkv.astype(qkv4.dtype), dsum.astype(np.float32)
+
+
+# ------------------------------------------------------------------ CUDA launchers
+def mask_strides(xp, mask, shape):
+    """(mask as the kernels read it, its element strides (b, heads, i, j) broadcast to `shape`):
+    a broadcast mask is read in place, never written out to the scores' size."""
+    mask = xp.ascontiguousarray(unbroadcast(mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))))
+    strides = [0 if n == 1 else st // mask.itemsize for n, st in zip(mask.shape, mask.strides)]
+    for n, full in zip(mask.shape, shape):
+        if n not in (1, full):
+            raise ValueError(f"flash attention: mask of shape {list(mask.shape)} does not broadcast to {list(shape)}")
+    return mask, strides
+
+
+def _grid(s, heads, b):
+    """One block per 64 rows of each (batch row, head)."""
+    return (-(-s // ROWS), heads, b)
+
+
+def _tail(cp, mask, shape, scale, fill, causal, dummy):
+    """The kernels' common trailing arguments: (mask or a dummy pointer, s, heads, scale, fill,
+    causal, has_mask, the mask's four element strides)."""
+    b, heads, s, _ = shape
+    if mask is None:
+        ptr, strides = dummy, (0, 0, 0, 0)
+    else:
+        ptr, strides = mask_strides(cp, mask, shape)
+    return ((ptr, i32(s), i32(heads), f32(scale), f32(fill), i32(causal), i32(mask is not None))
+            + tuple(i64(t) for t in strides))
+
+
+def forward_cuda(qkv4, mask, scale, fill, causal):
+    cp = backend.cupy()
+    b, s, heads, d3 = qkv4.shape
+    d = d3 // 3
+    qkv4 = cp.ascontiguousarray(qkv4)
+    out = cp.empty((b, s, heads, d), np.float16)
+    lse = cp.empty((b, heads, s), np.float32)
+    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, qkv4)
+    raw_kernel(source(d), f"flash_fwd__hd{d}")(_grid(s, heads, b), (THREADS,), (qkv4, m, out, lse, *tail))
+    return out, lse
+
+
+def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal):
+    cp = backend.cupy()
+    b, s, heads, d3 = qkv4.shape
+    d = d3 // 3
+    qkv4, g4, out4 = (cp.ascontiguousarray(a) for a in (qkv4, g4.astype(np.float16, copy=False), out4))
+    dqkv = cp.empty(qkv4.shape, np.float16)
+    dsum = cp.empty((b, heads, s), np.float32)
+    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, qkv4)
+    src, grid = source(d), _grid(s, heads, b)
+    raw_kernel(src, f"flash_dq__hd{d}")(grid, (THREADS,), (qkv4, m, out4, g4, lse, dsum, dqkv, *tail))
+    raw_kernel(src, f"flash_dkdv__hd{d}")(grid, (THREADS,), (qkv4, m, g4, lse, dsum, dqkv, *tail))
+    return dqkv, dsum
+
+
+# ------------------------------------------------------------------ dispatch
+def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False):
+    """(ctx [b, s, heads, d], lse [b, heads, s]) of qkv4 [b, s, heads, 3d] (see the module doc)."""
+    if isinstance(qkv4, np.ndarray):
+        return forward_reference(qkv4, mask, scale, fill, causal)
+    return forward_cuda(qkv4, mask, scale, fill, causal)
+
+
+def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False):
+    """(dqkv [b, s, heads, 3d], D [b, heads, s]) from the output gradient g4 [b, s, heads, d]."""
+    if isinstance(qkv4, np.ndarray):
+        return backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal)
+    return backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal)

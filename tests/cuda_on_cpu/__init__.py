@@ -1,0 +1,117 @@
+"""Run a CUDA kernel's own source on the CPU: a check of the kernel's logic (indexing, tiling,
+masking, the warp-level data flow of tensor-core fragments) on a machine without a GPU.
+
+`compile_kernels(source)` builds the source with g++ against cuda_cpu.h (a CUDA stand-in: one OS
+thread per CUDA thread, blocks run one after another, __syncthreads a std::barrier, warp
+shuffles and `mma.sync.m16n8k16` emulated by warp-wide exchanges in the PTX ISA's documented
+fragment layout) and returns a launcher per `extern "C" __global__` function:
+
+    kernels = compile_kernels(src)
+    kernels["name"](grid, block, (numpy arrays and numpy scalars in the kernel's order))
+
+Arrays are passed by pointer (C-contiguous, their memory is the kernel's global memory); None
+is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
+
+What this does not check: the memory model beyond barriers (a missing __syncwarp between lanes
+that the GPU runs in lockstep), occupancy, register spills, bank conflicts, and the GPU's float
+details (-ftz, expf's ulps): the kernels' real-GPU tests do (tests/test_fused_kernels_gpu.py).
+"""
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_CACHE = os.path.join(tempfile.gettempdir(), "engine_cuda_on_cpu")
+_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
+_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "long long": ctypes.c_longlong, "float": ctypes.c_float,
+           "double": ctypes.c_double}
+_NUMPY = {"int": np.int32, "unsigned": np.uint32, "long long": np.int64, "float": np.float32, "double": np.float64}
+
+
+def _params(text):
+    """[(C type without qualifiers, name)] of a parameter list."""
+    out = []
+    for p in filter(None, (p.strip() for p in text.split(","))):
+        p = re.sub(r"\b(const|__restrict__)\b", " ", p)
+        name = re.findall(r"\w+", p)[-1]
+        ctype = " ".join(p[:p.rindex(name)].split())
+        out.append(("pointer" if "*" in ctype else ctype, name))
+    return out
+
+
+def compiler():
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ is not installed: the CUDA sources cannot be run on the CPU")
+    return cxx
+
+
+def compile_kernels(source):
+    """{name: launch(grid, block, args)} for each extern "C" kernel of `source` (see the module doc)."""
+    decls = [(name, _params(params)) for name, params in _DECL.findall(source)]
+    if not decls:
+        raise ValueError("no extern \"C\" __global__ function in the source")
+    wrappers = []
+    for name, params in decls:
+        args = ", ".join(f"{'void*' if t == 'pointer' else t} a{i}" for i, (t, _) in enumerate(params))
+        casts = ", ".join(f"({_cast(source, name, i)})a{i}" if t == "pointer" else f"a{i}"
+                          for i, (t, _) in enumerate(params))
+        wrappers.append(f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, {args}) '
+                        f'{{ cuda_cpu::launch(dim3{{gx, gy, gz}}, dim3{{bx, 1, 1}}, [&] {{ {name}({casts}); }}); }}')
+    text = source + "\n" + "\n".join(wrappers) + "\n"
+    key = hashlib.sha256((text + open(os.path.join(HERE, "cuda_cpu.h")).read()).encode()).hexdigest()[:20]
+    os.makedirs(_CACHE, exist_ok=True)
+    lib_path = os.path.join(_CACHE, f"k{key}.so")
+    if not os.path.exists(lib_path):
+        work = tempfile.mkdtemp(dir=_CACHE)
+        with open(os.path.join(work, "cuda_fp16.h"), "w") as f:  # the kernels' only include
+            f.write(f'#include "{os.path.join(HERE, "cuda_cpu.h")}"\n')
+        src = os.path.join(work, "kernels.cpp")
+        with open(src, "w") as f:
+            f.write('#include "cuda_fp16.h"\n' + text)
+        tmp = os.path.join(work, "k.so")
+        r = subprocess.run([compiler(), "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", f"-I{work}", src, "-o",
+                            tmp], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"g++ failed on the kernel source:\n{r.stderr[-6000:]}")
+        os.replace(tmp, lib_path)  # atomic: a concurrent test process sees a whole library or none
+        shutil.rmtree(work, ignore_errors=True)
+    lib = ctypes.CDLL(lib_path)
+    return {name: _launcher(getattr(lib, f"launch_{name}"), name, params) for name, params in decls}
+
+
+def _cast(source, name, i):
+    """The C type of pointer parameter i of kernel `name`, qualifiers dropped."""
+    params = dict(_DECL.findall(source))[name]
+    p = re.sub(r"\b__restrict__\b", " ", [p for p in params.split(",") if p.strip()][i])
+    return " ".join(p[:p.rindex(re.findall(r"\w+", p)[-1])].split())
+
+
+def _launcher(fn, name, params):
+    fn.restype = None
+    fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_void_p if t == "pointer" else _CTYPES[t] for t, _ in params]
+
+    def launch(grid, block, args):
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        if len(args) != len(params):
+            raise TypeError(f"{name}: {len(params)} arguments, got {len(args)}")
+        values = []
+        for (t, pname), a in zip(params, args):
+            if t == "pointer":
+                if a is not None and not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
+                    raise TypeError(f"{name}: {pname} must be a C-contiguous numpy array or None")
+                values.append(None if a is None else a.ctypes.data)
+            else:
+                if not isinstance(a, _NUMPY[t]):
+                    raise TypeError(f"{name}: {pname} is {t}, got {type(a).__name__} (pass numpy's exact type)")
+                values.append(a.item())
+        fn(*grid, block[0] if isinstance(block, tuple) else block, *values)
+
+    return launch

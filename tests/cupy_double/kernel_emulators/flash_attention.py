@@ -1,0 +1,72 @@
+"""Emulators of engine/kernels/flash_attention.py: each checks the launch as the kernels read it
+(geometry, scalar C types, buffer sizes, the mask's strides) and writes what the kernel writes
+from the numpy references: the forward ctx and lse; `dq` the q third of dqkv and D; `dkdv` the
+k and v thirds from the D in memory (so dq's launch must come first, as on a GPU)."""
+import numpy as np
+
+from engine.kernels import flash_attention as flash
+
+from . import emulates
+from .norm_act import _buf, _scalars
+
+_TAIL = (np.int32, np.int32, np.float32, np.float32, np.int32, np.int32, np.int64, np.int64, np.int64, np.int64)
+
+
+def _layout(name, grid, block, mask, scalars):
+    """(b, s, heads, d, mask or None, scale, fill, causal) of a launch, checked."""
+    s, heads, scale, fill, causal, has_mask, *strides = _scalars(name, scalars, _TAIL)
+    d = int(name.rsplit("__hd", 1)[1])
+    b = grid[2]
+    if block != (flash.THREADS, 1, 1):
+        raise ValueError(f"{name}: block {block}; the kernels are written for {flash.THREADS} threads (4 warps)")
+    if grid[0] * flash.ROWS < s or grid[1] != heads:
+        raise ValueError(f"{name}: grid {grid} does not cover {s} rows of {heads} heads")
+    m = None
+    if has_mask:
+        shape = (b, heads, s, s)
+        reach = sum((n - 1) * t for n, t in zip(shape, strides))
+        if min(strides) < 0 or reach >= mask.size:
+            raise ValueError(f"{name}: mask strides {strides} reach element {reach} of a mask of {mask.size}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"{name}: mask is {mask.dtype}, the kernel reads bytes of bool")
+        m = np.lib.stride_tricks.as_strided(mask, shape, [t * mask.itemsize for t in strides])
+    return b, s, heads, d, m, scale, fill, bool(causal)
+
+
+@emulates("flash_fwd")
+def _flash_fwd(name, grid, block, args, shared_mem):
+    qkv, mask, out, lse, *scalars = args
+    b, s, heads, d, m, scale, fill, causal = _layout(name, grid, block, mask, scalars)
+    qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
+    o, l = flash.forward_reference(qkv4, m, scale, fill, causal)
+    _buf(name, "out", out, o.size, np.float16)[:] = o.reshape(-1)
+    _buf(name, "lse", lse, l.size, np.float32)[:] = l.reshape(-1)
+
+
+def _backward(name, grid, block, qkv, mask, out, g, lse, scalars):
+    b, s, heads, d, m, scale, fill, causal = _layout(name, grid, block, mask, scalars)
+    qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
+    o = None if out is None else _buf(name, "out", out, b * s * heads * d, np.float16).reshape(b, s, heads, d)
+    g4 = _buf(name, "dout", g, b * s * heads * d, np.float16).reshape(b, s, heads, d)
+    lse3 = _buf(name, "lse", lse, b * heads * s, np.float32).reshape(b, heads, s)
+    return qkv4, o, g4, lse3, m, scale, fill, causal, d
+
+
+@emulates("flash_dq")
+def _flash_dq(name, grid, block, args, shared_mem):
+    qkv, mask, out, g, lse, dsum, dqkv, *scalars = args
+    qkv4, o, g4, lse3, m, scale, fill, causal, d = _backward(name, grid, block, qkv, mask, out, g, lse, scalars)
+    dq, dd = flash.backward_reference(g4, qkv4, o, lse3, m, scale, fill, causal)
+    _buf(name, "dqkv", dqkv, dq.size, np.float16).reshape(dq.shape)[..., :d] = dq[..., :d]
+    _buf(name, "dsum", dsum, dd.size, np.float32)[:] = dd.reshape(-1)
+
+
+@emulates("flash_dkdv")
+def _flash_dkdv(name, grid, block, args, shared_mem):
+    qkv, mask, g, lse, dsum, dqkv, *scalars = args
+    qkv4, _, g4, lse3, m, scale, fill, causal, d = _backward(name, grid, block, qkv, mask, None, g, lse, scalars)
+    b, s, heads = qkv4.shape[:3]
+    dd = _buf(name, "dsum", dsum, b * heads * s, np.float32).reshape(b, heads, s)
+    # the D that flash_dq wrote (a launch in the wrong order reads whatever the memory held)
+    ref, _ = flash.backward_reference(g4, qkv4, None, lse3, m, scale, fill, causal, dsum=dd)
+    _buf(name, "dqkv", dqkv, ref.size, np.float16).reshape(ref.shape)[..., d:] = ref[..., d:]

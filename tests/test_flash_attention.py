@@ -1,0 +1,235 @@
+"""Flash attention (engine/kernels/flash_attention.py) checked without a GPU, in three layers:
+
+1. the numpy references against PyTorch, forward and backward;
+2. the CUDA source itself run on CPU threads (tests/cuda_on_cpu) against the references, with
+   NaN-poisoned outputs, odd sequence lengths, every kind of mask and fully masked rows;
+3. the op (packed_qkv_attention with FLASH_ATTENTION_ON_GPU) through the CuPy double against
+   the unfused cuBLAS + fused-softmax path, forward and backward, under fp16 autocast.
+
+The same kernels on a real GPU: tests/test_fused_kernels_gpu.py::test_flash_attention.
+"""
+import numpy as np
+import pytest
+import torch
+
+import engine as flow
+from engine.kernels import flash_attention as fa
+from engine.ops import attention as A
+
+SCALE, FILL = 0.3, -10000.0
+
+
+def _mask(rng, kind, b, heads, s):
+    """A bool mask (True = masked) broadcastable to [b, heads, s, s], or None."""
+    if kind == "none":
+        return None
+    if kind == "padding":  # [b, 1, 1, s]; batch row 0 has every key masked (uniform rows)
+        m = rng.random((b, 1, 1, s)) < 0.3
+        m[0] = True
+        return m
+    if kind == "square":  # [s, s], broadcast over batch and heads
+        return rng.random((s, s)) < 0.4
+    return rng.random((b, heads, s, s)) < 0.4  # "full"
+
+
+def _qkv(rng, b, s, heads, d):
+    return (rng.standard_normal((b, s, heads, 3 * d)) * 1.5).astype(np.float16)
+
+
+def _rel(got, want, what, tol=2e-3):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.isfinite(got).all(), f"{what}: non-finite values (an element left unwritten?)"
+    err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    assert err <= tol, f"{what}: ||got - want|| / ||want|| = {err:.3g} > {tol}"
+
+
+# ------------------------------------------------------------------ 1. references against torch
+def _torch_attention(qkv, mask, causal, g):
+    b, s, heads, d3 = qkv.shape
+    d = d3 // 3
+    t = torch.tensor(qkv.astype(np.float32), requires_grad=True)
+    q, k, v = (t[..., i * d:(i + 1) * d].permute(0, 2, 1, 3) for i in range(3))
+    z = q @ k.transpose(-1, -2) * SCALE
+    off = torch.zeros(s, s, dtype=torch.bool)
+    if causal:
+        off = torch.ones(s, s, dtype=torch.bool).triu(1)
+    if mask is not None:
+        off = off | torch.tensor(mask)
+    z = z.masked_fill(off, FILL)
+    ctx = (torch.softmax(z, -1) @ v).permute(0, 2, 1, 3)
+    ctx.backward(torch.tensor(g.astype(np.float32)))
+    return ctx.detach().numpy(), torch.logsumexp(z, -1).detach().numpy(), t.grad.numpy()
+
+
+@pytest.mark.parametrize("kind", ["none", "padding", "square", "full"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_references_match_torch(kind, causal):
+    rng = np.random.default_rng(0)
+    b, s, heads, d = 2, 9, 3, 16
+    qkv = _qkv(rng, b, s, heads, d)
+    mask = _mask(rng, kind, b, heads, s)
+    g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
+    want_ctx, want_lse, want_dqkv = _torch_attention(qkv, mask, causal, g)
+    ctx, lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal)
+    _rel(ctx, want_ctx, "ctx")
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
+    dqkv, dsum = fa.backward_reference(g, qkv, ctx, lse, mask, SCALE, FILL, causal)
+    _rel(dqkv, want_dqkv, "dqkv")
+    np.testing.assert_allclose(dsum, (g.astype(np.float32) * ctx.astype(np.float32)).sum(-1).transpose(0, 2, 1),
+                               rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ 2. the CUDA source on CPU threads
+@pytest.fixture(scope="module")
+def cpu_kernels():
+    from cuda_on_cpu import compile_kernels
+    cache = {}
+
+    def get(d):
+        if d not in cache:
+            cache[d] = compile_kernels(fa.source(d))
+        return cache[d]
+
+    return get
+
+
+def _run_source(kernels, qkv, mask, causal, g):
+    """The three kernels as forward_cuda / backward_cuda launch them, on numpy memory."""
+    b, s, heads, d3 = qkv.shape
+    d = d3 // 3
+    shape = (b, heads, s, s)
+    tail = fa._tail(np, mask, shape, SCALE, FILL, causal, qkv)
+    grid = fa._grid(s, heads, b)
+    out = np.full((b, s, heads, d), np.nan, np.float16)
+    lse = np.full((b, heads, s), np.nan, np.float32)
+    kernels[f"flash_fwd__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, lse, *tail[1:]))
+    dqkv = np.full(qkv.shape, np.nan, np.float16)
+    dsum = np.full((b, heads, s), np.nan, np.float32)
+    kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
+    kernels[f"flash_dkdv__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, *tail[1:]))
+    return out, lse, dqkv, dsum
+
+
+@pytest.mark.parametrize("d,b,s,heads,kind,causal", [
+    (16, 2, 70, 2, "none", False),      # two tiles, the second partial
+    (16, 1, 130, 1, "none", True),      # causal tile skipping over three tiles
+    (32, 2, 33, 3, "padding", False),   # a batch row with every key masked: uniform rows
+    (16, 2, 67, 2, "padding", True),    # causal + padding: no skipping, masked rows still uniform
+    (16, 1, 40, 2, "full", False),      # a per-head mask read through its strides
+    (48, 1, 1, 1, "square", False),     # one token
+    (64, 1, 65, 2, "square", True),     # GPT-2's head size
+])
+def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal):
+    rng = np.random.default_rng(d * 1000 + s)
+    qkv = _qkv(rng, b, s, heads, d)
+    mask = _mask(rng, kind, b, heads, s)
+    g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
+    out, lse, dqkv, dsum = _run_source(cpu_kernels(d), qkv, mask, causal, g)
+    want_out, want_lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal)
+    _rel(out, want_out, "ctx")
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
+    want_dqkv, want_dsum = fa.backward_reference(g, qkv, out, lse, mask, SCALE, FILL, causal)
+    for i, part in enumerate("qkv"):
+        _rel(dqkv[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], f"d{part}")
+    np.testing.assert_allclose(dsum, want_dsum, rtol=1e-3, atol=1e-3)
+
+
+def test_every_head_size_compiles_with_nvrtc():
+    from nvrtc_helper import nvrtc_compiler
+    compile_ = nvrtc_compiler()
+    for d in fa.HEAD_SIZES:
+        compile_(fa.source(d), [f"flash_{k}__hd{d}" for k in ("fwd", "dq", "dkdv")])
+
+
+def test_unsupported_head_sizes_and_dtypes():
+    with pytest.raises(ValueError, match="head size 24"):
+        fa.source(24)
+    assert not fa.supports(np.float32, 64, FILL)
+    assert not fa.supports(np.float16, 144, FILL)
+    assert not fa.supports(np.float16, 64, float("-inf"))
+    assert fa.supports(np.float16, 64, FILL)
+
+
+# ------------------------------------------------------------------ 3. the op through the CuPy double
+@pytest.fixture
+def flash_on():
+    saved = A.FLASH_ATTENTION_ON_GPU
+    A.FLASH_ATTENTION_ON_GPU = True
+    try:
+        yield
+    finally:
+        A.FLASH_ATTENTION_ON_GPU = saved
+
+
+def _attention_step(qkv_np, heads, mask_np, causal, g_np, flash):
+    saved = A.FLASH_ATTENTION_ON_GPU
+    A.FLASH_ATTENTION_ON_GPU = flash
+    try:
+        qkv = flow.tensor(qkv_np, device="cuda", requires_grad=True)
+        mask = None if mask_np is None else flow.tensor(mask_np, device="cuda")
+        with flow.autocast("cuda", dtype=flow.float16):
+            ctx = flow.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=SCALE, fill=FILL, causal=causal)
+        ctx.backward(flow.tensor(g_np, device="cuda"))
+        return ctx.detach().float().cpu().numpy(), qkv.grad.cpu().numpy()
+    finally:
+        A.FLASH_ATTENTION_ON_GPU = saved
+
+
+@pytest.mark.parametrize("kind,causal", [("none", True), ("padding", False), ("padding", True), ("full", False)])
+def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal):
+    rng = np.random.default_rng(7)
+    b, s, heads, d = 2, 37, 2, 32
+    qkv = rng.standard_normal((b, s, heads * 3 * d)).astype(np.float32)
+    mask = _mask(rng, kind, b, heads, s)
+    g = rng.standard_normal((b, s, heads * d)).astype(np.float32)
+    stats = cuda_double._double.stats
+    stats.reset()
+    ctx, dqkv = _attention_step(qkv, heads, mask, causal, g, flash=True)
+    assert [stats.by_name[f"flash_{k}__hd{d}"] for k in ("fwd", "dq", "dkdv")] == [1, 1, 1]
+    stats.reset()
+    want_ctx, want_dqkv = _attention_step(qkv, heads, mask, causal, g, flash=False)
+    assert stats.by_name[f"flash_fwd__hd{d}"] == 0 and stats.by_name["cublasGemm"] > 0
+    _rel(ctx, want_ctx, "ctx", 4e-3)
+    _rel(dqkv, want_dqkv, "dqkv", 4e-3)
+
+
+def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
+    rng = np.random.default_rng(3)
+    stats = cuda_double._double.stats
+    qkv = flow.tensor(rng.standard_normal((2, 5, 2 * 3 * 24)).astype(np.float32), device="cuda")
+    stats.reset()
+    with flow.autocast("cuda", dtype=flow.float16):  # head size 24: not a multiple of 16
+        flow.nn.functional.packed_qkv_attention(qkv, 2)
+    qkv = flow.tensor(rng.standard_normal((2, 5, 2 * 3 * 32)).astype(np.float32), device="cuda")
+    flow.nn.functional.packed_qkv_attention(qkv, 2)  # float32: no tensor-core kernel
+    with flow.autocast("cuda", dtype=flow.float16):
+        flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.1)  # dropout
+        flow.nn.functional.packed_qkv_attention(qkv, 2, fill=float("-inf"))  # fill -inf: rows could be NaN
+        flow.backends.cuda.enable_flash_sdp(False)
+        try:
+            flow.nn.functional.packed_qkv_attention(qkv, 2)
+        finally:
+            flow.backends.cuda.enable_flash_sdp(True)
+    assert not any(name.startswith("flash_") for name in stats.by_name)
+    with flow.autocast("cuda", dtype=flow.float16):
+        flow.nn.functional.packed_qkv_attention(qkv, 2)
+    assert stats.by_name["flash_fwd__hd32"] == 1
+
+
+# ------------------------------------------------------------------ the causal flag on the CPU path
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_causal_flag_equals_the_causal_mask(with_mask):
+    rng = np.random.default_rng(5)
+    b, s, heads, d = 2, 6, 2, 4
+    qkv_np = rng.standard_normal((b, s, heads * 3 * d)).astype(np.float32)
+    pad = rng.random((b, 1, 1, s)) < 0.3
+    future = np.triu(np.ones((s, s), bool), 1)
+    grads = []
+    for causal, mask in ((True, pad if with_mask else None), (False, (future | pad) if with_mask else future)):
+        qkv = flow.tensor(qkv_np, requires_grad=True)
+        m = None if mask is None else flow.tensor(mask)
+        out = flow.nn.functional.packed_qkv_attention(qkv, heads, m, causal=causal)
+        out.sum().backward()
+        grads.append((out.detach().numpy(), qkv.grad.numpy()))
+    np.testing.assert_array_equal(grads[0][0], grads[1][0])
+    np.testing.assert_array_equal(grads[0][1], grads[1][1])
