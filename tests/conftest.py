@@ -78,5 +78,8 @@ def pytest_sessionfinish(session):
     report = os.environ.get("CUPY_DOUBLE_REPORT")
     if report and os.environ.get("ENGINE_CUPY_DOUBLE") == "1":
         import cupy_double
-        with open(report, "w") as f:
+        import cuda_on_cpu
+        with open(report, "w") as f:  # with CUPY_DOUBLE_RUN_SOURCES=1, also the launches run from source
             f.write(str(cupy_double._double.stats.launches))
+            if cupy_double._double.RUN_SOURCES:
+                f.write(f" {cuda_on_cpu.LAUNCHES[0]}")

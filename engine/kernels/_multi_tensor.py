@@ -25,8 +25,14 @@ _CACHE_SIZE = 32
 _tables = OrderedDict()
 
 # float16 stored as its 16 bits, converted by PTX instructions: no cuda_fp16.h, whose location
-# NVRTC does not know under a pip-installed CUDA
+# NVRTC does not know under a pip-installed CUDA. CUDA_ON_CPU: the CPU stand-in that runs kernel
+# sources in the tests (tests/cuda_on_cpu), which has no PTX, converts with the same rounding.
 HALF = r"""
+#ifdef CUDA_ON_CPU
+__device__ __forceinline__ float half_to_float(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ unsigned short float_to_half(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ unsigned short float_to_half(double d) { return __half_as_ushort((__half)d); }
+#else
 __device__ __forceinline__ float half_to_float(unsigned short h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -42,6 +48,7 @@ __device__ __forceinline__ unsigned short float_to_half(double d) {
     asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d));
     return h;
 }
+#endif
 """
 
 # CUDA source shared by the multi-tensor kernels: the table's columns and the chunk -> tensor search

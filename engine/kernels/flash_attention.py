@@ -56,7 +56,7 @@ _SOURCE = r"""
 #define COLS 64
 #define NEG_INF (-__int_as_float(0x7f800000))
 
-#ifndef FLASH_MMA_EMULATED
+#ifndef CUDA_ON_CPU  // the CPU stand-in of the tests (tests/cuda_on_cpu) emulates the instruction
 // d[16x8] += a[16x16] b[16x8], float16 operands, float32 accumulators (PTX ISA layout)
 __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

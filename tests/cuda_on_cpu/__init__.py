@@ -30,18 +30,25 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 _CACHE = os.path.join(tempfile.gettempdir(), "engine_cuda_on_cpu")
 _DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
-_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "long long": ctypes.c_longlong, "float": ctypes.c_float,
-           "double": ctypes.c_double}
-_NUMPY = {"int": np.int32, "unsigned": np.uint32, "long long": np.int64, "float": np.float32, "double": np.float64}
+_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint, "unsigned int": ctypes.c_uint, "u32": ctypes.c_uint,
+           "long long": ctypes.c_longlong, "unsigned long long": ctypes.c_ulonglong, "u64": ctypes.c_ulonglong,
+           "float": ctypes.c_float, "double": ctypes.c_double}
+_NUMPY = {"int": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "u32": np.uint32, "long long": np.int64,
+          "unsigned long long": np.uint64, "u64": np.uint64, "float": np.float32, "double": np.float64}
 
 
-def _params(text):
-    """[(C type without qualifiers, name)] of a parameter list."""
+_TYPEDEF = re.compile(r"\btypedef\s+([\w\s]+?)\s+(\w+)\s*;")
+
+
+def _params(text, typedefs):
+    """[(C type without qualifiers, typedefs resolved, or "pointer"; name)] of a parameter list."""
     out = []
     for p in filter(None, (p.strip() for p in text.split(","))):
         p = re.sub(r"\b(const|__restrict__)\b", " ", p)
         name = re.findall(r"\w+", p)[-1]
         ctype = " ".join(p[:p.rindex(name)].split())
+        while ctype in typedefs:
+            ctype = typedefs[ctype]
         out.append(("pointer" if "*" in ctype else ctype, name))
     return out
 
@@ -53,9 +60,20 @@ def compiler():
     return cxx
 
 
+_loaded = {}
+LAUNCHES = [0]  # kernels run from their source in this process
+
+
 def compile_kernels(source):
     """{name: launch(grid, block, args)} for each extern "C" kernel of `source` (see the module doc)."""
-    decls = [(name, _params(params)) for name, params in _DECL.findall(source)]
+    if source not in _loaded:
+        _loaded[source] = _compile(source)
+    return _loaded[source]
+
+
+def _compile(source):
+    typedefs = {name: " ".join(t.split()) for t, name in _TYPEDEF.findall(source)}
+    decls = [(name, _params(params, typedefs)) for name, params in _DECL.findall(source)]
     if not decls:
         raise ValueError("no extern \"C\" __global__ function in the source")
     wrappers = []
@@ -113,5 +131,6 @@ def _launcher(fn, name, params):
                     raise TypeError(f"{name}: {pname} is {t}, got {type(a).__name__} (pass numpy's exact type)")
                 values.append(a.item())
         fn(*grid, block[0] if isinstance(block, tuple) else block, *values)
+        LAUNCHES[0] += 1
 
     return launch

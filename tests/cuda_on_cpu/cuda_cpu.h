@@ -17,7 +17,7 @@ struct dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 inline thread_local dim3 threadIdx;
-inline dim3 blockIdx, blockDim, gridDim;
+inline dim3 blockIdx, blockDim, gridDim;  // blockIdx: set between blocks, when no thread runs
 
 #define __global__
 #define __device__
@@ -27,7 +27,7 @@ inline dim3 blockIdx, blockDim, gridDim;
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
-#define FLASH_MMA_EMULATED 1
+#define CUDA_ON_CPU 1  // kernel sources use it to replace inline PTX
 
 typedef _Float16 __half;
 inline float __half2float(__half h) { return (float)h; }
@@ -44,11 +44,17 @@ struct Warp {
   std::barrier<> bar{32};
   uint64_t board[32][8];
 };
-inline std::barrier<>* block_barrier = nullptr;
-inline std::vector<Warp*> warps;
+// The block being run: its barrier (__syncthreads) and its warps' exchange boards. A thread that
+// leaves the kernel drops out of both, as an exited GPU thread stops counting at barriers.
+struct Block {
+  std::barrier<> bar;
+  std::vector<Warp> warps;
+  explicit Block(unsigned n) : bar(n), warps(n / 32) {}
+};
+inline Block* block = nullptr;
 
 inline int lane() { return threadIdx.x & 31; }
-inline Warp& warp() { return *warps[threadIdx.x >> 5]; }
+inline Warp& warp() { return block->warps[threadIdx.x >> 5]; }
 
 // Everyone posts `n` words, then reads; the second wait keeps the board until all have read.
 template <typename F>
@@ -60,33 +66,45 @@ inline void exchange(const uint64_t* mine, int n, F&& read) {
   w.bar.arrive_and_wait();
 }
 
-inline void launch(dim3 grid, dim3 block, const std::function<void()>& body) {
+// One OS thread per CUDA thread of a block, kept for the whole grid: the blocks run one after
+// another (x fastest), each starting when every thread has left the previous one.
+inline void launch(dim3 grid, dim3 block_dim, const std::function<void()>& body) {
   gridDim = grid;
-  blockDim = block;
-  const unsigned n = block.x * block.y * block.z;
-  if (block.y != 1 || block.z != 1 || n % 32) throw "cuda_cpu: only 1-D blocks of whole warps";
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = {x, y, z};
-        std::barrier<> bar(n);
-        block_barrier = &bar;
-        warps.clear();
-        for (unsigned i = 0; i < n / 32; ++i) warps.push_back(new Warp);
-        std::vector<std::thread> threads;
-        for (unsigned i = 0; i < n; ++i)
-          threads.emplace_back([&, i] {
-            threadIdx = {i, 0, 0};
-            body();
-          });
-        for (auto& t : threads) t.join();
-        for (auto* w : warps) delete w;
-        warps.clear();
+  blockDim = block_dim;
+  const unsigned n = block_dim.x * block_dim.y * block_dim.z;
+  if (block_dim.y != 1 || block_dim.z != 1 || n % 32 || n > 1024) throw "cuda_cpu: only 1-D blocks of whole warps";
+  const unsigned long long total = (unsigned long long)grid.x * grid.y * grid.z;
+  unsigned long long next = 0;
+  bool done = false;
+  auto advance = [&]() noexcept {  // runs alone, between blocks
+    delete block;
+    block = nullptr;
+    if (next == total) {
+      done = true;
+      return;
+    }
+    blockIdx = {unsigned(next % grid.x), unsigned(next / grid.x % grid.y), unsigned(next / grid.x / grid.y)};
+    ++next;
+    block = new Block(n);
+  };
+  advance();
+  std::barrier between(n, advance);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      threadIdx = {i, 0, 0};
+      while (!done) {
+        body();
+        block->warps[i >> 5].bar.arrive_and_drop();
+        block->bar.arrive_and_drop();
+        between.arrive_and_wait();
       }
+    });
+  for (auto& t : threads) t.join();
 }
 }  // namespace cuda_cpu
 
-inline void __syncthreads() { cuda_cpu::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { cuda_cpu::block->bar.arrive_and_wait(); }
 
 template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int mask) {
@@ -97,6 +115,36 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
   T r;
   std::memcpy(&r, &theirs, sizeof(T));
   return r;
+}
+
+template <typename T>
+inline T __shfl_down_sync(unsigned, T v, unsigned delta) {
+  static_assert(sizeof(T) <= 8, "shuffle of a word");
+  uint64_t mine = 0, theirs = 0;
+  std::memcpy(&mine, &v, sizeof(T));
+  cuda_cpu::exchange(&mine, 1, [&](uint64_t (*board)[8]) {
+    const int src = cuda_cpu::lane() + (int)delta;
+    theirs = board[src < 32 ? src : cuda_cpu::lane()][0];  // past the last lane: its own value
+  });
+  T r;
+  std::memcpy(&r, &theirs, sizeof(T));
+  return r;
+}
+
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
+inline double rsqrt(double v) { return 1.0 / std::sqrt(v); }
+// sin(pi x), cos(pi x) in long double (the GPU's sincospi differs in the last ulps)
+inline void sincospif(float x, float* s, float* c) {
+  const long double a = 3.14159265358979323846264338327950288L * x;
+  *s = (float)std::sin(a);
+  *c = (float)std::cos(a);
+}
+inline void sincospi(double x, double* s, double* c) {
+  const long double a = 3.14159265358979323846264338327950288L * x;
+  *s = (double)std::sin(a);
+  *c = (double)std::cos(a);
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, from the PTX ISA's fragment tables:

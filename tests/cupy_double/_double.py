@@ -112,14 +112,24 @@ def _forget(addr, key):
         del _sorted_addrs[i]
 
 
+# CUPY_DOUBLE_RUN_SOURCES=1: raw kernels run their CUDA source on CPU threads (see _kernels.py),
+# which dereference the device addresses the engine writes into tables (the multi-tensor
+# kernels): addresses are then the numpy buffers' real ones
+RUN_SOURCES = os.environ.get("CUPY_DOUBLE_RUN_SOURCES") == "1"
+
+
 def address(a):
-    """The fake device address of numpy array `a`'s first element (root base + byte offset)."""
+    """The fake device address of numpy array `a`'s first element (root base + byte offset); its
+    real address under RUN_SOURCES."""
     root = _root(a)
     key = id(root)
     base = _addr_of.get(key)
     if base is None or _roots[base]() is not root:
-        base = _next_addr[0]
-        _next_addr[0] += (root.nbytes // _ALIGN + 1) * _ALIGN
+        if RUN_SOURCES:
+            base = root.__array_interface__["data"][0]
+        else:
+            base = _next_addr[0]
+            _next_addr[0] += (root.nbytes // _ALIGN + 1) * _ALIGN
         _addr_of[key] = base
         _roots[base] = weakref.ref(root, lambda _, b=base, k=key: _forget(b, k))
         bisect.insort(_sorted_addrs, base)

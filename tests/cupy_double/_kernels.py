@@ -1,8 +1,14 @@
 """User kernels in the double: RawKernel, RawModule, ElementwiseKernel and ReductionKernel.
 
-Nothing is compiled. A launch is validated as a GPU would need it (geometry, contiguous arrays on
-the current device, numpy-typed scalars) and then runs the CPU emulator registered for the kernel
-in tests/cupy_double/kernel_emulators, on the memory a real kernel would see.
+A launch is validated as a GPU would need it (geometry, contiguous arrays on the current device,
+numpy-typed scalars) and then runs the CPU emulator registered for the kernel in
+tests/cupy_double/kernel_emulators, on the memory a real kernel would see.
+
+With CUPY_DOUBLE_RUN_SOURCES=1 a RawKernel runs its own CUDA source instead, compiled with g++
+and run on CPU threads (tests/cuda_on_cpu), on the same memory: the kernels' GPU tests
+(tests/test_fused_kernels_gpu.py) then check the device code's arithmetic against the numpy
+references, not only the launches. ElementwiseKernel and ReductionKernel, whose code CuPy
+generates, keep their emulators.
 """
 import re
 
@@ -61,9 +67,15 @@ class RawKernel:
             else:
                 raise TypeError(f"{self.name}: argument {i} is a Python {type(a).__name__}; pass a numpy "
                                 "scalar of the kernel's C type (np.int32, np.float32, ...)")
-        emulate, args = _emulator(self.name, "RawKernel"), (self.name, grid, block, tuple(views), shared_mem)
-        emulate(*args)
-        _double.record(lambda: emulate(*args))
+        if _double.RUN_SOURCES:
+            from cuda_on_cpu import compile_kernels  # tests/ is on sys.path (pytest's pythonpath)
+            kernel = compile_kernels(self.code)[self.name]
+            run = lambda: kernel(grid, block, views)  # noqa: E731
+        else:
+            emulate, args = _emulator(self.name, "RawKernel"), (self.name, grid, block, tuple(views), shared_mem)
+            run = lambda: emulate(*args)  # noqa: E731
+        run()
+        _double.record(run)
         stats.launches += 1
         stats.by_name[self.name] += 1
         stats.names.add("cupy.RawKernel")
