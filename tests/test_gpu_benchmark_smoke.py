@@ -45,6 +45,19 @@ def run_script(env, *args):
                           timeout=300)
 
 
+def test_smoke_with_flash_attention(tmp_path):
+    """--attention flash runs the flash kernels (the record counts their forward calls); where they
+    cannot run (float32) the benchmark refuses rather than time the unfused core under that name."""
+    out_json = tmp_path / "gpu.jsonl"
+    proc = run_script(double_env(), "--smoke", "--dtype", "fp16", "--attention", "flash", "--peak-tflops", "0.001",
+                      "--json", str(out_json))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads(out_json.read_text().splitlines()[-1])
+    assert record["attention"] == "flash" and record["flash_forward_calls"] >= 2  # two layers, one step at least
+    proc = run_script(double_env(), "--smoke", "--dtype", "fp32", "--attention", "flash", "--peak-tflops", "0.001")
+    assert proc.returncode != 0 and "flash-attention kernels did not run" in proc.stderr, proc.stderr[-2000:]
+
+
 def gpt2_params(layers, hidden, vocab, seq):
     """GPT-2's parameter count (tied LM head): per layer qkv + proj + two MLP matmuls with biases and
     two LayerNorms; word and position embeddings; the final LayerNorm."""

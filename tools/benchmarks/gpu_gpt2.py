@@ -351,16 +351,30 @@ def timed_steps(steps, sync_fns, n):
 
 
 # ------------------------------------------------------------------ the run
+def count_calls(module, name):
+    """Wrap module.name to count its calls; returns the one-element counter."""
+    calls, real = [0], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    setattr(module, name, counted)
+    return calls
+
+
 def run(a):
     torch_device = require_devices(a.smoke)
     import torch
 
     import engine as flow
 
+    from engine.kernels import flash_attention as flash_kernels
     from engine.ops import attention
 
     attention.HALF_ATTENTION_ON_GPU = {"auto": None, "float16": True, "float32": False, "flash": None}[a.attention]
     attention.FLASH_ATTENTION_ON_GPU = a.attention == "flash"
+    flash_calls = count_calls(flash_kernels, "forward_cuda")
     fp16 = a.dtype == "fp16"
     vocab = padded_vocab(a.smoke)
     real_vocab = SMOKE_VOCAB if a.smoke else GPT2_VOCAB
@@ -382,6 +396,9 @@ def run(a):
     else:
         step_f, scaler_f = engine_step_fn(fmodel, ids, labels, fp16)
         loss_f = float(step_f())
+    if a.attention == "flash" and not flash_calls[0]:
+        raise SystemExit("gpu_gpt2.py --attention flash: the flash-attention kernels did not run (they need "
+                         "--dtype fp16, no attention dropout and a head size that is a multiple of 16 up to 128)")
     step_t, scaler_t = torch_step_fn(tmodel, ids, labels, fp16, torch_device)
     loss_t = float(step_t().detach())
     rel = check_losses(loss_t, loss_f, a.dtype)
@@ -410,7 +427,7 @@ def run(a):
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
                   layers=a.layers, hidden=a.hidden, heads=a.heads, vocab=vocab, seq=a.seq, micro_batch=a.micro_batch,
                   warmup=a.warmup, steps=a.steps, hf_attn=a.hf_attn,
-                  attention=a.attention, cuda_graph=a.cuda_graph, params=n_params, flops_per_token=fpt,
+                  attention=a.attention, flash_forward_calls=flash_calls[0], cuda_graph=a.cuda_graph, params=n_params, flops_per_token=fpt,
                   peak_tflops=peak, first_loss_rel_diff=rel,
                   ratio_step_time_engine_over_torch=figures["engine"]["ms_per_step"] / figures["torch"]["ms_per_step"],
                   engine=figures["engine"], torch=figures["torch"])
