@@ -164,7 +164,8 @@ class _CudaBackend(_Flags):
     def __init__(self, name):
         super().__init__(name)
         object.__setattr__(self, "matmul", _CublasFlags(name + ".matmul"))
-        object.__setattr__(self, "_sdp", {"flash": True, "mem_efficient": True, "math": True, "cudnn": True})
+        # the flash switch lives in engine.ops.attention (FLASH_SDP_ENABLED), which honours it
+        object.__setattr__(self, "_sdp", {"mem_efficient": True, "math": True, "cudnn": True})
 
     def is_built(self):
         """Whether CuPy (the engine's CUDA backend) is installed."""
@@ -175,7 +176,7 @@ class _CudaBackend(_Flags):
         self._sdp[kind] = enabled
 
     def enable_flash_sdp(self, enabled):
-        self._enable("flash", enabled)
+        _check_bool("enable_flash_sdp", enabled)
         _attention.FLASH_SDP_ENABLED = enabled
 
     def flash_sdp_enabled(self):

@@ -41,15 +41,16 @@ _TYPEDEF = re.compile(r"\btypedef\s+([\w\s]+?)\s+(\w+)\s*;")
 
 
 def _params(text, typedefs):
-    """[(C type without qualifiers, typedefs resolved, or "pointer"; name)] of a parameter list."""
+    """[(kind: the C type with typedefs resolved, or "pointer"; name; the C type as written, less
+    its qualifiers)] of a parameter list."""
     out = []
     for p in filter(None, (p.strip() for p in text.split(","))):
         p = re.sub(r"\b(const|__restrict__)\b", " ", p)
         name = re.findall(r"\w+", p)[-1]
-        ctype = " ".join(p[:p.rindex(name)].split())
-        while ctype in typedefs:
-            ctype = typedefs[ctype]
-        out.append(("pointer" if "*" in ctype else ctype, name))
+        ctype = kind = " ".join(p[:p.rindex(name)].split())
+        while kind in typedefs:
+            kind = typedefs[kind]
+        out.append(("pointer" if "*" in kind else kind, name, ctype))
     return out
 
 
@@ -78,9 +79,8 @@ def _compile(source):
         raise ValueError("no extern \"C\" __global__ function in the source")
     wrappers = []
     for name, params in decls:
-        args = ", ".join(f"{'void*' if t == 'pointer' else t} a{i}" for i, (t, _) in enumerate(params))
-        casts = ", ".join(f"({_cast(source, name, i)})a{i}" if t == "pointer" else f"a{i}"
-                          for i, (t, _) in enumerate(params))
+        args = ", ".join(f"{'void*' if t == 'pointer' else t} a{i}" for i, (t, _, _) in enumerate(params))
+        casts = ", ".join(f"({ctype})a{i}" if t == "pointer" else f"a{i}" for i, (t, _, ctype) in enumerate(params))
         wrappers.append(f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, {args}) '
                         f'{{ cuda_cpu::launch(dim3{{gx, gy, gz}}, dim3{{bx, 1, 1}}, [&] {{ {name}({casts}); }}); }}')
     text = source + "\n" + "\n".join(wrappers) + "\n"
@@ -105,23 +105,16 @@ def _compile(source):
     return {name: _launcher(getattr(lib, f"launch_{name}"), name, params) for name, params in decls}
 
 
-def _cast(source, name, i):
-    """The C type of pointer parameter i of kernel `name`, qualifiers dropped."""
-    params = dict(_DECL.findall(source))[name]
-    p = re.sub(r"\b__restrict__\b", " ", [p for p in params.split(",") if p.strip()][i])
-    return " ".join(p[:p.rindex(re.findall(r"\w+", p)[-1])].split())
-
-
 def _launcher(fn, name, params):
     fn.restype = None
-    fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_void_p if t == "pointer" else _CTYPES[t] for t, _ in params]
+    fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_void_p if t == "pointer" else _CTYPES[t] for t, _, _ in params]
 
     def launch(grid, block, args):
         grid = tuple(grid) + (1,) * (3 - len(grid))
         if len(args) != len(params):
             raise TypeError(f"{name}: {len(params)} arguments, got {len(args)}")
         values = []
-        for (t, pname), a in zip(params, args):
+        for (t, pname, _), a in zip(params, args):
             if t == "pointer":
                 if a is not None and not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
                     raise TypeError(f"{name}: {pname} must be a C-contiguous numpy array or None")
