@@ -39,14 +39,15 @@ FP16_BACKWARD_BUDGET = 92
 FP16_FORWARD_BUDGET = 68
 
 
-def _tiny_gpt2():
+def _tiny_gpt2(dropout=0.0):
     """The 2-layer GPT-2 the budgets are for, in train mode, and a batch on its placement."""
     from libai.models import GPTForPreTraining
     from libai.utils import distributed as dist
 
     flow.manual_seed(0)
     model = GPTForPreTraining(hidden_layers=2, vocab_size=128, hidden_size=64, ffn_hidden_size=256,
-                              num_attention_heads=4, max_seq_length=32)
+                              num_attention_heads=4, max_seq_length=32, embedding_dropout_prob=dropout,
+                              attention_dropout_prob=dropout, output_dropout_prob=dropout)
     model.train()
     placement = dist.get_layer_placement(0)
     ids = np.random.RandomState(0).randint(0, 128, (2, 32))
@@ -132,12 +133,12 @@ def test_fp16_step_budget_and_float32_gradients_from_cublas(cuda_layers):
         assert m.weight.grad.dtype == flow.float32 and m.bias.grad.dtype == flow.float32
 
 
-def _fp16_forward_backward(double, flash, monkeypatch):
+def _fp16_forward_backward(double, flash, monkeypatch, dropout=0.0):
     """(loss, launches, flash kernel launches, gradients) of one fp16 forward + backward of the
     tiny GPT-2 with flash attention on or off."""
     from engine.ops import attention
     monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", flash)
-    model, x, y = _tiny_gpt2()
+    model, x, y = _tiny_gpt2(dropout)
     stats = double._double.stats
     stats.reset()
     with flow.autocast("cuda", dtype=flow.float16):
@@ -149,11 +150,14 @@ def _fp16_forward_backward(double, flash, monkeypatch):
     return float(loss), launches, flash_launches, syncs, grads
 
 
-def test_fp16_gpt2_with_flash_attention_matches_the_unfused_core(cuda_layers, monkeypatch):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_fp16_gpt2_with_flash_attention_matches_the_unfused_core(cuda_layers, monkeypatch, dropout):
     """FLASH_ATTENTION_ON_GPU: each layer's attention core is three kernels (forward, dq, dkdv),
-    the causal mask a flag; loss and every gradient as with the cuBLAS + softmax core."""
-    loss, launches, flash, syncs, grads = _fp16_forward_backward(cuda_layers, True, monkeypatch)
-    want_loss, want_launches, none, _, want_grads = _fp16_forward_backward(cuda_layers, False, monkeypatch)
+    the causal mask a flag; loss and every gradient as with the cuBLAS + softmax core. With
+    dropout everywhere (embeddings, attention probabilities, outputs) from the same seed: the
+    kernels drop the probabilities the unfused core drops, and every later draw is the same."""
+    loss, launches, flash, syncs, grads = _fp16_forward_backward(cuda_layers, True, monkeypatch, dropout)
+    want_loss, want_launches, none, _, want_grads = _fp16_forward_backward(cuda_layers, False, monkeypatch, dropout)
     print(f"fp16 GPT-2 forward + backward through the double: {launches} launches with flash attention, "
           f"{want_launches} without")
     assert flash == 2 * 3 and none == 0 and syncs == 0

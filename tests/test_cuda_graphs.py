@@ -9,12 +9,25 @@ against an eager step from the same state, training steps replayed against eager
 through the double, whose graphs replay the recorded work on the same memory (bit for bit), and
 on a real GPU.
 """
+import contextlib
+
 import numpy as np
 import pytest
 
 import engine as flow
 from engine import backend
+from engine.ops import attention
+from engine.ops.dropout import bias_dropout_add
 from gpu_helper import real_cupy
+
+
+@contextlib.contextmanager
+def flash_attention_on():
+    saved, attention.FLASH_ATTENTION_ON_GPU = attention.FLASH_ATTENTION_ON_GPU, True
+    try:
+        yield
+    finally:
+        attention.FLASH_ATTENTION_ON_GPU = saved
 
 
 def _small_capture(cp_module):
@@ -38,19 +51,27 @@ def test_capture_installs_a_private_pool_and_records_new_gradients(cuda_double):
     assert g.pool() is not None
 
 
-@pytest.mark.parametrize("what", ["host copy", "dropout", "item"])
+@pytest.mark.parametrize("what", ["host copy", "dropout", "bias dropout add", "flash dropout", "item"])
 def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double, what):
     x = flow.randn(16, device="cuda")
     g = flow.cuda.CUDAGraph()
     before = cuda_double.cuda.get_allocator()
     expect = {"host copy": "Cause: a copy from cpu to cuda", "dropout": "Cause: a random draw on the GPU",
+              "bias dropout add": r"Cause: a random draw on the GPU \(bias \+ dropout \+ add",
+              "flash dropout": r"Cause: a random draw on the GPU \(attention dropout",
               "item": "Cause: cudaErrorStreamCaptureUnsupported"}[what]
+    qkv = flow.randn(2, 8, 3 * 32, device="cuda")
     with pytest.raises(RuntimeError, match=expect):
         with flow.cuda.graph(g):
             if what == "host copy":
                 flow.tensor(np.ones(3), device="cuda")
             elif what == "dropout":
                 flow.nn.functional.dropout(x, 0.5, training=True)
+            elif what == "bias dropout add":  # a kernel that draws its own numbers: a replay would reuse them
+                bias_dropout_add(x, None, x, 0.5)
+            elif what == "flash dropout":
+                with flash_attention_on(), flow.autocast("cuda", dtype=flow.float16):
+                    flow.nn.functional.packed_qkv_attention(qkv, 1, dropout_p=0.1)
             else:
                 (x * 2).sum().item()
     assert backend.capture_state() is None and not flow.cuda.is_current_stream_capturing()

@@ -4,7 +4,8 @@
 2. the CUDA source itself run on CPU threads (tests/cuda_on_cpu) against the references, with
    NaN-poisoned outputs, odd sequence lengths, every kind of mask and fully masked rows;
 3. the op (packed_qkv_attention with FLASH_ATTENTION_ON_GPU) through the CuPy double against
-   the unfused cuBLAS + fused-softmax path, forward and backward, under fp16 autocast.
+   the unfused cuBLAS + fused-softmax path, forward and backward, under fp16 autocast; with
+   dropout, from the same generator state (the kernels drop the elements the unfused core drops).
 
 The same kernels on a real GPU: tests/test_fused_kernels_gpu.py::test_flash_attention.
 """
@@ -17,6 +18,7 @@ from engine.kernels import flash_attention as fa
 from engine.ops import attention as A
 
 SCALE, FILL = 0.3, -10000.0
+DROPOUT = (0.3, 2 ** 40 + 123, 7)  # p, a seed with high bits, an offset not at a row's start
 
 
 def _mask(rng, kind, b, heads, s):
@@ -44,7 +46,7 @@ def _rel(got, want, what, tol=2e-3):
 
 
 # ------------------------------------------------------------------ 1. references against torch
-def _torch_attention(qkv, mask, causal, g):
+def _torch_attention(qkv, mask, causal, g, keep=1.0):
     b, s, heads, d3 = qkv.shape
     d = d3 // 3
     t = torch.tensor(qkv.astype(np.float32), requires_grad=True)
@@ -56,24 +58,26 @@ def _torch_attention(qkv, mask, causal, g):
     if mask is not None:
         off = off | torch.tensor(mask)
     z = z.masked_fill(off, FILL)
-    ctx = (torch.softmax(z, -1) @ v).permute(0, 2, 1, 3)
+    ctx = ((torch.softmax(z, -1) * torch.as_tensor(keep)) @ v).permute(0, 2, 1, 3)
     ctx.backward(torch.tensor(g.astype(np.float32)))
     return ctx.detach().numpy(), torch.logsumexp(z, -1).detach().numpy(), t.grad.numpy()
 
 
 @pytest.mark.parametrize("kind", ["none", "padding", "square", "full"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_references_match_torch(kind, causal):
+@pytest.mark.parametrize("dropout", [None, DROPOUT], ids=["no_dropout", "dropout"])
+def test_references_match_torch(kind, causal, dropout):
     rng = np.random.default_rng(0)
     b, s, heads, d = 2, 9, 3, 16
     qkv = _qkv(rng, b, s, heads, d)
     mask = _mask(rng, kind, b, heads, s)
     g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
-    want_ctx, want_lse, want_dqkv = _torch_attention(qkv, mask, causal, g)
-    ctx, lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal)
+    keep = fa.keep_factors((b, heads, s, s), dropout)
+    want_ctx, want_lse, want_dqkv = _torch_attention(qkv, mask, causal, g, keep)
+    ctx, lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal, dropout)
     _rel(ctx, want_ctx, "ctx")
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
-    dqkv, dsum = fa.backward_reference(g, qkv, ctx, lse, mask, SCALE, FILL, causal)
+    dqkv, dsum = fa.backward_reference(g, qkv, ctx, lse, mask, SCALE, FILL, causal, dropout)
     _rel(dqkv, want_dqkv, "dqkv")
     np.testing.assert_allclose(dsum, (g.astype(np.float32) * ctx.astype(np.float32)).sum(-1).transpose(0, 2, 1),
                                rtol=1e-5, atol=1e-5)
@@ -93,12 +97,12 @@ def cpu_kernels():
     return get
 
 
-def _run_source(kernels, qkv, mask, causal, g):
+def _run_source(kernels, qkv, mask, causal, g, dropout):
     """The three kernels as forward_cuda / backward_cuda launch them, on numpy memory."""
     b, s, heads, d3 = qkv.shape
     d = d3 // 3
     shape = (b, heads, s, s)
-    tail = fa._tail(np, mask, shape, SCALE, FILL, causal, qkv)
+    tail = fa._tail(np, mask, shape, SCALE, FILL, causal, dropout, qkv)
     grid = fa._grid(s, heads, b)
     out = np.full((b, s, heads, d), np.nan, np.float16)
     lse = np.full((b, heads, s), np.nan, np.float32)
@@ -110,25 +114,31 @@ def _run_source(kernels, qkv, mask, causal, g):
     return out, lse, dqkv, dsum
 
 
-@pytest.mark.parametrize("d,b,s,heads,kind,causal", [
-    (16, 2, 70, 2, "none", False),      # two tiles, the second partial
-    (16, 1, 130, 1, "none", True),      # causal tile skipping over three tiles
-    (32, 2, 33, 3, "padding", False),   # a batch row with every key masked: uniform rows
-    (16, 2, 67, 2, "padding", True),    # causal + padding: no skipping, masked rows still uniform
-    (16, 1, 40, 2, "full", False),      # a per-head mask read through its strides
-    (48, 1, 1, 1, "square", False),     # one token
-    (64, 1, 65, 2, "square", True),     # GPT-2's head size
+@pytest.mark.parametrize("d,b,s,heads,kind,causal,dropout", [
+    (16, 2, 70, 2, "none", False, None),      # two tiles, the second partial
+    (16, 1, 130, 1, "none", True, None),      # causal tile skipping over three tiles
+    (32, 2, 33, 3, "padding", False, None),   # a batch row with every key masked: uniform rows
+    (16, 2, 67, 2, "padding", True, None),    # causal + padding: no skipping, masked rows still uniform
+    (16, 1, 40, 2, "full", False, None),      # a per-head mask read through its strides
+    (48, 1, 1, 1, "square", False, None),     # one token
+    (64, 1, 65, 2, "square", True, None),     # GPT-2's head size
+    # dropout: Philox blocks that straddle rows (odd s), uniform masked rows dropped too, every
+    # element dropped (p = 1), over several tiles with causal skipping
+    (32, 2, 33, 3, "padding", False, DROPOUT),
+    (16, 2, 67, 2, "full", True, (0.1, 5, 0)),
+    (16, 1, 9, 1, "none", False, (1.0, 3, 2)),
+    (64, 1, 130, 1, "none", True, DROPOUT),
 ])
-def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal):
+def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal, dropout):
     rng = np.random.default_rng(d * 1000 + s)
     qkv = _qkv(rng, b, s, heads, d)
     mask = _mask(rng, kind, b, heads, s)
     g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
-    out, lse, dqkv, dsum = _run_source(cpu_kernels(d), qkv, mask, causal, g)
-    want_out, want_lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal)
+    out, lse, dqkv, dsum = _run_source(cpu_kernels(d), qkv, mask, causal, g, dropout)
+    want_out, want_lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal, dropout)
     _rel(out, want_out, "ctx")
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
-    want_dqkv, want_dsum = fa.backward_reference(g, qkv, out, lse, mask, SCALE, FILL, causal)
+    want_dqkv, want_dsum = fa.backward_reference(g, qkv, out, lse, mask, SCALE, FILL, causal, dropout)
     for i, part in enumerate("qkv"):
         _rel(dqkv[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], f"d{part}")
     np.testing.assert_allclose(dsum, want_dsum, rtol=1e-3, atol=1e-3)
@@ -161,22 +171,29 @@ def flash_on():
         A.FLASH_ATTENTION_ON_GPU = saved
 
 
-def _attention_step(qkv_np, heads, mask_np, causal, g_np, flash):
+def _attention_step(qkv_np, heads, mask_np, causal, g_np, flash, dropout_p=0.0):
+    """(ctx, dqkv, the generator's state after) of one attention forward and backward from seed 0."""
     saved = A.FLASH_ATTENTION_ON_GPU
     A.FLASH_ATTENTION_ON_GPU = flash
     try:
+        flow.manual_seed(0)
         qkv = flow.tensor(qkv_np, device="cuda", requires_grad=True)
         mask = None if mask_np is None else flow.tensor(mask_np, device="cuda")
         with flow.autocast("cuda", dtype=flow.float16):
-            ctx = flow.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=SCALE, fill=FILL, causal=causal)
+            ctx = flow.nn.functional.packed_qkv_attention(qkv, heads, mask, scale=SCALE, fill=FILL, causal=causal,
+                                                          dropout_p=dropout_p)
         ctx.backward(flow.tensor(g_np, device="cuda"))
-        return ctx.detach().float().cpu().numpy(), qkv.grad.cpu().numpy()
+        return ctx.detach().float().cpu().numpy(), qkv.grad.cpu().numpy(), flow.get_rng_state()
     finally:
         A.FLASH_ATTENTION_ON_GPU = saved
 
 
-@pytest.mark.parametrize("kind,causal", [("none", True), ("padding", False), ("padding", True), ("full", False)])
-def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal):
+@pytest.mark.parametrize("kind,causal,dropout_p", [("none", True, 0.0), ("padding", False, 0.0), ("padding", True, 0.0),
+                                                    ("full", False, 0.0), ("none", True, 0.1), ("padding", False, 0.5)])
+def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal, dropout_p):
+    """With dropout, from the same generator state: the kernels drop what the unfused core's
+    mask drops (a different element would move ctx by far more than the tolerance), and the
+    generator's device stream ends at the same place."""
     rng = np.random.default_rng(7)
     b, s, heads, d = 2, 37, 2, 32
     qkv = rng.standard_normal((b, s, heads * 3 * d)).astype(np.float32)
@@ -184,13 +201,15 @@ def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal):
     g = rng.standard_normal((b, s, heads * d)).astype(np.float32)
     stats = cuda_double._double.stats
     stats.reset()
-    ctx, dqkv = _attention_step(qkv, heads, mask, causal, g, flash=True)
+    ctx, dqkv, state = _attention_step(qkv, heads, mask, causal, g, True, dropout_p)
     assert [stats.by_name[f"flash_{k}__hd{d}"] for k in ("fwd", "dq", "dkdv")] == [1, 1, 1]
     stats.reset()
-    want_ctx, want_dqkv = _attention_step(qkv, heads, mask, causal, g, flash=False)
+    want_ctx, want_dqkv, want_state = _attention_step(qkv, heads, mask, causal, g, False, dropout_p)
     assert stats.by_name[f"flash_fwd__hd{d}"] == 0 and stats.by_name["cublasGemm"] > 0
     _rel(ctx, want_ctx, "ctx", 4e-3)
     _rel(dqkv, want_dqkv, "dqkv", 4e-3)
+    offsets = state.get("cuda", {}), want_state.get("cuda", {})
+    assert offsets[0] == offsets[1] == ({"0": -(-b * heads * s * s // 4)} if dropout_p else {}), offsets
 
 
 def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
@@ -203,7 +222,6 @@ def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
     qkv = flow.tensor(rng.standard_normal((2, 5, 2 * 3 * 32)).astype(np.float32), device="cuda")
     flow.nn.functional.packed_qkv_attention(qkv, 2)  # float32: no tensor-core kernel
     with flow.autocast("cuda", dtype=flow.float16):
-        flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.1)  # dropout
         flow.nn.functional.packed_qkv_attention(qkv, 2, fill=float("-inf"))  # fill -inf: rows could be NaN
         flow.backends.cuda.enable_flash_sdp(False)
         try:
@@ -213,7 +231,8 @@ def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
     assert not any(name.startswith("flash_") for name in stats.by_name)
     with flow.autocast("cuda", dtype=flow.float16):
         flow.nn.functional.packed_qkv_attention(qkv, 2)
-    assert stats.by_name["flash_fwd__hd32"] == 1
+        flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.1)
+    assert stats.by_name["flash_fwd__hd32"] == 2
 
 
 # ------------------------------------------------------------------ the causal flag on the CPU path

@@ -135,16 +135,17 @@ def test_scale_mask_softmax(dtype, shape, causal, kind):
 CANCELLATION = 1e-3
 
 
-def _flash_grad_terms(g4, qkv4, out4, lse, mask, scale, causal):
+def _flash_grad_terms(g4, qkv4, out4, lse, mask, scale, causal, dropout):
     """The norms of dq, dk and dv computed with every term of dS = P * (dP - D) taken by its size,
     P * (|dP| + |D|), and |q|, |k|: how large the terms are that cancel into dq and dk."""
     q, k, v, z, off = flash._scores(qkv4, mask, scale, -10000.0, causal)
     q, k, v = (t.astype(np.float64) for t in (q, k, v))
     go = g4.astype(np.float64).transpose(0, 2, 1, 3)
     p = np.exp(z.astype(np.float64) - lse[..., None])
+    keep = flash.keep_factors(z.shape, dropout)
     dsum = (go * out4.astype(np.float64).transpose(0, 2, 1, 3)).sum(-1)
-    ds = np.where(off, 0.0, p * (np.abs(go @ v.transpose(0, 1, 3, 2)) + np.abs(dsum)[..., None]))
-    dv = p.transpose(0, 1, 3, 2) @ np.abs(go)
+    ds = np.where(off, 0.0, p * (np.abs(go @ v.transpose(0, 1, 3, 2)) * keep + np.abs(dsum)[..., None]))
+    dv = (p * keep).transpose(0, 1, 3, 2) @ np.abs(go)
     return [np.linalg.norm(t) for t in (ds @ np.abs(k) * scale, ds.transpose(0, 1, 3, 2) @ np.abs(q) * scale, dv)]
 
 
@@ -152,25 +153,30 @@ def _flash_grad_terms(g4, qkv4, out4, lse, mask, scale, causal):
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 64), (2, 2, 200), (1, 12, 1024)])  # b, heads, s
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("kind", ["none", "padding", "square", "full"])
-def test_flash_attention(d, shape, causal, kind):
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_flash_attention(d, shape, causal, kind, p):
     b, heads, s = shape
     if s == 1024 and (d != 64 or kind in ("full", "square")):
         pytest.skip("the GPT-2 124M shape is checked at its own head size, with the masks it uses")
+    if p and kind in ("full", "square"):
+        pytest.skip("dropout is checked without a mask and with padding (fully masked rows dropped too)")
     rng = _rng()
+    dropout = (p, int(rng.integers(2 ** 63)), int(rng.integers(2 ** 40))) if p else None
     qkv = (rng.standard_normal((b, s, heads, 3 * d)) * 1.5).astype(np.float16)
     mask = None if kind == "none" else _mask(rng, kind, (b, heads, s, s))
     if kind == "padding":
         mask[0] = True  # a batch row with every key masked: uniform rows
     g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
-    want_out, want_lse = flash.forward_reference(qkv, mask, 0.7, -10000.0, causal)
+    want_out, want_lse = flash.forward_reference(qkv, mask, 0.7, -10000.0, causal, dropout)
     _poison()
-    out, lse = flash.forward_cuda(_dev(qkv), _dev(mask), 0.7, -10000.0, causal)
+    out, lse = flash.forward_cuda(_dev(qkv), _dev(mask), 0.7, -10000.0, causal, dropout)
     _rel(out, want_out, np.float16, "flash ctx")
     np.testing.assert_allclose(_host(lse), want_lse, rtol=1e-4, atol=1e-3)
     _poison()
-    dqkv, dsum = flash.backward_cuda(_dev(g), _dev(qkv), out, lse, _dev(mask), 0.7, -10000.0, causal)
-    want_dqkv, want_dsum = flash.backward_reference(g, qkv, _host(out), _host(lse), mask, 0.7, -10000.0, causal)
-    terms = _flash_grad_terms(g, qkv, _host(out), _host(lse), mask, 0.7, causal)
+    dqkv, dsum = flash.backward_cuda(_dev(g), _dev(qkv), out, lse, _dev(mask), 0.7, -10000.0, causal, dropout)
+    want_dqkv, want_dsum = flash.backward_reference(g, qkv, _host(out), _host(lse), mask, 0.7, -10000.0, causal,
+                                                    dropout)
+    terms = _flash_grad_terms(g, qkv, _host(out), _host(lse), mask, 0.7, causal, dropout)
     for i, part in enumerate("qkv"):
         _rel(_host(dqkv)[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], np.float16, f"flash d{part}",
              scale=CANCELLATION * terms[i])

@@ -65,13 +65,21 @@ class DevicePhilox:
         self.seed = seed & ((1 << 64) - 1)
         self.offset = offset
 
-    def _draw(self, kind, n):
+    def reserve(self, kind, n, what="dropout or a random op"):
+        """(seed, offset) of the next `n` values of `kind`, which the stream moves past: the numbers
+        a kernel that draws its own (bias + dropout + add, flash attention's dropout) computes,
+        equal to those of the draw they stand for. Refused inside a CUDA graph capture, where a
+        replay would reuse them."""
         from ..kernels import philox
         from . import refuse_in_capture
-        refuse_in_capture(f"a random draw on the GPU ({kind}, {n} values: dropout or a random op)")
-        out = philox.draw(self.xp, kind, n, self.seed, self.offset)
+        refuse_in_capture(f"a random draw on the GPU ({what}: {n} values of {kind})")
+        seed, offset = self.seed, self.offset
         self.offset += philox.groups(kind, n)
-        return out
+        return seed, offset
+
+    def _draw(self, kind, n):
+        from ..kernels import philox
+        return philox.draw(self.xp, kind, n, *self.reserve(kind, n))
 
     @property
     def xp(self):

@@ -24,6 +24,13 @@ accumulator fragments of two 16 x 8 score tiles are exactly the A-operand fragme
   D = rowsum(dO * O), which the softmax's gradient needs), then `dkdv` per key tile, reading D.
   Both recompute p = exp(z - lse) tile by tile.
 
+Dropout of the probabilities (`dropout` = (p, seed, offset)) is drawn inside the kernels from the
+engine's device generator stream (engine/kernels/philox.py), element by element as
+`generator.random((b, heads, s, s))` at (seed, offset) would give it, so the elements dropped are
+those the unfused core's mask drops from the same generator state; the row sums take every
+probability, P @ V and dv the kept ones, and the backward draws the same numbers again (no mask
+is stored). D = rowsum(dO * O) is unchanged by dropout (O is the dropped output).
+
 Head sizes: multiples of 16 up to 128 (one compiled source per head size). Float16 only: the
 tensor-core instruction takes float16 operands; other dtypes keep the cuBLAS + fused-softmax
 path of engine/ops/attention.py.
@@ -37,6 +44,7 @@ import math
 import numpy as np
 
 from .. import backend
+from . import dropout_add, philox
 from ._cuda import f32, i32, i64, raw_kernel
 from .softmax import unbroadcast
 
@@ -45,9 +53,7 @@ COLS = 64  # keys (forward, dq) or queries (dkdv) per step of the inner loop
 THREADS = 128
 HEAD_SIZES = tuple(range(16, 129, 16))
 
-_SOURCE = r"""
-#include <cuda_fp16.h>
-
+_SOURCE = "#include <cuda_fp16.h>\n" + philox.DEVICE + r"""
 #define HD __HEAD_SIZE__
 #define KS (HD / 16)    // 16-wide k steps over the head dim
 #define NT (HD / 8)     // 8-wide n tiles over the head dim
@@ -133,6 +139,45 @@ __device__ __forceinline__ bool masked(int i, int j, int causal, const unsigned 
   return (causal && j > i) || (mask != nullptr && mask[i * mq + j * mk]);
 }
 
+// Dropout of the probabilities, drawn here as generator.random((b, heads, s, s)) would draw
+// them: probability (query i, key j) of the rows from bh is element e = (bh + i) s + j of the
+// [b, heads, s, s] tensor and takes word e % 4 of Philox block offset + e / 4 (uniform_float);
+// it is kept, times 1 / (1 - p), when u >= p, as engine.ops.dropout's mask is.
+struct Dropout {
+  u64 seed, offset;
+  float p, scale;  // p = 0: no dropout (scale 1)
+
+  __device__ __forceinline__ bool kept(const u32 w[4], u64 e) const {
+    return u24((e & 2) ? ((e & 1) ? w[3] : w[2]) : ((e & 1) ? w[1] : w[0])) >= p;
+  }
+
+  // The keep bits of a warp's 16 x 64 accumulator tile: bit 4 nt + e for register e of n tile nt,
+  // at row ra (e < 2) or rb and column c0 + 8 nt + (e & 1). Rows are queries and columns keys, or
+  // the other way round (`rows_are_keys`, dkdv). A loop, not unrolled: the Philox rounds are
+  // compiled once, not at each of the 32 registers. One Philox block serves a pair of adjacent
+  // registers where both lie in it (adjacent keys of a query mostly do).
+  __device__ unsigned bits(long long bh, int s, int ra, int rb, int c0, bool rows_are_keys) const {
+    if (p == 0.f) return ~0u;
+    unsigned out = 0u;
+#pragma unroll 1
+    for (int x = 0; x < 32; x += 2) {
+      const int r = (x & 2) ? rb : ra, c = c0 + (x >> 2) * 8;
+      const int i = rows_are_keys ? c : r, j = rows_are_keys ? r : c;
+      const u64 e0 = (u64)(bh + i) * (u64)s + (u64)j, e1 = e0 + (rows_are_keys ? (u64)s : 1ull);
+      u32 w[4];
+      philox(seed, offset + (e0 >> 2), w);
+      out |= (unsigned)kept(w, e0) << x;
+      if ((e1 >> 2) != (e0 >> 2)) philox(seed, offset + (e1 >> 2), w);
+      out |= (unsigned)kept(w, e1) << (x + 1);
+    }
+    return out;
+  }
+
+  __device__ __forceinline__ float factor(unsigned bits, int nt, int e) const {
+    return (bits >> (4 * nt + e)) & 1u ? scale : 0.f;
+  }
+};
+
 // Where a block and thread work: the block's tile of 64 rows, head and batch row; the thread's
 // warp, group g = lane / 4 and t = lane % 4 (its place in the mma fragments); the head's q, k, v
 // in qkv (token stride rs), its offset in the [b, s, heads, d] tensors (token stride os) and in
@@ -161,10 +206,11 @@ struct Place {
 extern "C" __global__ void __launch_bounds__(128)
 flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, __half* __restrict__ out,
               float* __restrict__ lse, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-              long long mh, long long mq, long long mk) {
+              long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
   const long long rs = w.rs;
   const unsigned char* bm = w.mask;
@@ -205,13 +251,14 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
       m[r] = mnew;
       l[r] *= alpha[r];
     }
+    const unsigned kb = dr.bits(w.bh, s, row[0], row[1], k0 + 2 * t, false);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; ++e) {  // the row sum takes every probability, P @ V the kept ones
         const float p = expf(z[nt][e] - m[e >> 1]);
-        z[nt][e] = p;
         l[e >> 1] += p;
+        z[nt][e] = p * dr.factor(kb, nt, e);
       }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -237,15 +284,17 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
   }
 }
 
-// dq = scale * sum_j ds_ij k_j with ds = p (dp - D), dp = dO v^T; also D = rowsum(dO * O)
+// dq = scale * sum_j ds_ij k_j with ds = p (dp - D), dp = dO v^T (times the dropout factor); also
+// D = rowsum(dO * O)
 extern "C" __global__ void __launch_bounds__(128)
 flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, const __half* __restrict__ out,
              const __half* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ dsum,
              __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-             long long mh, long long mq, long long mk) {
+             long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
@@ -283,6 +332,7 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
     float p[8][4], dp[8][4];
     mma_rows_t(p, qa, ks, g, t);
     mma_rows_t(dp, ga, vs, g, t);
+    const unsigned kb = dr.bits(bh, s, row[0], row[1], k0 + 2 * t, false);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -292,7 +342,7 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
         if (i < s && j < s) {
           const bool off = masked(i, j, causal, bm, mq, mk);
           const float pr = expf((off ? fill : p[nt][e] * scale) - ls[r]);
-          ds = off ? 0.f : pr * (dp[nt][e] - dd[r]);
+          ds = off ? 0.f : pr * (dp[nt][e] * dr.factor(kb, nt, e) - dd[r]);
         }
         p[nt][e] = ds;
       }
@@ -308,16 +358,17 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
   }
 }
 
-// dv = sum_i p_ij dO_i, dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x 16)
+// dv = sum_i p_ij dO_i (the kept p), dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x 16)
 extern "C" __global__ void __launch_bounds__(128)
 flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
                const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
                __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-               long long mh, long long mq, long long mk) {
+               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half qs[COLS][PAD];
   __shared__ __align__(16) __half gs[COLS][PAD];
   __shared__ float ls[COLS], ds_[COLS];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 keys from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
@@ -345,6 +396,7 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
     float p[8][4], dp[8][4];
     mma_rows_t(p, ka, qs, g, t);  // scores transposed: [key, query]
     mma_rows_t(dp, va, gs, g, t);
+    const unsigned kb = dr.bits(bh, s, key[0], key[1], i0 + 2 * t, true);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -353,8 +405,10 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
         float pr = 0.f, ds = 0.f;
         if (i < s && j < s) {
           const bool off = masked(i, j, causal, bm, mq, mk);
+          const float f = dr.factor(kb, nt, e);
           pr = expf((off ? fill : p[nt][e] * scale) - ls[c]);
-          ds = off ? 0.f : pr * (dp[nt][e] - ds_[c]);
+          ds = off ? 0.f : pr * (dp[nt][e] * f - ds_[c]);
+          pr *= f;  // dv takes the kept probabilities
         }
         p[nt][e] = pr;
         dp[nt][e] = ds;
@@ -404,28 +458,39 @@ def _scores(qkv4, mask, scale, fill, causal):
     return q, k, v, z, np.broadcast_to(off, z.shape)
 
 
-def forward_reference(qkv4, mask, scale, fill, causal):
+def keep_factors(shape, dropout):
+    """The dropout factors [b, heads, s, s] (0 or 1 / (1 - p), float32) the kernels compute for
+    `dropout` = (p, seed, offset): those of generator.random(shape) at (seed, offset); 1 for None."""
+    if dropout is None:
+        return np.float32(1.0)
+    p, seed, offset = dropout
+    return dropout_add.scaled_mask(shape, np.float16, p, seed, offset)
+
+
+def forward_reference(qkv4, mask, scale, fill, causal, dropout=None):
     """(ctx [b, s, heads, d] in qkv's dtype, lse [b, heads, s] float32) of qkv4 [b, s, heads, 3d];
-    `mask` bool broadcastable to [b, heads, s, s] or None."""
+    `mask` bool broadcastable to [b, heads, s, s] or None; `dropout` (p, seed, offset) or None."""
     q, k, v, z, _ = _scores(qkv4, mask, scale, fill, causal)
     mx = z.max(-1, keepdims=True)
     e = np.exp(z - mx)
     l = e.sum(-1, keepdims=True)
-    ctx = (e / l) @ v
+    ctx = (e / l * keep_factors(z.shape, dropout)) @ v
     lse = (mx + np.log(l))[..., 0]
     return ctx.transpose(0, 2, 1, 3).astype(qkv4.dtype), lse.astype(np.float32)
 
 
-def backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dsum=None):
+def backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None, dsum=None):
     """(dqkv [b, s, heads, 3d] in qkv's dtype, D = rowsum(dO * O) [b, heads, s] float32) from the
-    output gradient g4 and output out4 [b, s, heads, d] (or from D itself, when given)."""
+    output gradient g4 and output out4 [b, s, heads, d] (or from D itself, when given). With
+    dropout, D = rowsum(dO * O) is still sum_j p_ij dp_ij, dp being the gradient of the kept p."""
     q, k, v, z, off = _scores(qkv4, mask, scale, fill, causal)
     go = g4.astype(np.float32).transpose(0, 2, 1, 3)
     if dsum is None:
         dsum = (go * out4.astype(np.float32).transpose(0, 2, 1, 3)).sum(-1)
     p = np.exp(z - lse[..., None])
-    dv = p.transpose(0, 1, 3, 2) @ go
-    ds = np.where(off, np.float32(0), p * (go @ v.transpose(0, 1, 3, 2) - dsum[..., None]))
+    keep = keep_factors(z.shape, dropout)
+    dv = (p * keep).transpose(0, 1, 3, 2) @ go
+    ds = np.where(off, np.float32(0), p * ((go @ v.transpose(0, 1, 3, 2)) * keep - dsum[..., None]))
     dq = ds @ k * np.float32(scale)
     dk = ds.transpose(0, 1, 3, 2) @ q * np.float32(scale)
     dqkv = np.concatenate([t.transpose(0, 2, 1, 3) for t in (dq, dk, dv)], axis=-1)
@@ -449,38 +514,40 @@ def _grid(s, heads, b):
     return (-(-s // ROWS), heads, b)
 
 
-def _tail(cp, mask, shape, scale, fill, causal, dummy):
+def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
     """The kernels' common trailing arguments: (mask or a dummy pointer, s, heads, scale, fill,
-    causal, has_mask, the mask's four element strides)."""
+    causal, has_mask, the mask's four element strides, the dropout's seed, offset, p and 1 / (1 - p))."""
     b, heads, s, _ = shape
     if mask is None:
         ptr, strides = dummy, (0, 0, 0, 0)
     else:
         ptr, strides = mask_strides(cp, mask, shape)
+    p, seed, offset = dropout or (0.0, 0, 0)
     return ((ptr, i32(s), i32(heads), f32(scale), f32(fill), i32(causal), i32(mask is not None))
-            + tuple(i64(t) for t in strides))
+            + tuple(i64(t) for t in strides)
+            + (np.uint64(seed & philox.MASK64), np.uint64(offset), f32(p), f32(dropout_add.keep_scale(p))))
 
 
-def forward_cuda(qkv4, mask, scale, fill, causal):
+def forward_cuda(qkv4, mask, scale, fill, causal, dropout=None):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
     qkv4 = cp.ascontiguousarray(qkv4)
     out = cp.empty((b, s, heads, d), np.float16)
     lse = cp.empty((b, heads, s), np.float32)
-    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, qkv4)
+    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)
     raw_kernel(source(d), f"flash_fwd__hd{d}")(_grid(s, heads, b), (THREADS,), (qkv4, m, out, lse, *tail))
     return out, lse
 
 
-def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal):
+def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
     qkv4, g4, out4 = (cp.ascontiguousarray(a) for a in (qkv4, g4.astype(np.float16, copy=False), out4))
     dqkv = cp.empty(qkv4.shape, np.float16)
     dsum = cp.empty((b, heads, s), np.float32)
-    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, qkv4)
+    m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)
     src, grid = source(d), _grid(s, heads, b)
     raw_kernel(src, f"flash_dq__hd{d}")(grid, (THREADS,), (qkv4, m, out4, g4, lse, dsum, dqkv, *tail))
     raw_kernel(src, f"flash_dkdv__hd{d}")(grid, (THREADS,), (qkv4, m, g4, lse, dsum, dqkv, *tail))
@@ -488,15 +555,17 @@ def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal):
 
 
 # ------------------------------------------------------------------ dispatch
-def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False):
-    """(ctx [b, s, heads, d], lse [b, heads, s]) of qkv4 [b, s, heads, 3d] (see the module doc)."""
+def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None):
+    """(ctx [b, s, heads, d], lse [b, heads, s]) of qkv4 [b, s, heads, 3d] (see the module doc);
+    `dropout`: (p, seed, offset) of the generator stream the probabilities' dropout draws from."""
     if isinstance(qkv4, np.ndarray):
-        return forward_reference(qkv4, mask, scale, fill, causal)
-    return forward_cuda(qkv4, mask, scale, fill, causal)
+        return forward_reference(qkv4, mask, scale, fill, causal, dropout)
+    return forward_cuda(qkv4, mask, scale, fill, causal, dropout)
 
 
-def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False):
-    """(dqkv [b, s, heads, 3d], D [b, heads, s]) from the output gradient g4 [b, s, heads, d]."""
+def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None):
+    """(dqkv [b, s, heads, 3d], D [b, heads, s]) from the output gradient g4 [b, s, heads, d]
+    (`dropout` as the forward's: its factors are drawn again, not stored)."""
     if isinstance(qkv4, np.ndarray):
-        return backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal)
-    return backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal)
+        return backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout)
+    return backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout)

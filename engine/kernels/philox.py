@@ -21,7 +21,8 @@ MASK64 = (1 << 64) - 1
 # outputs per Philox block (four 32-bit words) of each kind of draw
 PER_GROUP = {"uniform_float": 4, "uniform_double": 2, "normal_float": 2, "normal_double": 2, "bits": 4}
 
-SOURCE = r"""
+# the generator's device functions, for kernels that draw their own numbers (dropout_add, flash)
+DEVICE = r"""
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
@@ -42,7 +43,9 @@ __device__ __forceinline__ float u24(u32 x) { return (x >> 8) * (1.0f / 16777216
 __device__ __forceinline__ double u53(u32 a, u32 b) {
     return ((a >> 5) * 67108864.0 + (b >> 6)) * (1.0 / 9007199254740992.0);
 }
+"""
 
+SOURCE = DEVICE + r"""
 #define GROUPS(per) for (u64 g = blockIdx.x * (u64)blockDim.x + threadIdx.x; g * per < n; \
                          g += (u64)gridDim.x * blockDim.x)
 

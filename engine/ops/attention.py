@@ -356,9 +356,10 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
     p = float(dropout_p) if training else 0.0
     d = qkv.shape[-1] // (3 * heads)
     scale = 1.0 / d ** 0.5 if scale is None else float(scale)
-    if bias is None and p == 0.0 and _flash_on(qkv, d, fill):
+    if bias is None and _flash_on(qkv, d, fill):
         return FlashQKVAttention.apply(qkv, mask, heads=int(heads), scale=scale, fill=float(fill),
-                                       causal=bool(causal))[0]
+                                       causal=bool(causal), dropout_p=p,
+                                       generator=generator or default_generator)[0]
     if causal:
         from .creation import arange
         pos = arange(s, device=qkv.device)
@@ -368,10 +369,12 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
                                     generator=generator or default_generator)[0]
 
 
-# Flash attention on CUDA (engine/kernels/flash_attention.py): float16 attention without a bias or
-# dropout, one batch axis, a head size that is a multiple of 16 up to 128 and a finite fill runs
-# as three tensor-core kernels that never write the [b, heads, s, s] scores, instead of two
-# cuBLAS batched products around the fused softmax. Off by default: the kernels are checked on
+# Flash attention on CUDA (engine/kernels/flash_attention.py): float16 attention without a bias,
+# one batch axis, a head size that is a multiple of 16 up to 128 and a finite fill runs as three
+# tensor-core kernels that never write the [b, heads, s, s] scores, instead of two cuBLAS batched
+# products around the fused softmax. Dropout is drawn inside the kernels from the generator's
+# device stream: the same elements are dropped as by the unfused core from the same generator
+# state (the stream moves past the same numbers), and the backward draws them again. Off by default: the kernels are checked on
 # the CPU (their CUDA source run on CPU threads, tests/test_flash_attention.py) but neither their
 # results nor their speed have been measured on a GPU yet (tools/gpu_checks.sh, docs/cuda.md).
 # ENGINE_FLASH_ATTENTION=1 in the environment turns them on for a run (tools/train_net.py);
@@ -396,7 +399,8 @@ def _flash_on(qkv, head_size, fill):
 
 class FlashQKVAttention(Op):
     """Outputs (ctx, lse): lse [b, heads, s], the rows' log-sum-exp, is a hidden output kept with
-    ctx for the backward, which recomputes the probabilities tile by tile from them."""
+    ctx for the backward, which recomputes the probabilities tile by tile from them (and their
+    dropout from the stream position the forward drew from)."""
 
     name = "FlashQKVAttention"
     autocast = "lower"
@@ -404,17 +408,21 @@ class FlashQKVAttention(Op):
     save_outputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, qkv, mask, heads, scale, fill, causal):
+    def forward(ctx, qkv, mask, heads, scale, fill, causal, dropout_p, generator):
         b, s = qkv.shape[:2]
-        out, lse = flash.flash_forward(qkv.reshape(b, s, heads, -1), mask, scale, fill, causal)
-        ctx.mask, ctx.heads, ctx.scale, ctx.fill, ctx.causal = mask, heads, scale, fill, causal
+        dropout = None
+        if dropout_p > 0:  # the draw of the unfused core's [b, heads, s, s] dropout uniforms
+            stream = generator.rng(xp_of(qkv))
+            dropout = (dropout_p, *stream.reserve("uniform_float", b * heads * s * s, "attention dropout"))
+        out, lse = flash.flash_forward(qkv.reshape(b, s, heads, -1), mask, scale, fill, causal, dropout)
+        ctx.mask, ctx.heads, ctx.scale, ctx.fill, ctx.causal, ctx.dropout = mask, heads, scale, fill, causal, dropout
         return out.reshape(b, s, -1), lse
 
     @staticmethod
     def backward(ctx, g, _):
         qkv, out, lse = ctx.saved_tensors
         dqkv = FlashQKVAttentionGrad.apply(g, qkv, out, lse, mask=ctx.mask, heads=ctx.heads, scale=ctx.scale,
-                                           fill=ctx.fill, causal=ctx.causal)
+                                           fill=ctx.fill, causal=ctx.causal, dropout=ctx.dropout)
         return dqkv, None
 
 
@@ -424,11 +432,11 @@ class FlashQKVAttentionGrad(NoDoubleBackward, Op):
     name = "FlashQKVAttentionGrad"
 
     @staticmethod
-    def forward(ctx, g, qkv, out, lse, mask, heads, scale, fill, causal):
+    def forward(ctx, g, qkv, out, lse, mask, heads, scale, fill, causal, dropout):
         ctx.op_name = "packed_qkv_attention"
         b, s = qkv.shape[:2]
         dqkv, _ = flash.flash_backward(g.reshape(b, s, heads, -1), qkv.reshape(b, s, heads, -1),
-                                       out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal)
+                                       out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal, dropout)
         return dqkv.reshape(qkv.shape)
 
 

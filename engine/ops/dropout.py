@@ -101,9 +101,8 @@ class BiasDropoutAdd(Op):
         ctx.bias_shape = None if bias is None else bias.shape
         xp = xp_of(x)
         if xp is not np:
-            stream = generator.rng(xp)
-            ctx.replay = seed, offset = stream.seed, stream.offset
-            stream.offset += dropout_add_kernels.groups(x.dtype, x.size)
+            ctx.replay = seed, offset = generator.rng(xp).reserve(dropout_add_kernels.uniform_kind(x.dtype), x.size,
+                                                                   "bias + dropout + add")
             return dropout_add_kernels.bias_dropout_add(x, bias, residual, p, seed, offset)
         ctx.replay = mask = scaled_keep_mask(np, x.shape, x.dtype, p, generator.rng(np))
         y = np.multiply(x if bias is None else x + bias, mask)

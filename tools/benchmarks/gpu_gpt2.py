@@ -398,7 +398,7 @@ def run(a):
         loss_f = float(step_f())
     if a.attention == "flash" and not flash_calls[0]:
         raise SystemExit("gpu_gpt2.py --attention flash: the flash-attention kernels did not run (they need "
-                         "--dtype fp16, no attention dropout and a head size that is a multiple of 16 up to 128)")
+                         "--dtype fp16 and a head size that is a multiple of 16 up to 128)")
     step_t, scaler_t = torch_step_fn(tmodel, ids, labels, fp16, torch_device)
     loss_t = float(step_t().detach())
     rel = check_losses(loss_t, loss_f, a.dtype)

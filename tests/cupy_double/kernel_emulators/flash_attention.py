@@ -9,12 +9,14 @@ from engine.kernels import flash_attention as flash
 from . import emulates
 from .norm_act import _buf, _scalars
 
-_TAIL = (np.int32, np.int32, np.float32, np.float32, np.int32, np.int32, np.int64, np.int64, np.int64, np.int64)
+_TAIL = (np.int32, np.int32, np.float32, np.float32, np.int32, np.int32, np.int64, np.int64, np.int64, np.int64,
+         np.uint64, np.uint64, np.float32, np.float32)
 
 
 def _layout(name, grid, block, mask, scalars):
-    """(b, s, heads, d, mask or None, scale, fill, causal) of a launch, checked."""
-    s, heads, scale, fill, causal, has_mask, *strides = _scalars(name, scalars, _TAIL)
+    """(b, s, heads, d, mask or None, scale, fill, causal, dropout (p, seed, offset) or None) of a
+    launch, checked."""
+    s, heads, scale, fill, causal, has_mask, *strides, seed, offset, p, keep_scale = _scalars(name, scalars, _TAIL)
     d = int(name.rsplit("__hd", 1)[1])
     b = grid[2]
     if block != (flash.THREADS, 1, 1):
@@ -30,33 +32,37 @@ def _layout(name, grid, block, mask, scalars):
         if mask.dtype != np.bool_:
             raise TypeError(f"{name}: mask is {mask.dtype}, the kernel reads bytes of bool")
         m = np.lib.stride_tricks.as_strided(mask, shape, [t * mask.itemsize for t in strides])
-    return b, s, heads, d, m, scale, fill, bool(causal)
+    if not 0.0 <= p <= 1.0 or keep_scale != np.float32(0.0 if p >= 1 else 1.0 / (1.0 - float(p))):
+        raise ValueError(f"{name}: dropout p {p} with keep scale {keep_scale}")
+    dropout = (float(p), int(seed), int(offset)) if p > 0 else None
+    return b, s, heads, d, m, scale, fill, bool(causal), dropout
 
 
 @emulates("flash_fwd")
 def _flash_fwd(name, grid, block, args, shared_mem):
     qkv, mask, out, lse, *scalars = args
-    b, s, heads, d, m, scale, fill, causal = _layout(name, grid, block, mask, scalars)
+    b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars)
     qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
-    o, l = flash.forward_reference(qkv4, m, scale, fill, causal)
+    o, l = flash.forward_reference(qkv4, m, scale, fill, causal, dropout)
     _buf(name, "out", out, o.size, np.float16)[:] = o.reshape(-1)
     _buf(name, "lse", lse, l.size, np.float32)[:] = l.reshape(-1)
 
 
 def _backward(name, grid, block, qkv, mask, out, g, lse, scalars):
-    b, s, heads, d, m, scale, fill, causal = _layout(name, grid, block, mask, scalars)
+    b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars)
     qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
     o = None if out is None else _buf(name, "out", out, b * s * heads * d, np.float16).reshape(b, s, heads, d)
     g4 = _buf(name, "dout", g, b * s * heads * d, np.float16).reshape(b, s, heads, d)
     lse3 = _buf(name, "lse", lse, b * heads * s, np.float32).reshape(b, heads, s)
-    return qkv4, o, g4, lse3, m, scale, fill, causal, d
+    return qkv4, o, g4, lse3, m, scale, fill, causal, dropout, d
 
 
 @emulates("flash_dq")
 def _flash_dq(name, grid, block, args, shared_mem):
     qkv, mask, out, g, lse, dsum, dqkv, *scalars = args
-    qkv4, o, g4, lse3, m, scale, fill, causal, d = _backward(name, grid, block, qkv, mask, out, g, lse, scalars)
-    dq, dd = flash.backward_reference(g4, qkv4, o, lse3, m, scale, fill, causal)
+    qkv4, o, g4, lse3, m, scale, fill, causal, dropout, d = _backward(name, grid, block, qkv, mask, out, g, lse,
+                                                                      scalars)
+    dq, dd = flash.backward_reference(g4, qkv4, o, lse3, m, scale, fill, causal, dropout)
     _buf(name, "dqkv", dqkv, dq.size, np.float16).reshape(dq.shape)[..., :d] = dq[..., :d]
     _buf(name, "dsum", dsum, dd.size, np.float32)[:] = dd.reshape(-1)
 
@@ -64,9 +70,10 @@ def _flash_dq(name, grid, block, args, shared_mem):
 @emulates("flash_dkdv")
 def _flash_dkdv(name, grid, block, args, shared_mem):
     qkv, mask, g, lse, dsum, dqkv, *scalars = args
-    qkv4, _, g4, lse3, m, scale, fill, causal, d = _backward(name, grid, block, qkv, mask, None, g, lse, scalars)
+    qkv4, _, g4, lse3, m, scale, fill, causal, dropout, d = _backward(name, grid, block, qkv, mask, None, g, lse,
+                                                                      scalars)
     b, s, heads = qkv4.shape[:3]
     dd = _buf(name, "dsum", dsum, b * heads * s, np.float32).reshape(b, heads, s)
     # the D that flash_dq wrote (a launch in the wrong order reads whatever the memory held)
-    ref, _ = flash.backward_reference(g4, qkv4, None, lse3, m, scale, fill, causal, dsum=dd)
+    ref, _ = flash.backward_reference(g4, qkv4, None, lse3, m, scale, fill, causal, dropout, dsum=dd)
     _buf(name, "dqkv", dqkv, ref.size, np.float16).reshape(ref.shape)[..., d:] = ref[..., d:]
