@@ -9,8 +9,6 @@ against an eager step from the same state, training steps replayed against eager
 through the double, whose graphs replay the recorded work on the same memory (bit for bit), and
 on a real GPU.
 """
-import contextlib
-
 import numpy as np
 import pytest
 
@@ -19,15 +17,6 @@ from engine import backend
 from engine.ops import attention
 from engine.ops.dropout import bias_dropout_add
 from gpu_helper import real_cupy
-
-
-@contextlib.contextmanager
-def flash_attention_on():
-    saved, attention.FLASH_ATTENTION_ON_GPU = attention.FLASH_ATTENTION_ON_GPU, True
-    try:
-        yield
-    finally:
-        attention.FLASH_ATTENTION_ON_GPU = saved
 
 
 def _small_capture(cp_module):
@@ -52,7 +41,7 @@ def test_capture_installs_a_private_pool_and_records_new_gradients(cuda_double):
 
 
 @pytest.mark.parametrize("what", ["host copy", "dropout", "bias dropout add", "flash dropout", "item"])
-def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double, what):
+def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double, what, monkeypatch):
     x = flow.randn(16, device="cuda")
     g = flow.cuda.CUDAGraph()
     before = cuda_double.cuda.get_allocator()
@@ -70,7 +59,8 @@ def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double,
             elif what == "bias dropout add":  # a kernel that draws its own numbers: a replay would reuse them
                 bias_dropout_add(x, None, x, 0.5)
             elif what == "flash dropout":
-                with flash_attention_on(), flow.autocast("cuda", dtype=flow.float16):
+                monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", True)
+                with flow.autocast("cuda", dtype=flow.float16):
                     flow.nn.functional.packed_qkv_attention(qkv, 1, dropout_p=0.1)
             else:
                 (x * 2).sum().item()

@@ -427,7 +427,8 @@ def run(a):
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
                   layers=a.layers, hidden=a.hidden, heads=a.heads, vocab=vocab, seq=a.seq, micro_batch=a.micro_batch,
                   warmup=a.warmup, steps=a.steps, hf_attn=a.hf_attn,
-                  attention=a.attention, flash_forward_calls=flash_calls[0], cuda_graph=a.cuda_graph, params=n_params, flops_per_token=fpt,
+                  attention=a.attention, flash_forward_calls=flash_calls[0], cuda_graph=a.cuda_graph,
+                  params=n_params, flops_per_token=fpt,
                   peak_tflops=peak, first_loss_rel_diff=rel,
                   ratio_step_time_engine_over_torch=figures["engine"]["ms_per_step"] / figures["torch"]["ms_per_step"],
                   engine=figures["engine"], torch=figures["torch"])

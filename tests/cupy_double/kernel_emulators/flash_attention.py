@@ -4,6 +4,7 @@ from the numpy references: the forward ctx and lse; `dq` the q third of dqkv and
 k and v thirds from the D in memory (so dq's launch must come first, as on a GPU)."""
 import numpy as np
 
+from engine.kernels import dropout_add
 from engine.kernels import flash_attention as flash
 
 from . import emulates
@@ -32,7 +33,7 @@ def _layout(name, grid, block, mask, scalars):
         if mask.dtype != np.bool_:
             raise TypeError(f"{name}: mask is {mask.dtype}, the kernel reads bytes of bool")
         m = np.lib.stride_tricks.as_strided(mask, shape, [t * mask.itemsize for t in strides])
-    if not 0.0 <= p <= 1.0 or keep_scale != np.float32(0.0 if p >= 1 else 1.0 / (1.0 - float(p))):
+    if not 0.0 <= p <= 1.0 or keep_scale != np.float32(dropout_add.keep_scale(p)):
         raise ValueError(f"{name}: dropout p {p} with keep scale {keep_scale}")
     dropout = (float(p), int(seed), int(offset)) if p > 0 else None
     return b, s, heads, d, m, scale, fill, bool(causal), dropout
