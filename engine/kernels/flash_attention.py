@@ -62,7 +62,11 @@ _SOURCE = "#include <cuda_fp16.h>\n" + philox.DEVICE + r"""
 #define COLS 64
 #define NEG_INF (-__int_as_float(0x7f800000))
 
-#ifndef CUDA_ON_CPU  // the CPU stand-in of the tests (tests/cuda_on_cpu) emulates the instruction
+#define THREADS 128
+#define LOG2E 1.4426950408889634f  // scores are kept in log2 units: exp2 is one instruction
+#define LN2 0.6931471805599453f
+
+#ifndef CUDA_ON_CPU  // the CPU stand-in of the tests (tests/cuda_on_cpu) emulates these instructions
 // d[16x8] += a[16x16] b[16x8], float16 operands, float32 accumulators (PTX ISA layout)
 __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -70,14 +74,39 @@ __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsi
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// ldmatrix .x4: lanes 8i..8i+7 give the shared-memory addresses of the 8 rows (16 bytes each) of
+// 8 x 8 matrix i; r[i] gets the lane's pair of it, (row lane / 4, columns 2 (lane % 4), +1), or
+// with .trans of its transpose, (rows 2 (lane % 4), +1, column lane / 4): B fragments of mma
+__device__ __forceinline__ void ldsm_x4(unsigned* r, const __half* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned* r, const __half* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((unsigned)__cvta_generic_to_shared(row)));
+}
+
+// Global -> shared copies that bypass registers and run while the block computes: 16 bytes (or
+// 4), zeros where `full` is false (nothing is read then). A group of them is committed, then
+// waited for (all of this thread's), then made visible to the block by __syncthreads.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool full) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool full) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(full ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif
 
 // two float16 as one .f16x2 register: `lo` in the low half (the lower-numbered element)
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return (unsigned)__half_as_ushort(__float2half_rn(lo)) | ((unsigned)__half_as_ushort(__float2half_rn(hi)) << 16);
-}
-__device__ __forceinline__ unsigned pack2h(__half lo, __half hi) {
-  return (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
 }
 // two adjacent float16 (even element index) as one register
 __device__ __forceinline__ unsigned ld2(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
@@ -85,7 +114,7 @@ __device__ __forceinline__ float lo_f(unsigned r) { return __half2float(__ushort
 __device__ __forceinline__ float hi_f(unsigned r) { return __half2float(__ushort_as_half((unsigned short)(r >> 16))); }
 
 // A-operand fragments of 16 rows [r0, r0 + 16) x HD of a row-major matrix (row stride `rs`, zero
-// past row `n`): frag[kk] covers columns [16 kk, 16 kk + 16)
+// past row `n`): frag[kk] covers columns [16 kk, 16 kk + 16). Read once per block, from global.
 __device__ __forceinline__ void load_a(unsigned frag[KS][4], const __half* m, long long rs, int r0, int n, int g, int t) {
   const int ra = r0 + g, rb = r0 + g + 8;
 #pragma unroll
@@ -98,38 +127,50 @@ __device__ __forceinline__ void load_a(unsigned frag[KS][4], const __half* m, lo
   }
 }
 
-// Rows [r0, r0 + 64) of a matrix (row stride `rs`, zero past row `n`) into shared memory
+// Starts copying rows [r0, r0 + 64) of a row-major matrix (row stride `rs`, 16-byte aligned rows,
+// zeros past row `n`) into shared memory: HD / 16 copies of 16 bytes per thread
 __device__ __forceinline__ void load_tile(__half (*dst)[PAD], const __half* m, long long rs, int r0, int n) {
-  for (int w = threadIdx.x; w < ROWS * (HD / 2); w += blockDim.x) {
-    const int r = w / (HD / 2), c = 2 * (w % (HD / 2));
-    *reinterpret_cast<unsigned*>(&dst[r][c]) = r0 + r < n ? ld2(m + (r0 + r) * rs + c) : 0u;
+#pragma unroll
+  for (int it = 0; it < HD / 16; ++it) {
+    const int w = threadIdx.x + it * THREADS, r = w / (HD / 8), c = 8 * (w % (HD / 8));
+    const bool in = r0 + r < n;
+    cp_async16(&dst[r][c], m + (in ? r0 + r : 0) * rs + c, in);
   }
 }
 
-// acc[16 x 64] = A[16 x HD] (fragments) times the 64 rows of `tile`, transposed
-__device__ __forceinline__ void mma_rows_t(float acc[8][4], const unsigned a[KS][4], const __half (*tile)[PAD], int g, int t) {
+// acc[16 x 64] = A[16 x HD] (fragments) times the 64 rows of `tile`, transposed. One ldmatrix
+// gives the B fragments of two n tiles: matrices (n tile 2 np, columns +0 / +8 of the k step),
+// then (n tile 2 np + 1, +0 / +8).
+__device__ __forceinline__ void mma_rows_t(float acc[8][4], const unsigned a[KS][4], const __half (*tile)[PAD], int lane) {
+  const int lr = lane & 7, lm = lane >> 3;  // this lane addresses row lr of matrix lm
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      const unsigned b[2] = {ld2(&tile[nt * 8 + g][kk * 16 + 2 * t]), ld2(&tile[nt * 8 + g][kk * 16 + 8 + 2 * t])};
-      mma16816(acc[nt], a[kk], b);
+  for (int kk = 0; kk < KS; ++kk)
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      unsigned b[4];
+      ldsm_x4(b, &tile[(2 * np + (lm >> 1)) * 8 + lr][kk * 16 + (lm & 1) * 8]);
+      mma16816(acc[2 * np], a[kk], b);
+      mma16816(acc[2 * np + 1], a[kk], b + 2);
     }
-  }
 }
 
-// acc[16 x HD] += P[16 x 64] (accumulator layout, rounded to float16) times `tile` [64 x HD]
-__device__ __forceinline__ void mma_p_tile(float acc[NT][4], const float p[8][4], const __half (*tile)[PAD], int g, int t) {
+// acc[16 x HD] += P[16 x 64] (accumulator layout, rounded to float16) times `tile` [64 x HD]. One
+// ldmatrix.trans gives the B fragments of two n tiles: matrices (rows +0 / +8 of the k step, n
+// tile 2 np), then (+0 / +8, n tile 2 np + 1).
+__device__ __forceinline__ void mma_p_tile(float acc[NT][4], const float p[8][4], const __half (*tile)[PAD], int lane) {
+  const int lr = lane & 7, lm = lane >> 3;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {  // 16 columns of P (two n tiles) = one k step
     const unsigned a[4] = {pack2(p[2 * j][0], p[2 * j][1]), pack2(p[2 * j][2], p[2 * j][3]),
                            pack2(p[2 * j + 1][0], p[2 * j + 1][1]), pack2(p[2 * j + 1][2], p[2 * j + 1][3])};
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int c = nt * 8 + g, r = j * 16 + 2 * t;
-      const unsigned b[2] = {pack2h(tile[r][c], tile[r + 1][c]), pack2h(tile[r + 8][c], tile[r + 9][c])};
-      mma16816(acc[nt], a, b);
+    for (int np = 0; np < NT / 2; ++np) {
+      unsigned b[4];
+      ldsm_x4_t(b, &tile[j * 16 + (lm & 1) * 8 + lr][(2 * np + (lm >> 1)) * 8]);
+      mma16816(acc[2 * np], a, b);
+      mma16816(acc[2 * np + 1], a, b + 2);
     }
   }
 }
@@ -203,6 +244,19 @@ struct Place {
   }
 };
 
+// Whether a warp's 16 x 64 tile needs the element checks below: a user mask, rows or columns
+// past the sequence, or causal scores above the diagonal (row i, column j masked when j > i; the
+// tile spans rows [i0, i0 + 16) and columns [j0, j0 + 64), or the other way round in dkdv).
+// Elsewhere the scores are used as they are.
+__device__ __forceinline__ bool edge_tile(int has_mask, int causal, int s, int i0, int j0, bool rows_are_keys) {
+  if (rows_are_keys) return has_mask || i0 + COLS > s || j0 + 16 > s || (causal && j0 + 15 > i0);
+  return has_mask || j0 + COLS > s || i0 + 16 > s || (causal && j0 + COLS - 1 > i0);
+}
+
+// The loops over tiles overlap copies with arithmetic (FlashAttention-2's order): a tile's copy is
+// started as soon as every warp is done with the buffer it goes to, and waited for just before
+// its use.
+
 extern "C" __global__ void __launch_bounds__(128)
 flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, __half* __restrict__ out,
               float* __restrict__ lse, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
@@ -211,33 +265,39 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
   const long long rs = w.rs;
   const unsigned char* bm = w.mask;
   const int row[2] = {r0 + g, r0 + g + 8};
+  const float sl = scale * LOG2E, fl = fill * LOG2E;  // m, the scores and fill in log2 units
+  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
+  load_tile(ks, w.k, rs, 0, s);
+  cp_async_commit();
   unsigned qa[KS][4];
   load_a(qa, w.q, rs, r0, s, g, t);
   float o[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
   for (int k0 = 0; k0 < kend; k0 += COLS) {
-    __syncthreads();  // the previous tiles are read
-    load_tile(ks, w.k, rs, k0, s);
+    cp_async_wait_all();
+    __syncthreads();  // this K tile is here; every warp is done with the last V tile
     load_tile(vs, w.v, rs, k0, s);
-    __syncthreads();
+    cp_async_commit();
     float z[8][4];
-    mma_rows_t(z, qa, ks, g, t);
+    mma_rows_t(z, qa, ks, lane);
+    const bool edge = edge_tile(has_mask, causal, s, r0, k0, false);
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = row[e >> 1], j = k0 + nt * 8 + 2 * t + (e & 1);
-        float val = z[nt][e] * scale;
-        if (j >= s) val = NEG_INF;  // no such key
-        else if (i < s && masked(i, j, causal, bm, mq, mk)) val = fill;
+        float val = z[nt][e] * sl;
+        if (edge) {
+          if (j >= s) val = NEG_INF;  // no such key
+          else if (i < s && masked(i, j, causal, bm, mq, mk)) val = fl;
+        }
         z[nt][e] = val;
         mx[e >> 1] = fmaxf(mx[e >> 1], val);
       }
@@ -247,7 +307,7 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       const float mnew = fmaxf(m[r], mx[r]);  // finite: key k0 < s exists and fill is finite
-      alpha[r] = expf(m[r] - mnew);
+      alpha[r] = exp2f(m[r] - mnew);
       m[r] = mnew;
       l[r] *= alpha[r];
     }
@@ -256,7 +316,7 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {  // the row sum takes every probability, P @ V the kept ones
-        const float p = expf(z[nt][e] - m[e >> 1]);
+        const float p = exp2f(z[nt][e] - m[e >> 1]);
         l[e >> 1] += p;
         z[nt][e] = p * dr.factor(kb, nt, e);
       }
@@ -265,7 +325,11 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
       o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
       o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
     }
-    mma_p_tile(o, z, vs, g, t);
+    cp_async_wait_all();
+    __syncthreads();  // this V tile is here; every warp is done with this K tile
+    if (k0 + COLS < kend) load_tile(ks, w.k, rs, k0 + COLS, s);
+    cp_async_commit();
+    mma_p_tile(o, z, vs, lane);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -280,7 +344,7 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
       *reinterpret_cast<unsigned*>(ob + row[r] * w.os + nt * 8 + 2 * t) = pack2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (t == 0) lse[w.bh + row[r]] = m[r] + logf(l[r]);
+    if (t == 0) lse[w.bh + row[r]] = (m[r] + log2f(l[r])) * LN2;
   }
 }
 
@@ -295,10 +359,15 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 queries from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
   const int row[2] = {r0 + g, r0 + g + 8};
+  const float sl = scale * LOG2E, fl = fill * LOG2E;
+  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
+  load_tile(ks, w.k, rs, 0, s);
+  load_tile(vs, w.v, rs, 0, s);
+  cp_async_commit();
   unsigned qa[KS][4], ga[KS][4], oa[KS][4];
   load_a(qa, w.q, rs, r0, s, g, t);
   load_a(ga, dout + w.ob, os, r0, s, g, t);
@@ -312,41 +381,48 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
       const float prod = lo_f(ga[kk][e]) * lo_f(oa[kk][e]) + hi_f(ga[kk][e]) * hi_f(oa[kk][e]);
       dd[e & 1] += prod;  // registers 0 and 2 hold row g, 1 and 3 row g + 8
     }
-  float ls[2];
+  float ll[2];  // lse in log2 units
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     dd[r] += __shfl_xor_sync(0xffffffffu, dd[r], 1);
     dd[r] += __shfl_xor_sync(0xffffffffu, dd[r], 2);
-    ls[r] = row[r] < s ? lse[bh + row[r]] : 0.f;
+    ll[r] = row[r] < s ? lse[bh + row[r]] * LOG2E : 0.f;
     if (t == 0 && row[r] < s) dsum[bh + row[r]] = dd[r];
   }
   float dq[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
-  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
   for (int k0 = 0; k0 < kend; k0 += COLS) {
-    __syncthreads();
-    load_tile(ks, w.k, rs, k0, s);
-    load_tile(vs, w.v, rs, k0, s);
-    __syncthreads();
+    const bool more = k0 + COLS < kend;
+    cp_async_wait_all();
+    __syncthreads();  // these K and V tiles are here; every warp is done with the last K tile
     float p[8][4], dp[8][4];
-    mma_rows_t(p, qa, ks, g, t);
-    mma_rows_t(dp, ga, vs, g, t);
+    mma_rows_t(p, qa, ks, lane);
+    mma_rows_t(dp, ga, vs, lane);
+    __syncthreads();  // every warp is done with this V tile
+    if (more) load_tile(vs, w.v, rs, k0 + COLS, s);
+    cp_async_commit();
     const unsigned kb = dr.bits(bh, s, row[0], row[1], k0 + 2 * t, false);
+    const bool edge = edge_tile(has_mask, causal, s, r0, k0, false);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, i = row[r], j = k0 + nt * 8 + 2 * t + (e & 1);
         float ds = 0.f;
-        if (i < s && j < s) {
+        if (!edge) {
+          ds = exp2f(p[nt][e] * sl - ll[r]) * (dp[nt][e] * dr.factor(kb, nt, e) - dd[r]);
+        } else if (i < s && j < s) {
           const bool off = masked(i, j, causal, bm, mq, mk);
-          const float pr = expf((off ? fill : p[nt][e] * scale) - ls[r]);
+          const float pr = exp2f((off ? fl : p[nt][e] * sl) - ll[r]);
           ds = off ? 0.f : pr * (dp[nt][e] * dr.factor(kb, nt, e) - dd[r]);
         }
         p[nt][e] = ds;
       }
-    mma_p_tile(dq, p, ks, g, t);
+    mma_p_tile(dq, p, ks, lane);
+    __syncthreads();  // every warp is done with this K tile
+    if (more) load_tile(ks, w.k, rs, k0 + COLS, s);
+    cp_async_commit();
   }
   __half* dqb = dqkv + (w.q - qkv);
 #pragma unroll
@@ -358,6 +434,16 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
   }
 }
 
+// Starts copying the lse and D of queries [i0, i0 + 64) into shared memory (zeros past s)
+__device__ __forceinline__ void load_rows(float* ls, float* ds, const float* lse, const float* dsum, long long bh, int i0,
+                                          int s) {
+  const int c = threadIdx.x & (COLS - 1);
+  const bool in = i0 + c < s;
+  const long long at = bh + (in ? i0 + c : 0);
+  if (threadIdx.x < COLS) cp_async4(&ls[c], lse + at, in);
+  else cp_async4(&ds[c], dsum + at, in);
+}
+
 // dv = sum_i p_ij dO_i (the kept p), dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x 16)
 extern "C" __global__ void __launch_bounds__(128)
 flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
@@ -366,14 +452,20 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
                long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half qs[COLS][PAD];
   __shared__ __align__(16) __half gs[COLS][PAD];
-  __shared__ float ls[COLS], ds_[COLS];
+  __shared__ __align__(16) float ls[COLS], ds_[COLS];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0;  // the warp's 16 keys from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 keys from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
   const __half* gb = dout + w.ob;
   const int key[2] = {r0 + g, r0 + g + 8};
+  const float sl = scale * LOG2E, fl = fill * LOG2E;
+  const int qstart = (causal && !has_mask) ? tile * ROWS : 0;  // earlier queries see none of these keys
+  load_tile(qs, w.q, rs, qstart, s);
+  load_tile(gs, gb, os, qstart, s);
+  load_rows(ls, ds_, lse, dsum, bh, qstart, s);
+  cp_async_commit();
   unsigned ka[KS][4], va[KS][4];
   load_a(ka, w.k, rs, r0, s, g, t);
   load_a(va, w.v, rs, r0, s, g, t);
@@ -383,38 +475,44 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
     dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
     dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
   }
-  const int qstart = (causal && !has_mask) ? tile * ROWS : 0;  // earlier queries see none of these keys
   for (int i0 = qstart; i0 < s; i0 += COLS) {
-    __syncthreads();
-    load_tile(qs, w.q, rs, i0, s);
-    load_tile(gs, gb, os, i0, s);
-    for (int c = threadIdx.x; c < COLS; c += blockDim.x) {
-      ls[c] = i0 + c < s ? lse[bh + i0 + c] : 0.f;
-      ds_[c] = i0 + c < s ? dsum[bh + i0 + c] : 0.f;
-    }
-    __syncthreads();
+    const bool more = i0 + COLS < s;
+    cp_async_wait_all();
+    __syncthreads();  // these Q and dO tiles, lse and D are here; every warp is done with the last ones
     float p[8][4], dp[8][4];
-    mma_rows_t(p, ka, qs, g, t);  // scores transposed: [key, query]
-    mma_rows_t(dp, va, gs, g, t);
+    mma_rows_t(p, ka, qs, lane);  // scores transposed: [key, query]
+    mma_rows_t(dp, va, gs, lane);
     const unsigned kb = dr.bits(bh, s, key[0], key[1], i0 + 2 * t, true);
+    const bool edge = edge_tile(has_mask, causal, s, i0, r0, true);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = nt * 8 + 2 * t + (e & 1), i = i0 + c, j = key[e >> 1];
+        const float f = dr.factor(kb, nt, e);
         float pr = 0.f, ds = 0.f;
-        if (i < s && j < s) {
+        if (!edge) {
+          pr = exp2f(p[nt][e] * sl - ls[c] * LOG2E);
+          ds = pr * (dp[nt][e] * f - ds_[c]);
+        } else if (i < s && j < s) {
           const bool off = masked(i, j, causal, bm, mq, mk);
-          const float f = dr.factor(kb, nt, e);
-          pr = expf((off ? fill : p[nt][e] * scale) - ls[c]);
+          pr = exp2f((off ? fl : p[nt][e] * sl) - ls[c] * LOG2E);
           ds = off ? 0.f : pr * (dp[nt][e] * f - ds_[c]);
-          pr *= f;  // dv takes the kept probabilities
         }
-        p[nt][e] = pr;
+        p[nt][e] = pr * f;  // dv takes the kept probabilities
         dp[nt][e] = ds;
       }
-    mma_p_tile(dv, p, gs, g, t);
-    mma_p_tile(dk, dp, qs, g, t);
+    mma_p_tile(dv, p, gs, lane);
+    __syncthreads();  // every warp is done with this dO tile
+    if (more) load_tile(gs, gb, os, i0 + COLS, s);
+    cp_async_commit();
+    mma_p_tile(dk, dp, qs, lane);
+    __syncthreads();  // every warp is done with this Q tile, lse and D
+    if (more) {
+      load_tile(qs, w.q, rs, i0 + COLS, s);
+      load_rows(ls, ds_, lse, dsum, bh, i0 + COLS, s);
+    }
+    cp_async_commit();
   }
   __half* dkb = dqkv + (w.k - qkv);
 #pragma unroll

@@ -1,8 +1,9 @@
 // Just enough of CUDA to run a kernel's source on CPU threads (see __init__.py): one OS thread
 // per CUDA thread, the blocks one after another. __syncthreads is a barrier over the block;
-// __shfl_xor_sync and mma.sync.m16n8k16 are warp-wide exchanges through a per-warp board, in the
-// PTX ISA's fragment layout. __shared__ variables are function statics: one copy, reused by each
-// block in turn (the blocks never overlap).
+// __shfl_xor_sync, mma.sync.m16n8k16 and ldmatrix are warp-wide exchanges through a per-warp
+// board, in the PTX ISA's fragment layout; cp.async copies at once (its commit and wait are then
+// no-ops). __shared__ variables are function statics: one copy, reused by each block in turn (the
+// blocks never overlap).
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -180,3 +181,36 @@ inline void mma16816(float* c, const unsigned* a, const unsigned* b) {
     c[i] += acc;
   }
 }
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16, from the PTX ISA: lanes 8i..8i+7 give the
+// addresses of the 8 rows (8 halves, 16-byte aligned) of matrix i; lane l = 4 g + t gets in r[i]
+// the pair (row g, columns 2t, 2t + 1) of matrix i, or with .trans (rows 2t, 2t + 1, column g),
+// the lower-numbered element in the low half.
+inline void ldmatrix_x4(unsigned* r, const __half* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16) throw "ldmatrix: a row address is not 16-byte aligned";
+  const uint64_t mine = reinterpret_cast<uintptr_t>(row);
+  const int g = cuda_cpu::lane() >> 2, t = cuda_cpu::lane() & 3;
+  cuda_cpu::exchange(&mine, 1, [&](uint64_t (*board)[8]) {
+    auto at = [&](int lane, int col) { return reinterpret_cast<const __half*>(board[lane][0])[col]; };
+    for (int i = 0; i < 4; ++i) {
+      const __half lo = trans ? at(8 * i + 2 * t, g) : at(8 * i + g, 2 * t);
+      const __half hi = trans ? at(8 * i + 2 * t + 1, g) : at(8 * i + g, 2 * t + 1);
+      r[i] = (unsigned)__half_as_ushort(lo) | ((unsigned)__half_as_ushort(hi) << 16);
+    }
+  });
+}
+inline void ldsm_x4(unsigned* r, const __half* row) { ldmatrix_x4(r, row, false); }
+inline void ldsm_x4_t(unsigned* r, const __half* row) { ldmatrix_x4(r, row, true); }
+
+// cp.async.{cg,ca}.shared.global with src-size 0 (zeros) or the full size; copied at once
+template <int N>
+inline void cp_async(void* dst, const void* src, bool full) {
+  if (reinterpret_cast<uintptr_t>(dst) % N || reinterpret_cast<uintptr_t>(src) % N)
+    throw "cp.async: an address is not aligned to the copy's size";
+  if (full) std::memcpy(dst, src, N);
+  else std::memset(dst, 0, N);
+}
+inline void cp_async16(void* dst, const void* src, bool full) { cp_async<16>(dst, src, full); }
+inline void cp_async4(void* dst, const void* src, bool full) { cp_async<4>(dst, src, full); }
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {}
