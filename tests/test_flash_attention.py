@@ -123,11 +123,14 @@ def _run_source(kernels, qkv, mask, causal, g, dropout):
     (48, 1, 1, 1, "square", False, None),     # one token
     (64, 1, 65, 2, "square", True, None),     # GPT-2's head size
     # dropout: Philox blocks that straddle rows (odd s), uniform masked rows dropped too, every
-    # element dropped (p = 1), over several tiles with causal skipping
+    # element dropped (p = 1), over several tiles with causal skipping; s % 4 == 0, where lanes
+    # share each Philox block (a partial second tile; causal skipping)
     (32, 2, 33, 3, "padding", False, DROPOUT),
     (16, 2, 67, 2, "full", True, (0.1, 5, 0)),
     (16, 1, 9, 1, "none", False, (1.0, 3, 2)),
     (64, 1, 130, 1, "none", True, DROPOUT),
+    (16, 2, 68, 2, "padding", True, DROPOUT),
+    (32, 1, 128, 2, "none", True, (0.5, 11, 1)),
 ])
 def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal, dropout):
     rng = np.random.default_rng(d * 1000 + s)
@@ -233,6 +236,37 @@ def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
         flow.nn.functional.packed_qkv_attention(qkv, 2)
         flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.1)
     assert stats.by_name["flash_fwd__hd32"] == 2
+
+
+def test_views_off_a_16_byte_boundary_are_copied_first(cuda_double):
+    """The kernels copy rows of qkv and of the output gradient 16 bytes at a time (cp.async),
+    which faults on a GPU unless the buffer starts on a 16-byte boundary: a contiguous view that
+    starts one element into its allocation reaches them as an aligned copy (the double's
+    emulators refuse a misaligned one, as the GPU would)."""
+    cp = cuda_double
+    rng = np.random.default_rng(5)
+    b, s, heads, d = 1, 9, 2, 16
+    qkv, g = _qkv(rng, b, s, heads, d), rng.standard_normal((b, s, heads, d)).astype(np.float16)
+
+    def off_boundary(a):  # the same values, one float16 (2 bytes) into a larger allocation
+        flat = cp.zeros(a.size + 8, np.float16)
+        flat[1:1 + a.size] = cp.asarray(a.reshape(-1))
+        view = flat[1:1 + a.size].reshape(a.shape)
+        assert view.flags.c_contiguous and view.data.ptr % 16 == 2
+        return view
+
+    args = (None, SCALE, FILL, True)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        raw = fa.raw_kernel(fa.source(d), f"flash_fwd__hd{d}")
+        m, *tail = fa._tail(cp, None, (b, heads, s, s), SCALE, FILL, True, None, cp.empty(1))
+        raw(fa._grid(s, heads, b), (fa.THREADS,), (off_boundary(qkv), m, cp.empty((b, s, heads, d), np.float16),
+                                                   cp.empty((b, heads, s), np.float32), *tail))
+    out, lse = fa.forward_cuda(off_boundary(qkv), *args)
+    want_out, want_lse = fa.forward_reference(qkv, *args)
+    _rel(cp.asnumpy(out), want_out, "ctx")
+    dqkv, _ = fa.backward_cuda(off_boundary(g), off_boundary(qkv), out, lse, *args)
+    want_dqkv, _ = fa.backward_reference(g, qkv, cp.asnumpy(out), cp.asnumpy(lse), *args)
+    _rel(cp.asnumpy(dqkv), want_dqkv, "dqkv")
 
 
 # ------------------------------------------------------------------ the causal flag on the CPU path

@@ -146,7 +146,7 @@ def test_profile_and_attention_tools_run_through_the_double():
                           env=double_env(), capture_output=True, text=True, timeout=300)
     assert prof.returncode == 0, prof.stdout + prof.stderr
     assert re.search(r"host issues the step in [\d.]+ ms; the step ends after [\d.]+ ms", prof.stdout), prof.stdout
-    assert re.search(r"PackedQKVAttention\.backward\s+[\d.]+ ms\s+2 calls", prof.stdout), prof.stdout
+    assert re.search(r"FlashQKVAttention\.backward\s+[\d.]+ ms\s+2 calls", prof.stdout), prof.stdout  # the default
     att = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_attention.py"), "--batch", "1", "--seq", "8",
                           "--reps", "1"], cwd=ROOT, env=double_env(), capture_output=True, text=True, timeout=300)
     assert att.returncode == 0, att.stdout + att.stderr

@@ -10,13 +10,13 @@
 #      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py);
 #      graph: the benchmark with the engine's forward + backward replayed as a CUDA graph;
 #      attn32: the benchmark with the engine's attention computed in float32 (the path before cuBLAS);
-#      flash: the benchmark (eager and CUDA graph) with the flash-attention kernels
-#      (engine.ops.attention.FLASH_ATTENTION_ON_GPU, off by default until this step has measured it);
+#      unfused: the CUDA-graph benchmark with the unfused attention core (cuBLAS + fused softmax;
+#      the others run the default, flash attention: engine.ops.attention.FLASH_ATTENTION_ON_GPU);
 #      flashattn: the flash kernels alone against PyTorch's SDPA and the unfused core
 #      (tools/benchmarks/gpu_flash.py: GPT-2's shape, then with dropout 0.1, then head size 128).
 #   BENCH_ARGS adds arguments to every benchmark run (e.g. "--micro-batch 16").
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile attention graph attn32 flash flashattn; default kernels suite train bench)
+# profile attention graph attn32 unfused flashattn; default kernels suite train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -59,17 +59,16 @@ for s in $STEPS; do
              --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     attn32) step bench_fp16_attn32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention float32 \
               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
-    flash) step bench_fp16_flash "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention flash \
-             --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS
-           step bench_fp16_flash_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention flash \
-             --cuda-graph --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    unfused) step bench_fp16_unfused_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention auto \
+               --cuda-graph --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     flashattn) for args in "" "--dropout 0.1" "--head-size 128 --heads 6"; do
                  step "flashattn${args//[^a-z0-9.]/_}" "$PY" tools/benchmarks/gpu_flash.py $args --json "$LOG/gpu_flash.jsonl"
                done ;;
     profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
     attention) step attention "$PY" tools/benchmarks/gpu_attention.py ;;
     bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
-    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph attn32 flash flashattn)"
+    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph attn32 unfused"
+       echo "flashattn)"
        exit 2 ;;
   esac
 done

@@ -222,15 +222,18 @@ struct Dropout {
 // Where a block and thread work: the block's tile of 64 rows, head and batch row; the thread's
 // warp, group g = lane / 4 and t = lane % 4 (its place in the mma fragments); the head's q, k, v
 // in qkv (token stride rs), its offset in the [b, s, heads, d] tensors (token stride os) and in
-// the [b, heads, s] rows of lse and D; its slice of the mask; r0, the warp's first row.
+// the [b, heads, s] rows of lse and D; its slice of the mask; r0, the warp's first row. The grid
+// is (heads, batch, tiles), tiles slowest, so that blocks start tile by tile across all heads;
+// `heavy_last` (causal forward and dq, where the last query tiles have the most keys) starts
+// them from the last tile: the longest blocks first, the short ones fill the end of the grid.
 struct Place {
   int tile, h, b, warp, g, t, r0;
   long long rs, os, bh, ob;
   const __half *q, *k, *v;
   const unsigned char* mask;
   __device__ Place(const __half* qkv, const unsigned char* m, int s, int heads, int has_mask, long long mb,
-                   long long mh) {
-    tile = blockIdx.x; h = blockIdx.y; b = blockIdx.z;
+                   long long mh, bool heavy_last) {
+    h = blockIdx.x; b = blockIdx.y; tile = heavy_last ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
     warp = threadIdx.x >> 5; g = (threadIdx.x & 31) >> 2; t = threadIdx.x & 3;
     r0 = tile * ROWS + warp * 16;
     rs = (long long)heads * 3 * HD;
@@ -263,7 +266,7 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
-  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
   const long long rs = w.rs;
@@ -357,7 +360,7 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
              long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
-  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
@@ -453,7 +456,7 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
   __shared__ __align__(16) __half qs[COLS][PAD];
   __shared__ __align__(16) __half gs[COLS][PAD];
   __shared__ __align__(16) float ls[COLS], ds_[COLS];
-  const Place w(qkv, mask, s, heads, has_mask, mb, mh);
+  const Place w(qkv, mask, s, heads, has_mask, mb, mh, false);  // causal: the first key tiles are the longest
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 keys from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
@@ -608,8 +611,8 @@ def mask_strides(xp, mask, shape):
 
 
 def _grid(s, heads, b):
-    """One block per 64 rows of each (batch row, head)."""
-    return (-(-s // ROWS), heads, b)
+    """One block per 64 rows of each (batch row, head): (heads, batch, tiles), see Place."""
+    return (heads, b, -(-s // ROWS))
 
 
 def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
@@ -626,11 +629,19 @@ def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
             + (np.uint64(seed & philox.MASK64), np.uint64(offset), f32(p), f32(dropout_add.keep_scale(p))))
 
 
+def _aligned(cp, a):
+    """`a` C-contiguous, its first element on a 16-byte boundary: the kernels copy rows of qkv and
+    of the output gradient in 16-byte pieces (cp.async), which fault on a view that starts in the
+    middle of its allocation; such a view is copied."""
+    a = cp.ascontiguousarray(a)
+    return a if a.data.ptr % 16 == 0 else a.copy()
+
+
 def forward_cuda(qkv4, mask, scale, fill, causal, dropout=None):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
-    qkv4 = cp.ascontiguousarray(qkv4)
+    qkv4 = _aligned(cp, qkv4)
     out = cp.empty((b, s, heads, d), np.float16)
     lse = cp.empty((b, heads, s), np.float32)
     m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)
@@ -642,7 +653,7 @@ def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
-    qkv4, g4, out4 = (cp.ascontiguousarray(a) for a in (qkv4, g4.astype(np.float16, copy=False), out4))
+    qkv4, g4, out4 = (_aligned(cp, a) for a in (qkv4, g4.astype(np.float16, copy=False), out4))
     dqkv = cp.empty(qkv4.shape, np.float16)
     dsum = cp.empty((b, heads, s), np.float32)
     m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)

@@ -374,14 +374,13 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
 # tensor-core kernels that never write the [b, heads, s, s] scores, instead of two cuBLAS batched
 # products around the fused softmax. Dropout is drawn inside the kernels from the generator's
 # device stream: the same elements are dropped as by the unfused core from the same generator
-# state (the stream moves past the same numbers), and the backward draws them again. Off by
-# default: the kernels are checked on the CPU (their CUDA source run on CPU threads,
-# tests/test_flash_attention.py) but neither their results nor their speed have been measured on
-# a GPU yet (tools/gpu_checks.sh, docs/cuda.md).
-# ENGINE_FLASH_ATTENTION=1 in the environment turns them on for a run (tools/train_net.py);
-# engine.backends.cuda.enable_flash_sdp(False) turns them off.
+# state (the stream moves past the same numbers), and the backward draws them again. On by
+# default: on an H200 the kernels match PyTorch's attention and run 5.9x (forward) and 2.0x
+# (backward) faster than the unfused core at GPT-2 124M's shape (docs/cuda.md).
+# ENGINE_FLASH_ATTENTION=0 in the environment turns them off for a run (tools/train_net.py), as
+# engine.backends.cuda.enable_flash_sdp(False) does in code.
 def _flash_from_env():
-    value = os.environ.get("ENGINE_FLASH_ATTENTION", "0")
+    value = os.environ.get("ENGINE_FLASH_ATTENTION", "1")
     if value not in ("0", "1"):
         raise ValueError(f"ENGINE_FLASH_ATTENTION must be 0 or 1, got {value!r}")
     return value == "1"

@@ -3,6 +3,7 @@ GPT2LMHeadModel (PyTorch eager), side by side in one process on the same GPU and
 
     python tools/benchmarks/gpu_gpt2.py [--micro-batch 8] [--dtype fp16|fp32] [--json out.jsonl]
     python tools/benchmarks/gpu_gpt2.py --cuda-graph      # engine forward + backward replayed as a CUDA graph
+    python tools/benchmarks/gpu_gpt2.py --attention auto      # the unfused attention core (cuBLAS + softmax)
     python tools/benchmarks/gpu_gpt2.py --attention float32   # the engine's attention upcast (the old path)
     python tools/benchmarks/gpu_gpt2.py --peak-tflops 756             # a GPU missing from the table
     ENGINE_CUPY_DOUBLE=1 PYTHONPATH=tests/cupy_double/shim:tests \\
@@ -372,8 +373,8 @@ def run(a):
     from engine.kernels import flash_attention as flash_kernels
     from engine.ops import attention
 
-    attention.HALF_ATTENTION_ON_GPU = {"auto": None, "float16": True, "float32": False, "flash": None}[a.attention]
-    attention.FLASH_ATTENTION_ON_GPU = a.attention == "flash"
+    attention.HALF_ATTENTION_ON_GPU = {"float16": True, "float32": False}.get(a.attention)
+    attention.FLASH_ATTENTION_ON_GPU = a.attention in ("default", "flash")
     flash_calls = count_calls(flash_kernels, "forward_cuda")
     fp16 = a.dtype == "fp16"
     vocab = padded_vocab(a.smoke)
@@ -485,10 +486,12 @@ def parse_args(argv=None):
     p.add_argument("--cuda-graph", action="store_true",
                    help="the engine's forward + backward captured once in a CUDA graph (engine.cuda.graph) and "
                         "replayed; the optimizer step stays eager")
-    p.add_argument("--attention", default="auto", choices=["auto", "float16", "float32", "flash"],
-                   help="what the engine's attention core computes float16 inputs in (engine.ops.attention."
-                        "HALF_ATTENTION_ON_GPU: auto = float16 where its products go through cuBLAS; flash = "
-                        "the flash-attention kernels, FLASH_ATTENTION_ON_GPU)")
+    p.add_argument("--attention", default="default", choices=["default", "flash", "auto", "float16", "float32"],
+                   help="the engine's attention core: default = the engine's own choice (the flash-attention "
+                        "kernels where they apply, FLASH_ATTENTION_ON_GPU: fp16); flash = those kernels or a "
+                        "refusal; the others are the unfused core (cuBLAS products around the fused softmax), "
+                        "float16 inputs computed in float16 or float32 (engine.ops.attention.HALF_ATTENTION_ON_GPU; "
+                        "auto = float16 where its products go through cuBLAS)")
     p.add_argument("--json", metavar="PATH", help="append the run's JSON record to PATH")
     p.add_argument("--smoke", action="store_true", help="tiny model, engine on 'cuda', torch on the CPU")
     a = p.parse_args(argv)

@@ -7,6 +7,7 @@ import numpy as np
 from engine.kernels import dropout_add
 from engine.kernels import flash_attention as flash
 
+from .. import _double
 from . import emulates
 from .norm_act import _buf, _scalars
 
@@ -14,15 +15,25 @@ _TAIL = (np.int32, np.int32, np.float32, np.float32, np.int32, np.int32, np.int6
          np.uint64, np.uint64, np.float32, np.float32)
 
 
+def _aligned16(name, what, view):
+    """The kernels copy rows of qkv and of dout to shared memory in 16-byte pieces (cp.async),
+    which fault on a GPU unless the buffer starts on a 16-byte boundary."""
+    at = _double.address(view)
+    if at % 16:
+        raise ValueError(f"{name}: {what} starts at {at:#x}, not on a 16-byte boundary (the kernel copies 16 bytes "
+                         "at a time)")
+    return view
+
+
 def _layout(name, grid, block, mask, scalars):
     """(b, s, heads, d, mask or None, scale, fill, causal, dropout (p, seed, offset) or None) of a
     launch, checked."""
     s, heads, scale, fill, causal, has_mask, *strides, seed, offset, p, keep_scale = _scalars(name, scalars, _TAIL)
     d = int(name.rsplit("__hd", 1)[1])
-    b = grid[2]
+    b = grid[1]
     if block != (flash.THREADS, 1, 1):
         raise ValueError(f"{name}: block {block}; the kernels are written for {flash.THREADS} threads (4 warps)")
-    if grid[0] * flash.ROWS < s or grid[1] != heads:
+    if grid[0] != heads or grid[2] * flash.ROWS < s:  # (heads, batch, tiles)
         raise ValueError(f"{name}: grid {grid} does not cover {s} rows of {heads} heads")
     m = None
     if has_mask:
@@ -43,6 +54,7 @@ def _layout(name, grid, block, mask, scalars):
 def _flash_fwd(name, grid, block, args, shared_mem):
     qkv, mask, out, lse, *scalars = args
     b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars)
+    qkv = _aligned16(name, "qkv", qkv)
     qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
     o, l = flash.forward_reference(qkv4, m, scale, fill, causal, dropout)
     _buf(name, "out", out, o.size, np.float16)[:] = o.reshape(-1)
@@ -51,9 +63,10 @@ def _flash_fwd(name, grid, block, args, shared_mem):
 
 def _backward(name, grid, block, qkv, mask, out, g, lse, scalars):
     b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars)
+    qkv = _aligned16(name, "qkv", qkv)
     qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
     o = None if out is None else _buf(name, "out", out, b * s * heads * d, np.float16).reshape(b, s, heads, d)
-    g4 = _buf(name, "dout", g, b * s * heads * d, np.float16).reshape(b, s, heads, d)
+    g4 = _buf(name, "dout", _aligned16(name, "dout", g), b * s * heads * d, np.float16).reshape(b, s, heads, d)
     lse3 = _buf(name, "lse", lse, b * heads * s, np.float32).reshape(b, heads, s)
     return qkv4, o, g4, lse3, m, scale, fill, causal, dropout, d
 
