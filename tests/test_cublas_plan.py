@@ -213,6 +213,28 @@ def test_float16_operands_into_a_float32_output(cuda_double):
     assert cublas.matmul(g2.T, x2, np.float32).dtype == np.float32
 
 
+def test_the_ones_vector_of_one_cupy_module_is_never_given_to_another(cuda_double, monkeypatch):
+    """column_sum keeps a ones vector per CuPy module, device and dtype. Found on a GPU: keyed by
+    device and dtype alone, a test through the double after a real-GPU test in the same process
+    got the real CuPy's vector (an address outside every double allocation), and a real-GPU test
+    after a double test handed the double's fake address to cuBLAS (an illegal memory access)."""
+    import types
+
+    from engine import backend
+    from engine.backend import cublas
+
+    monkeypatch.setattr(cublas, "_ones", {})
+    g = cuda_double.asarray(np.arange(12, dtype=np.float16).reshape(4, 3))
+    first = cublas.column_sum(g, np.float32)
+    other = types.ModuleType("another_cupy")  # the same arrays, another module object (as real CuPy is)
+    other.__getattr__ = lambda name: getattr(cuda_double, name)
+    monkeypatch.setattr(backend, "_cupy", other)
+    second = cublas.column_sum(g, np.float32)
+    assert len(cublas._ones) == 2 and {k[0] for k in cublas._ones} == {id(cuda_double), id(other)}
+    np.testing.assert_array_equal(cuda_double.asnumpy(first), [18, 22, 26])
+    np.testing.assert_array_equal(cuda_double.asnumpy(second), [18, 22, 26])
+
+
 def test_the_double_refuses_what_cublas_refuses():
     """The double's cuBLAS stand-in fails on a type combination cublasGemmEx has not (so the
     engine's CPU suite cannot pass on a call a GPU would reject)."""

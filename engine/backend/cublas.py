@@ -363,7 +363,11 @@ def matmul(a, b, out_dtype=None):
     return out
 
 
-_ones = {}  # (device, dtype) -> the longest [1, rows] ones vector made so far, sliced for fewer rows
+# (CuPy module, device, dtype) -> the longest [1, rows] ones vector made so far, sliced for fewer
+# rows. Keyed by the module too, as engine/kernels/_cuda.py's caches are: a process that runs the
+# tests' CuPy double beside the real CuPy must never hand one's array to the other (a fake
+# device address given to cuBLAS on a GPU is an illegal memory access).
+_ones = {}
 
 
 def column_sum(x2, out_dtype=None):
@@ -377,7 +381,7 @@ def column_sum(x2, out_dtype=None):
     from . import capture_state, cupy
     xp = cupy()
     rows = x2.shape[0]
-    key = (x2.device.id, x2.dtype)
+    key = (id(xp), x2.device.id, x2.dtype)
     ones = _ones.get(key)
     if ones is None or ones.shape[1] < rows:
         ones = xp.ones((1, rows), x2.dtype)

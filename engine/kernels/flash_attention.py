@@ -192,14 +192,16 @@ struct Dropout {
     return u24((e & 2) ? ((e & 1) ? w[3] : w[2]) : ((e & 1) ? w[1] : w[0])) >= p;
   }
 
+  __device__ __forceinline__ unsigned keep(u32 w) const { return (unsigned)(u24(w) >= p); }
+
   // The keep bits of a warp's 16 x 64 accumulator tile: bit 4 nt + e for register e of n tile nt,
-  // at row ra (e < 2) or rb and column c0 + 8 nt + (e & 1). Rows are queries and columns keys, or
-  // the other way round (`rows_are_keys`, dkdv). A loop, not unrolled: the Philox rounds are
-  // compiled once, not at each of the 32 registers. One Philox block serves a pair of adjacent
-  // registers where both lie in it (adjacent keys of a query mostly do).
+  // at row ra (e < 2) or rb and column c0 + 8 nt + (e & 1), c0 = (first column) + 2 t. Rows are
+  // queries and columns keys, or the other way round (`rows_are_keys`, dkdv). Loops, not
+  // unrolled: the Philox rounds are compiled once, not at each of the 32 registers.
   __device__ unsigned bits(long long bh, int s, int ra, int rb, int c0, bool rows_are_keys) const {
     if (p == 0.f) return ~0u;
-    unsigned out = 0u;
+    if (s % 4 == 0) return rows_are_keys ? bits_keys4(bh, s, ra, rb, c0) : bits_queries4(bh, s, ra, rb, c0);
+    unsigned out = 0u;  // any s: a Philox block per register pair that lies in one, else two
 #pragma unroll 1
     for (int x = 0; x < 32; x += 2) {
       const int r = (x & 2) ? rb : ra, c = c0 + (x >> 2) * 8;
@@ -212,6 +214,43 @@ struct Dropout {
       out |= (unsigned)kept(w, e1) << (x + 1);
     }
     return out;
+  }
+
+  // s % 4 == 0: each Philox block holds keys 4m .. 4m + 3 of one query, so lanes that need the same
+  // block share it, one block per lane and n tile. Queries as rows (forward, dq): lanes t and
+  // t ^ 1 hold the two key pairs of a block, in rows ra and rb alike; the even lane draws row ra's
+  // block, the odd one row rb's, and each gives the other its two bits of it.
+  __device__ unsigned bits_queries4(long long bh, int s, int ra, int rb, int c0) const {
+    const int hi = threadIdx.x & 1, row = hi ? rb : ra, k4 = c0 - 2 * hi;  // the block's first key
+    unsigned out = 0u, give = 0u;
+#pragma unroll 1
+    for (int nt = 0; nt < 8; ++nt) {
+      u32 w[4];
+      philox(seed, offset + (((u64)(bh + row) * (u64)s + (u64)(k4 + 8 * nt)) >> 2), w);
+      const int b = 4 * nt + 2 * hi;  // this lane's bits of `row`, and the partner's of it
+      out |= (keep(hi ? w[2] : w[0]) << b) | (keep(hi ? w[3] : w[1]) << (b + 1));
+      give |= (keep(hi ? w[0] : w[2]) << b) | (keep(hi ? w[1] : w[3]) << (b + 1));
+    }
+    return out | __shfl_xor_sync(0xffffffffu, give, 1);
+  }
+
+  // Keys as rows (dkdv): lanes g = 4m + q, q = 0 .. 3, of one t (lane bits 2 and 3) hold the four
+  // keys of each block. Lane q draws the block of register slot q (key row ra or rb, query c or
+  // c + 1), keeps in to[q'] the bit of word q' for lane q', and the four lanes swap (a 4 x 4
+  // transpose in three shuffles).
+  __device__ unsigned bits_keys4(long long bh, int s, int ra, int rb, int c0) const {
+    const int q = (threadIdx.x >> 2) & 3, i = c0 + (q & 1), j4 = ((q & 2) ? rb : ra) - q;
+    unsigned to[4] = {0u, 0u, 0u, 0u};
+#pragma unroll 1
+    for (int nt = 0; nt < 8; ++nt) {
+      u32 w[4];
+      philox(seed, offset + (((u64)(bh + i + 8 * nt) * (u64)s + (u64)j4) >> 2), w);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) to[k] |= keep(w[k]) << (4 * nt + q);
+    }
+    auto pick = [&](int k) { return k == 0 ? to[0] : k == 1 ? to[1] : k == 2 ? to[2] : to[3]; };
+    return pick(q) | __shfl_xor_sync(0xffffffffu, pick(q ^ 1), 4) | __shfl_xor_sync(0xffffffffu, pick(q ^ 2), 8) |
+           __shfl_xor_sync(0xffffffffu, pick(q ^ 3), 12);
   }
 
   __device__ __forceinline__ float factor(unsigned bits, int nt, int e) const {

@@ -4,7 +4,7 @@ unfused attention core (cuBLAS products + the fused softmax), at GPT-2 124M's at
 
     python tools/benchmarks/gpu_flash.py [--batch 8] [--seq 1024] [--heads 12] [--head-size 64]
     python tools/benchmarks/gpu_flash.py --no-causal --dropout 0.1
-    python tools/benchmarks/gpu_flash.py --baseline OLD.py   # also time another version of the module
+    python tools/benchmarks/gpu_flash.py --baseline OLD.py [--baseline OLDER.py]   # other versions too
     ENGINE_CUPY_DOUBLE=1 PYTHONPATH=tests/cupy_double/shim:tests \\
         python tools/benchmarks/gpu_flash.py --smoke                  # CPU check through the CuPy double
 
@@ -39,10 +39,10 @@ if ROOT not in sys.path:
 MAX_REL_ERROR = 1e-2
 
 
-def load_module(path):
+def load_module(path, n):
     """Another version of engine/kernels/flash_attention.py, imported as a sibling of it (its
     relative imports resolve in engine.kernels)."""
-    spec = importlib.util.spec_from_file_location("engine.kernels._flash_baseline", path)
+    spec = importlib.util.spec_from_file_location(f"engine.kernels._flash_baseline{n}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -84,7 +84,8 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--inner", type=int, default=10)
-    ap.add_argument("--baseline", help="another version of engine/kernels/flash_attention.py to time beside it")
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="another version of engine/kernels/flash_attention.py to time beside it (repeatable)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, 1 rep: a CPU check through the CuPy double")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -117,7 +118,8 @@ def main():
     def torch_fwd():
         return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, scale=scale)
 
-    versions = [("engine flash", fa)] + ([("baseline flash", load_module(a.baseline))] if a.baseline else [])
+    versions = [("engine flash", fa)] + [(f"flash of {os.path.basename(path)}", load_module(path, n))
+                                         for n, path in enumerate(a.baseline)]
     record = dict(benchmark="gpu_flash", device=flow.cuda.get_device_name(), batch=b, seq=s, heads=h, head_size=d,
                   causal=causal, dropout=a.dropout, smoke=a.smoke)
 
