@@ -5,6 +5,7 @@ The real wheel is imported in a subprocess: in this process `cupy` may be the do
 (ENGINE_CUPY_DOUBLE=1).
 """
 import json
+import keyword
 import os
 import re
 import subprocess
@@ -33,6 +34,8 @@ def _engine_uses():
                 with open(path) as fh:
                     for lineno, line in enumerate(fh, 1):
                         for mod, chain in _USE.findall(line.split("#")[0]):
+                            if keyword.iskeyword(chain.split(".")[0]):
+                                continue  # no Python attribute: PTX text such as `cp.async` in a kernel
                             root = "cupyx" if mod == "cupyx" else "cupy"
                             uses.setdefault(f"{root}.{chain}", f"{os.path.relpath(path, ROOT)}:{lineno}")
     return uses
