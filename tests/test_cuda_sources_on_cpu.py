@@ -62,3 +62,79 @@ def test_the_stand_in_shuffles_as_a_warp_does(kind):
         src_lane = lane ^ m if kind == "xor" else np.where(lane + m < 32, lane + m, lane)
         want = (np.arange(128) // 64) * 1000 + (np.arange(128) // 32 % 2) * 32 + src_lane
         np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+_LDMATRIX = r'''#include <cuda_fp16.h>
+extern "C" __global__ void k(float* out, int trans) {
+  __shared__ __align__(16) __half m[32][8];  // matrix i = rows 8i .. 8i + 7, each row 16 bytes
+  for (int c = 0; c < 8; ++c) m[threadIdx.x][c] = __float2half_rn(100.f * (threadIdx.x / 8) + 10.f * (threadIdx.x % 8) + c);
+  __syncthreads();
+  unsigned r[4];
+  if (trans) ldsm_x4_t(r, &m[threadIdx.x][0]);
+  else ldsm_x4(r, &m[threadIdx.x][0]);
+  for (int i = 0; i < 4; ++i) {
+    out[threadIdx.x * 8 + 2 * i] = __half2float(__ushort_as_half((unsigned short)(r[i] & 0xffffu)));
+    out[threadIdx.x * 8 + 2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(r[i] >> 16)));
+  }
+}
+'''
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_the_stand_in_ldmatrix_gives_each_lane_its_pairs(trans):
+    """ldmatrix.x4 on the CPU stand-in, against the PTX ISA's layout: lanes 8i..8i+7 address the
+    rows of matrix i; lane l = 4g + t gets, of each matrix, (row g, columns 2t, 2t + 1), or with
+    .trans (rows 2t, 2t + 1, column g)."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    out = np.full(32 * 8, np.nan, np.float32)
+    compile_kernels(_LDMATRIX)["k"]((1,), (32,), (out, np.int32(trans)))
+    want = np.empty((32, 4, 2), np.float32)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for i in range(4):
+            for h in range(2):
+                row, col = (2 * t + h, g) if trans else (g, 2 * t + h)
+                want[lane, i, h] = 100 * i + 10 * row + col
+    np.testing.assert_array_equal(out.reshape(32, 4, 2), want)
+
+
+_CP_ASYNC = r"""#include <cuda_fp16.h>
+extern "C" __global__ void k(const float* src, float* before, float* after, int misuse) {
+  __shared__ __align__(16) float buf[36];
+  const int t = threadIdx.x;
+  cp_async4(&buf[t], &src[t], t % 2 == 0);  // odd threads: src-size 0, zeros
+  cp_async_commit();
+  before[t] = buf[t];  // not waited for: NaN on the stand-in, anything on a GPU
+  cp_async_wait_all();
+  __syncthreads();
+  after[t] = buf[(t + 1) % 32];
+  unsigned r[4];
+  if (misuse == 1) cp_async16(&buf[1], src, true);  // 4 bytes past a 16-byte boundary
+  if (misuse == 2) ldsm_x4(r, reinterpret_cast<const __half*>(&buf[1]));
+  cp_async_wait_all();
+}
+"""
+
+
+def test_the_stand_in_cp_async_writes_at_the_wait_and_reports_misuse():
+    """cp.async on the CPU stand-in: the destination holds NaN until the issuing thread waits (a
+    kernel that reads it earlier, or copies into a buffer another warp still reads, gets NaN);
+    src-size 0 gives zeros; a misaligned cp.async or ldmatrix raises in Python, naming the kernel,
+    instead of ending the process."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    kernel = compile_kernels(_CP_ASYNC)["k"]
+    src = np.arange(1, 33, dtype=np.float32)
+    before, after = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    kernel((1,), (32,), (src, before, after, np.int32(0)))
+    assert np.isnan(before).all()
+    nxt = (np.arange(32) + 1) % 32
+    np.testing.assert_array_equal(after, np.where(nxt % 2 == 0, src[nxt], 0))
+    with pytest.raises(RuntimeError, match="^k: cp.async: an address is not aligned to the copy's size$"):
+        kernel((1,), (32,), (src, before, after, np.int32(1)))
+    with pytest.raises(RuntimeError, match="^k: ldmatrix: a row address is not 16-byte aligned$"):
+        kernel((1,), (32,), (src, before, after, np.int32(2)))
+    kernel((1,), (32,), (src, before, after, np.int32(0)))  # each error was taken: this launch is clean

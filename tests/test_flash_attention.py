@@ -160,7 +160,12 @@ def test_unsupported_head_sizes_and_dtypes():
     assert not fa.supports(np.float32, 64, FILL)
     assert not fa.supports(np.float16, 144, FILL)
     assert not fa.supports(np.float16, 64, float("-inf"))
-    assert fa.supports(np.float16, 64, FILL)
+    assert not fa.supports(np.float16, 64, float("nan"))
+    assert fa.supports(np.float16, 64, FILL) and fa.supports(np.float16, 64, -30000.0)
+    # float32's min (a common fill) is -inf in the kernels' log2 units, and from 2^15 a fully masked
+    # row's lse = fill + log(s) loses log(s) to rounding: the unfused core takes those
+    assert not fa.supports(np.float16, 64, float(np.finfo(np.float32).min))
+    assert not fa.supports(np.float16, 64, -1e9) and not fa.supports(np.float16, 64, -fa.MAX_FILL)
 
 
 # ------------------------------------------------------------------ 3. the op through the CuPy double
@@ -226,6 +231,7 @@ def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
     flow.nn.functional.packed_qkv_attention(qkv, 2)  # float32: no tensor-core kernel
     with flow.autocast("cuda", dtype=flow.float16):
         flow.nn.functional.packed_qkv_attention(qkv, 2, fill=float("-inf"))  # fill -inf: rows could be NaN
+        flow.nn.functional.packed_qkv_attention(qkv, 2, fill=float(np.finfo(np.float32).min))  # see MAX_FILL
         flow.backends.cuda.enable_flash_sdp(False)
         try:
             flow.nn.functional.packed_qkv_attention(qkv, 2)

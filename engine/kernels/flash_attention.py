@@ -577,9 +577,19 @@ def source(head_size):
     return _SOURCE.replace("__HEAD_SIZE__", str(head_size))
 
 
+# The largest |fill| the kernels take. The backward recomputes p = exp(z - lse) from the row's
+# log-sum-exp in float32; in a fully masked row lse = fill + log(s), and log(s) survives the
+# rounding only while half an ulp of fill is small: below 2^15 it is at most 2^-10, so those rows'
+# probabilities stay within 0.1% of 1 / s (at np.finfo(np.float32).min, a common fill, the
+# log2-unit fill would not even be finite: -inf - -inf = NaN). Larger fills take the unfused core,
+# which keeps the probabilities themselves.
+MAX_FILL = 2.0 ** 15
+
+
 def supports(dtype, head_size, fill):
-    """Whether these kernels compute this attention: float16, a supported head size, a finite fill."""
-    return np.dtype(dtype) == np.float16 and head_size in HEAD_SIZES and math.isfinite(fill)
+    """Whether these kernels compute this attention: float16, a supported head size, |fill| below
+    MAX_FILL."""
+    return np.dtype(dtype) == np.float16 and head_size in HEAD_SIZES and abs(fill) < MAX_FILL
 
 
 # ------------------------------------------------------------------ numpy references

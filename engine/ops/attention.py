@@ -370,7 +370,7 @@ def packed_qkv_attention(qkv, heads, mask=None, scale=None, fill=-10000.0, dropo
 
 
 # Flash attention on CUDA (engine/kernels/flash_attention.py): float16 attention without a bias,
-# one batch axis, a head size that is a multiple of 16 up to 128 and a finite fill runs as three
+# one batch axis, a head size that is a multiple of 16 up to 128 and |fill| < 2^15 runs as three
 # tensor-core kernels that never write the [b, heads, s, s] scores, instead of two cuBLAS batched
 # products around the fused softmax. Dropout is drawn inside the kernels from the generator's
 # device stream: the same elements are dropped as by the unfused core from the same generator

@@ -12,7 +12,7 @@ fragment layout) and returns a launcher per `extern "C" __global__` function:
 Arrays are passed by pointer (C-contiguous, their memory is the kernel's global memory); None
 is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
 
-What this does not check: the memory model beyond barriers (a missing __syncwarp between lanes
+What this does not check: the memory model beyond barriers and cp.async (a missing __syncwarp between lanes
 that the GPU runs in lockstep), occupancy, register spills, bank conflicts, and the GPU's float
 details (-ftz, expf's ulps): the kernels' real-GPU tests do (tests/test_fused_kernels_gpu.py).
 """
@@ -83,6 +83,7 @@ def _compile(source):
         casts = ", ".join(f"({ctype})a{i}" if t == "pointer" else f"a{i}" for i, (t, _, ctype) in enumerate(params))
         wrappers.append(f'extern "C" void launch_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, {args}) '
                         f'{{ cuda_cpu::launch(dim3{{gx, gy, gz}}, dim3{{bx, 1, 1}}, [&] {{ {name}({casts}); }}); }}')
+    wrappers.append('extern "C" const char* cuda_cpu_take_error() { return cuda_cpu::take_error(); }')
     text = source + "\n" + "\n".join(wrappers) + "\n"
     key = hashlib.sha256((text + open(os.path.join(HERE, "cuda_cpu.h")).read()).encode()).hexdigest()[:20]
     os.makedirs(_CACHE, exist_ok=True)
@@ -102,10 +103,12 @@ def _compile(source):
         os.replace(tmp, lib_path)  # atomic: a concurrent test process sees a whole library or none
         shutil.rmtree(work, ignore_errors=True)
     lib = ctypes.CDLL(lib_path)
-    return {name: _launcher(getattr(lib, f"launch_{name}"), name, params) for name, params in decls}
+    take_error = lib.cuda_cpu_take_error
+    take_error.restype = ctypes.c_char_p
+    return {name: _launcher(getattr(lib, f"launch_{name}"), name, params, take_error) for name, params in decls}
 
 
-def _launcher(fn, name, params):
+def _launcher(fn, name, params, take_error):
     fn.restype = None
     fn.argtypes = [ctypes.c_uint] * 4 + [ctypes.c_void_p if t == "pointer" else _CTYPES[t] for t, _, _ in params]
 
@@ -125,5 +128,8 @@ def _launcher(fn, name, params):
                 values.append(a.item())
         fn(*grid, block[0] if isinstance(block, tuple) else block, *values)
         LAUNCHES[0] += 1
+        error = take_error()
+        if error:  # recorded by a CUDA thread (cuda_cpu.h): a misused instruction
+            raise RuntimeError(f"{name}: {error.decode()}")
 
     return launch

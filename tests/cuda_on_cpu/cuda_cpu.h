@@ -1,11 +1,15 @@
 // Just enough of CUDA to run a kernel's source on CPU threads (see __init__.py): one OS thread
 // per CUDA thread, the blocks one after another. __syncthreads is a barrier over the block;
 // __shfl_xor_sync, mma.sync.m16n8k16 and ldmatrix are warp-wide exchanges through a per-warp
-// board, in the PTX ISA's fragment layout; cp.async copies at once (its commit and wait are then
-// no-ops). __shared__ variables are function statics: one copy, reused by each block in turn (the
-// blocks never overlap).
+// board, in the PTX ISA's fragment layout; cp.async reads its source when issued, fills its
+// destination with NaN bytes at once and writes it only at the issuing thread's wait, so a read
+// before the wait, or a copy into a buffer another warp still reads, shows as NaN. __shared__
+// variables are function statics: one copy, reused by each block in turn (the blocks never
+// overlap). A misused instruction (a misaligned address) is recorded and raised by the launcher
+// in Python after the grid: a C++ throw on a CUDA thread's OS thread would end the process.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +45,21 @@ using std::max;
 using std::min;
 
 namespace cuda_cpu {
+inline std::atomic<const char*> first_error{nullptr};
+inline void fail(const char* what) {
+  const char* none = nullptr;
+  first_error.compare_exchange_strong(none, what);
+}
+inline const char* take_error() { return first_error.exchange(nullptr); }
+
+// This thread's cp.async copies not yet waited for: destination and the source bytes read at issue
+struct Pending {
+  void* dst;
+  unsigned char bytes[16];
+  int n;
+};
+inline thread_local std::vector<Pending> pending;
+
 struct Warp {
   std::barrier<> bar{32};
   uint64_t board[32][8];
@@ -96,6 +115,7 @@ inline void launch(dim3 grid, dim3 block_dim, const std::function<void()>& body)
       threadIdx = {i, 0, 0};
       while (!done) {
         body();
+        pending.clear();  // copies never waited for end with the block, as its shared memory does
         block->warps[i >> 5].bar.arrive_and_drop();
         block->bar.arrive_and_drop();
         between.arrive_and_wait();
@@ -187,7 +207,7 @@ inline void mma16816(float* c, const unsigned* a, const unsigned* b) {
 // the pair (row g, columns 2t, 2t + 1) of matrix i, or with .trans (rows 2t, 2t + 1, column g),
 // the lower-numbered element in the low half.
 inline void ldmatrix_x4(unsigned* r, const __half* row, bool trans) {
-  if (reinterpret_cast<uintptr_t>(row) % 16) throw "ldmatrix: a row address is not 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(row) % 16) cuda_cpu::fail("ldmatrix: a row address is not 16-byte aligned");
   const uint64_t mine = reinterpret_cast<uintptr_t>(row);
   const int g = cuda_cpu::lane() >> 2, t = cuda_cpu::lane() & 3;
   cuda_cpu::exchange(&mine, 1, [&](uint64_t (*board)[8]) {
@@ -202,15 +222,21 @@ inline void ldmatrix_x4(unsigned* r, const __half* row, bool trans) {
 inline void ldsm_x4(unsigned* r, const __half* row) { ldmatrix_x4(r, row, false); }
 inline void ldsm_x4_t(unsigned* r, const __half* row) { ldmatrix_x4(r, row, true); }
 
-// cp.async.{cg,ca}.shared.global with src-size 0 (zeros) or the full size; copied at once
+// cp.async.{cg,ca}.shared.global with src-size 0 (zeros) or the full size; the destination holds
+// NaN bytes until the issuing thread's cp.async.wait_group 0
 template <int N>
 inline void cp_async(void* dst, const void* src, bool full) {
   if (reinterpret_cast<uintptr_t>(dst) % N || reinterpret_cast<uintptr_t>(src) % N)
-    throw "cp.async: an address is not aligned to the copy's size";
-  if (full) std::memcpy(dst, src, N);
-  else std::memset(dst, 0, N);
+    cuda_cpu::fail("cp.async: an address is not aligned to the copy's size");
+  cuda_cpu::Pending p{dst, {}, N};
+  if (full) std::memcpy(p.bytes, src, N);
+  std::memset(dst, 0xff, N);
+  cuda_cpu::pending.push_back(p);
 }
 inline void cp_async16(void* dst, const void* src, bool full) { cp_async<16>(dst, src, full); }
 inline void cp_async4(void* dst, const void* src, bool full) { cp_async<4>(dst, src, full); }
 inline void cp_async_commit() {}
-inline void cp_async_wait_all() {}
+inline void cp_async_wait_all() {
+  for (const cuda_cpu::Pending& p : cuda_cpu::pending) std::memcpy(p.dst, p.bytes, p.n);
+  cuda_cpu::pending.clear();
+}
