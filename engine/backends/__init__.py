@@ -15,8 +15,8 @@ What each switch does in the engine:
   deterministic already (fixed reduction orders).
 * `cuda.enable_flash_sdp(False)`: honoured by the fused attention core on CUDA, which then never
   runs the flash-attention kernels (engine.ops.attention.FLASH_SDP_ENABLED; on by default, as
-  in torch; FLASH_ATTENTION_ON_GPU is the engine's own switch, set from ENGINE_FLASH_ATTENTION). `enable_mem_efficient_sdp / enable_math_sdp /
-  enable_cudnn_sdp` and all `*_enabled()`: stored and read back; `scaled_dot_product_attention`
+  in torch; FLASH_ATTENTION_ON_GPU is the engine's own switch, set from ENGINE_FLASH_ATTENTION).
+  `enable_mem_efficient_sdp / enable_math_sdp / enable_cudnn_sdp` and all `*_enabled()`: stored and read back; `scaled_dot_product_attention`
   has one kernel, used whatever they say.
 * `mps.is_available()` / `is_built()`: False. `mkldnn.is_available()`: whether oneDNN, which
   runs the engine's CPU convolutions (engine.backend.onednn), loaded; `mkldnn.enabled`:

@@ -39,8 +39,6 @@ Verified without a GPU by running this CUDA source on CPU threads (tests/cuda_on
 thread per CUDA thread, __syncthreads a barrier, shuffles and the mma instruction emulated by
 warp-wide exchanges in the documented layout), against the numpy references below.
 """
-import math
-
 import numpy as np
 
 from .. import backend
@@ -188,11 +186,10 @@ struct Dropout {
   u64 seed, offset;
   float p, scale;  // p = 0: no dropout (scale 1)
 
-  __device__ __forceinline__ bool kept(const u32 w[4], u64 e) const {
-    return u24((e & 2) ? ((e & 1) ? w[3] : w[2]) : ((e & 1) ? w[1] : w[0])) >= p;
-  }
-
   __device__ __forceinline__ unsigned keep(u32 w) const { return (unsigned)(u24(w) >= p); }
+  __device__ __forceinline__ unsigned kept(const u32 w[4], u64 e) const {  // element e's word: e % 4
+    return keep((e & 2) ? ((e & 1) ? w[3] : w[2]) : ((e & 1) ? w[1] : w[0]));
+  }
 
   // The keep bits of a warp's 16 x 64 accumulator tile: bit 4 nt + e for register e of n tile nt,
   // at row ra (e < 2) or rb and column c0 + 8 nt + (e & 1), c0 = (first column) + 2 t. Rows are
@@ -209,9 +206,9 @@ struct Dropout {
       const u64 e0 = (u64)(bh + i) * (u64)s + (u64)j, e1 = e0 + (rows_are_keys ? (u64)s : 1ull);
       u32 w[4];
       philox(seed, offset + (e0 >> 2), w);
-      out |= (unsigned)kept(w, e0) << x;
+      out |= kept(w, e0) << x;
       if ((e1 >> 2) != (e0 >> 2)) philox(seed, offset + (e1 >> 2), w);
-      out |= (unsigned)kept(w, e1) << (x + 1);
+      out |= kept(w, e1) << (x + 1);
     }
     return out;
   }
@@ -259,21 +256,21 @@ struct Dropout {
 };
 
 // Where a block and thread work: the block's tile of 64 rows, head and batch row; the thread's
-// warp, group g = lane / 4 and t = lane % 4 (its place in the mma fragments); the head's q, k, v
+// warp, lane, group g = lane / 4 and t = lane % 4 (its place in the mma fragments); the head's q, k, v
 // in qkv (token stride rs), its offset in the [b, s, heads, d] tensors (token stride os) and in
 // the [b, heads, s] rows of lse and D; its slice of the mask; r0, the warp's first row. The grid
 // is (heads, batch, tiles), tiles slowest, so that blocks start tile by tile across all heads;
 // `heavy_last` (causal forward and dq, where the last query tiles have the most keys) starts
 // them from the last tile: the longest blocks first, the short ones fill the end of the grid.
 struct Place {
-  int tile, h, b, warp, g, t, r0;
+  int tile, h, b, warp, lane, g, t, r0;
   long long rs, os, bh, ob;
   const __half *q, *k, *v;
   const unsigned char* mask;
   __device__ Place(const __half* qkv, const unsigned char* m, int s, int heads, int has_mask, long long mb,
                    long long mh, bool heavy_last) {
     h = blockIdx.x; b = blockIdx.y; tile = heavy_last ? gridDim.z - 1 - blockIdx.z : blockIdx.z;
-    warp = threadIdx.x >> 5; g = (threadIdx.x & 31) >> 2; t = threadIdx.x & 3;
+    warp = threadIdx.x >> 5; lane = threadIdx.x & 31; g = lane >> 2; t = lane & 3;
     r0 = tile * ROWS + warp * 16;
     rs = (long long)heads * 3 * HD;
     os = (long long)heads * HD;
@@ -307,7 +304,7 @@ flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* 
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 queries from r0
   const long long rs = w.rs;
   const unsigned char* bm = w.mask;
   const int row[2] = {r0 + g, r0 + g + 8};
@@ -401,7 +398,7 @@ flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* _
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 queries from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 queries from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
   const int row[2] = {r0 + g, r0 + g + 8};
@@ -497,7 +494,7 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
   __shared__ __align__(16) float ls[COLS], ds_[COLS];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, false);  // causal: the first key tiles are the longest
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = threadIdx.x & 31;  // the warp's 16 keys from r0
+  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 keys from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
   const unsigned char* bm = w.mask;
   const __half* gb = dout + w.ob;
