@@ -2,6 +2,8 @@
 and python versions), the embedded digits default, and the image loaders (mixup, epochs, resume)."""
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from libai.data import transforms as T
 from libai.data.datasets import (ArrayImageDataset, CIFAR10Dataset, CIFAR100Dataset, DigitsDataset,
                                  ImageFolder)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 rng = np.random.default_rng(0)
 
 
@@ -166,6 +169,26 @@ def test_digits_default_split():
     seen = {im.tobytes() + bytes([lab]) for im, lab in zip(train.images, train.labels)}
     dup = sum(im.tobytes() + bytes([lab]) in seen for im, lab in zip(test.images, test.labels))
     assert dup == 0
+
+
+def test_digits_read_without_scikit_learn_are_scikit_learns(monkeypatch):
+    import sklearn.datasets
+
+    from libai.data.datasets import images
+    images_, labels = images.load_digits()
+    want = sklearn.datasets.load_digits()
+    np.testing.assert_array_equal(images_, want.images)
+    np.testing.assert_array_equal(labels, want.target)
+    # a scikit-learn that keeps the file elsewhere: its own loader
+    monkeypatch.setattr(images, "_DIGITS_SHAPE", (0, 0))
+    np.testing.assert_array_equal(images.load_digits()[0], want.images)
+
+
+def test_building_the_digits_does_not_import_scikit_learn():
+    code = ("import sys; from libai.data.datasets import DigitsDataset; DigitsDataset(train=False); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def _pipeline():

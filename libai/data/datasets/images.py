@@ -7,6 +7,7 @@ labels=DistTensorData(int64 class id, placement_idx=-1))`, after its `transform`
 epoch, index): `CommonDataLoader` tells a dataset the epoch (`set_epoch`) before each batch, so
 augmentations are reproducible, survive a resume, and change from epoch to epoch.
 """
+import importlib.util
 import os
 import pickle
 
@@ -260,12 +261,32 @@ class DigitsDataset(ArrayImageDataset):
     TRAIN_SIZE = 1500
 
     def __init__(self, train=True, transform=None, seed=0):
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        order = np.random.RandomState(0).permutation(len(digits.target))
+        images, target = load_digits()
+        order = np.random.RandomState(0).permutation(len(target))
         part = order[:self.TRAIN_SIZE] if train else order[self.TRAIN_SIZE:]
-        grey = np.round(digits.images[part] * (255.0 / 16.0)).astype(np.uint8)  # values 0..16
+        grey = np.round(images[part] * (255.0 / 16.0)).astype(np.uint8)  # values 0..16
         rgb = np.repeat(grey[..., None], 3, axis=-1)
-        super().__init__(rgb, digits.target[part], transform=transform, num_classes=10, seed=seed)
+        super().__init__(rgb, target[part], transform=transform, num_classes=10, seed=seed)
         self.train = bool(train)
+
+
+_DIGITS_SHAPE = (1797, 65)  # 64 pixels and the label per row
+
+
+def load_digits():
+    """scikit-learn's digits as (images float64 [1797, 8, 8] with values 0..16, labels int64
+    [1797]), what sklearn.datasets.load_digits returns, read from the file inside scikit-learn
+    without importing it: importing scikit-learn (and scipy with it) costs ~3 s in every process
+    that builds a vision recipe's data. Where a scikit-learn keeps the file elsewhere, its own
+    loader."""
+    spec = importlib.util.find_spec("sklearn")
+    path = os.path.join(os.path.dirname(spec.origin), "datasets", "data", "digits.csv.gz") \
+        if spec is not None and spec.origin else None
+    if path is not None and os.path.isfile(path):
+        data = np.loadtxt(path, delimiter=",")
+        if data.shape == _DIGITS_SHAPE:
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
+    from sklearn.datasets import load_digits as sklearn_load_digits
+
+    digits = sklearn_load_digits()
+    return digits.images, digits.target.astype(np.int64)
