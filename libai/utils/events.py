@@ -8,8 +8,8 @@ writers:
   window of 20), time/iter, data time, lr, throughput (samples/s), memory when on CUDA.
 * `JSONWriter` -- appends one JSON object per logged iteration to `metrics.json`, with the
   iteration, every scalar's latest value (raw, unsmoothed by default) and evaluation results.
-* `TensorboardXWriter` -- scalar summaries in a TensorBoard event file, written with
-  tensorboard's own `EventFileWriter` and `Summary` protos (no torch).
+* `TensorboardXWriter` -- scalar summaries in a TensorBoard event file (`libai.utils.tfevents`:
+  the file format written directly, no TensorBoard or torch import).
 """
 import datetime
 import json
@@ -22,6 +22,8 @@ from contextlib import contextmanager
 import numpy as np
 
 from engine.serialization import atomic_write
+
+from .tfevents import EventFileWriter
 
 __all__ = ["HistoryBuffer", "EventStorage", "get_event_storage", "EventWriter", "JSONWriter",
            "TensorboardXWriter", "CommonMetricPrinter"]
@@ -267,9 +269,10 @@ class JSONWriter(EventWriter):
 
 class TensorboardXWriter(EventWriter):
     """Scalars to a TensorBoard event file in `log_dir` (tag = the scalar's name, step = its
-    iteration), using tensorboard's `EventFileWriter` and v1 `Summary(simple_value=...)` protos,
-    which TensorBoard and its `EventAccumulator` read as scalars. The event file is created at
-    the first event (nothing is written into log_dir before the run has started)."""
+    iteration) as v1 `Summary(simple_value=...)` events, which TensorBoard and its
+    `EventAccumulator` read as scalars, written by `libai.utils.tfevents` (TensorBoard itself is
+    not imported). The event file is created at the first event (nothing is written into log_dir
+    before the run has started); each `write()` flushes it."""
 
     def __init__(self, log_dir, window_size=1, flush_secs=10):
         self._window_size = window_size
@@ -281,35 +284,27 @@ class TensorboardXWriter(EventWriter):
     @property
     def _writer(self):
         if self._event_file is None:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
             self._event_file = EventFileWriter(self.log_dir, flush_secs=self._flush_secs)
         return self._event_file
 
     def add_scalar(self, tag, value, step, wall_time=None):
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        event = Event(summary=summary, step=int(step), wall_time=time.time() if wall_time is None else wall_time)
-        self._writer.add_event(event)
+        self._writer.add_scalars({tag: float(value)}, int(step), wall_time)
 
     def start_at(self, iteration):
         """A `SessionLog.START` event at `iteration`: TensorBoard then discards the events of
         steps >= `iteration` written before it (by the abandoned attempt)."""
-        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
-        self._writer.add_event(Event(step=int(iteration), wall_time=time.time(),
-                                     session_log=SessionLog(status=SessionLog.START)))
+        self._writer.add_session_start(int(iteration))
 
     def write(self):
         storage = get_event_storage()
-        new_last_write = self._last_write
+        by_iteration = defaultdict(dict)
         for k, (v, itr) in storage.latest_with_smoothing_hint(self._window_size).items():
             if itr > self._last_write:
-                self.add_scalar(k, v, itr)
-                new_last_write = max(new_last_write, itr)
-        self._last_write = new_last_write
+                by_iteration[itr][k] = float(v)
+        now = time.time()
+        for itr in sorted(by_iteration):  # one event per iteration, its scalars in one Summary
+            self._writer.add_scalars(by_iteration[itr], int(itr), now)
+        self._last_write = max([self._last_write, *by_iteration])
         self._writer.flush()
 
     def close(self):
