@@ -92,3 +92,18 @@ def pytest_sessionfinish(session):
             f.write(str(cupy_double._double.stats.launches))
             if cupy_double._double.RUN_SOURCES:
                 f.write(f" {cuda_on_cpu.LAUNCHES[0]}")
+
+
+# ------------------------------------------------------------------ scheduling
+def pytest_collection_modifyitems(session, config, items):
+    """The longest tests first (tests/longest_first.py)."""
+    from longest_first import LONGEST_FIRST
+
+    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def key(item):  # node ids relative to the repository, wherever pytest was started
+        path = os.path.relpath(str(item.path), root).replace(os.sep, "/")
+        return rank.get(path + "::" + item.name, len(rank))
+
+    items.sort(key=key)  # stable: every other test keeps its place
