@@ -25,7 +25,24 @@ import pytest  # noqa: E402
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-import engine as flow  # noqa: E402
+# The compiled CPU kernels (engine.backend.jit, numba) cost ~1.7 s to load in every process,
+# even from a warm cache (numba's import and its CPU target's registries): more than all the
+# steps of a tiny training run, and the suite starts about a thousand of them. So the processes
+# the suite starts run the numpy kernels (ENGINE_JIT=0), unless the user set ENGINE_JIT for the
+# whole run or a test asks for the compiled ones (ENGINE_JIT=1 in the child's environment).
+# This process, and the pytest-xdist workers and nested pytest runs that inherit the variable
+# below, keep the user's setting, so the in-process tests compare both kinds of kernel.
+_USER_JIT = "ENGINE_TEST_USER_JIT"  # the user's ENGINE_JIT ("" when unset), kept for the workers
+os.environ.setdefault(_USER_JIT, os.environ.get("ENGINE_JIT", ""))
+if os.environ[_USER_JIT]:
+    os.environ["ENGINE_JIT"] = os.environ[_USER_JIT]
+else:
+    os.environ.pop("ENGINE_JIT", None)
+
+import engine as flow  # noqa: E402  (engine.backend.jit reads ENGINE_JIT here, once)
+
+if not os.environ[_USER_JIT]:
+    os.environ["ENGINE_JIT"] = "0"  # for the processes tests start
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +112,19 @@ def pytest_sessionfinish(session):
 
 
 # ------------------------------------------------------------------ scheduling
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist, absent under -p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """Work stealing for xdist's default distribution ("load"; other --dist modes are kept): an
+    idle worker takes half of the busiest one's queue. "load" sends each worker long runs of
+    consecutive tests up front, so the longest tests, first in the order (below), all went to
+    one worker, which then ran alone for its last ~10 minutes (docs/testing.md)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     """The longest tests first (tests/longest_first.py)."""
     from longest_first import LONGEST_FIRST

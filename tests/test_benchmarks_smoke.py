@@ -14,8 +14,10 @@ TINY = ["--layers", "1", "--hidden", "64", "--heads", "2", "--seq", "16", "--bat
 
 
 def run_bench(name, *args):
+    # ENGINE_JIT=1: the compiled CPU kernels, as a user's benchmark runs them (tests/conftest.py
+    # turns them off in the suite's other children), checked against PyTorch end to end here
     env = dict(os.environ, PYTHONPATH=ROOT, ENGINE_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1")
+               OPENBLAS_NUM_THREADS="1", ENGINE_JIT="1")
     proc = subprocess.run([sys.executable, os.path.join(BENCH, name), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -138,3 +138,55 @@ def test_the_stand_in_cp_async_writes_at_the_wait_and_reports_misuse():
     with pytest.raises(RuntimeError, match="^k: ldmatrix: a row address is not 16-byte aligned$"):
         kernel((1,), (32,), (src, before, after, np.int32(2)))
     kernel((1,), (32,), (src, before, after, np.int32(0)))  # each error was taken: this launch is clean
+
+
+_NEIGHBOUR = r"""#include <cuda_fp16.h>
+extern "C" __global__ void k(float* out, int sync) {
+  __shared__ float buf[128];
+  buf[threadIdx.x] = blockIdx.x * 1000 + threadIdx.x;
+  if (sync) __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = buf[(threadIdx.x + 1) % blockDim.x];
+}
+"""
+
+
+def test_the_stand_in_shows_a_missing_syncthreads():
+    """The CUDA threads of a block run as fibers in an order shuffled at every barrier: a read of
+    a neighbour's shared-memory write without __syncthreads between them gets the stale value for
+    some threads (here every run: the order comes from a fixed seed), and with the barrier all
+    read the new values."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    kernel = compile_kernels(_NEIGHBOUR)["k"]
+    want = (np.arange(3)[:, None] * 1000 + (np.arange(128) + 1) % 128).reshape(-1).astype(np.float32)
+    out = np.zeros(3 * 128, np.float32)
+    kernel((3,), (128,), (out, np.int32(1)))
+    np.testing.assert_array_equal(out, want)
+    kernel((3,), (128,), (out, np.int32(0)))
+    stale = (out != want).reshape(3, 128).sum(axis=1)
+    assert (stale > 0).all() and (stale < 128).all(), stale  # some threads read too early in each block
+
+
+_DEADLOCK = r"""#include <cuda_fp16.h>
+extern "C" __global__ void k(float* out, int diverge) {
+  float v = threadIdx.x;
+  if (diverge && threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);  // half a warp
+  else __syncthreads();
+  out[threadIdx.x] = v;
+}
+"""
+
+
+def test_the_stand_in_reports_a_deadlock_instead_of_hanging():
+    """Half a warp at a shuffle and the other half at __syncthreads wait for each other forever
+    (undefined on a GPU): the launch raises, naming the kernel, and the next launch runs."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    kernel = compile_kernels(_DEADLOCK)["k"]
+    out = np.zeros(64, np.float32)
+    with pytest.raises(RuntimeError, match="^k: deadlock: every running thread of a block waits at a barrier"):
+        kernel((2,), (64,), (out, np.int32(1)))
+    kernel((2,), (64,), (out, np.int32(0)))
+    np.testing.assert_array_equal(out, np.arange(64, dtype=np.float32))

@@ -315,3 +315,40 @@ def test_cross_entropy_through_compiled_softmax_equals_torch_with_underflowing_t
     lf.backward(flow.tensor(g))
     lt.backward(torch.tensor(g))
     np.testing.assert_allclose(xf.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------------ end to end
+_TRAIN_AND_REPORT = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    from engine.ops import normalization as N, unary as U
+    print("COMPILED", N._layer_norm_rows_jit is not None and N._layer_norm_rows_jit.compiled is not None,
+          U._COMPILED["gelu_tanh_loop"] is not None and U._COMPILED["gelu_tanh_loop"].compiled is not None)
+"""
+
+
+@needs_jit
+def test_a_tiny_gpt2_run_with_the_compiled_kernels_logs_the_numpy_losses(tmp_path):
+    """tools/train_net.py on the tiny GPT-2 recipe, 10 iterations, with the compiled kernels
+    (ENGINE_JIT=1) and with the numpy ones (ENGINE_JIT=0; the suite's other training runs use
+    them, tests/conftest.py): the same losses up to the compiled kernels' reassociation."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
+    from gpt2_helpers import TINY, TRAIN_NET, env, losses, max_rel_err, run_command
+
+    got = {}
+    for flag in ("1", "0"):
+        out = str(tmp_path / f"jit{flag}")
+        _, stdout, _ = run_command(
+            [sys.executable, "-c", _TRAIN_AND_REPORT, TRAIN_NET, "--config-file", os.path.join(ROOT, "configs", "gpt2_pretrain.py"),
+             *TINY, f"train.output_dir={out}", "train.train_iter=10", "train.log_period=1",
+             "train.evaluation.enabled=False", "train.checkpointer.period=0"], env=dict(env(), ENGINE_JIT=flag))
+        assert f"COMPILED {flag == '1'} {flag == '1'}" in stdout, stdout[-2000:]  # layer_norm and GELU
+        got[flag] = losses(out)
+        assert sorted(got[flag]) == list(range(10)), got[flag]
+    assert got["1"][9] < got["1"][0]
+    err = max_rel_err(got["1"], got["0"])
+    print(f"compiled vs numpy kernels, 10 iterations: largest relative loss difference {err:.2e}")
+    assert err < 1e-6, (got["1"], got["0"])

@@ -274,7 +274,7 @@ def test_lane_kernels_compile_once_on_a_fresh_machine(tmp_path):
     times, and the first step of a fresh machine took 23 s instead of 11."""
     if not parallel.lane_stats()["enabled"]:
         pytest.skip("the native lane needs numba (engine.backend.jit)")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), ENGINE_NUM_THREADS="2")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), ENGINE_NUM_THREADS="2", ENGINE_JIT="1")
     proc = subprocess.run([sys.executable, "-c", _COUNT_COMPILES], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -408,6 +408,6 @@ def test_engine_pool_spin_0_turns_the_lane_off():
             "x = np.ones((1 << 18,), np.float32); assert np.array_equal(p.parallel_ufunc(np.add, x, x), x + x); "
             "s = p.lane_stats(); assert not s['enabled'] and s['calls'] == 0, s; "
             "assert p._workers and all(type(w) is p._Worker for w in p._workers), p._workers; print('ok')")
-    env = dict(__import__("os").environ, ENGINE_POOL_SPIN="0")
+    env = dict(__import__("os").environ, ENGINE_POOL_SPIN="0", ENGINE_JIT="1")  # the lane off by this switch alone
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

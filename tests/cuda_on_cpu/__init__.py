@@ -1,10 +1,11 @@
 """Run a CUDA kernel's own source on the CPU: a check of the kernel's logic (indexing, tiling,
 masking, the warp-level data flow of tensor-core fragments) on a machine without a GPU.
 
-`compile_kernels(source)` builds the source with g++ against cuda_cpu.h (a CUDA stand-in: one OS
-thread per CUDA thread, blocks run one after another, __syncthreads a std::barrier, warp
-shuffles and `mma.sync.m16n8k16` emulated by warp-wide exchanges in the PTX ISA's documented
-fragment layout) and returns a launcher per `extern "C" __global__` function:
+`compile_kernels(source)` builds the source with g++ against cuda_cpu.h (a CUDA stand-in: each
+CUDA thread of a block a fiber on the calling thread, resumed in a shuffled order at every
+barrier; blocks run one after another; __syncthreads a barrier; warp shuffles and
+`mma.sync.m16n8k16` emulated by warp-wide exchanges in the PTX ISA's documented fragment layout;
+a deadlock reported, not hung) and returns a launcher per `extern "C" __global__` function:
 
     kernels = compile_kernels(src)
     kernels["name"](grid, block, (numpy arrays and numpy scalars in the kernel's order))
@@ -12,9 +13,11 @@ fragment layout) and returns a launcher per `extern "C" __global__` function:
 Arrays are passed by pointer (C-contiguous, their memory is the kernel's global memory); None
 is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
 
-What this does not check: the memory model beyond barriers and cp.async (a missing __syncwarp between lanes
-that the GPU runs in lockstep), occupancy, register spills, bank conflicts, and the GPU's float
-details (-ftz, expf's ulps): the kernels' real-GPU tests do (tests/test_fused_kernels_gpu.py).
+What this does not check: the memory model beyond barriers and cp.async (threads switch only at
+barriers, so a race between two barriers shows only where the shuffled order runs the reader
+first; a missing __syncwarp between lanes that the GPU runs in lockstep), occupancy, register
+spills, bank conflicts, and the GPU's float details (-ftz, expf's ulps): the kernels' real-GPU
+tests do (tests/test_fused_kernels_gpu.py).
 """
 import ctypes
 import hashlib
@@ -61,6 +64,9 @@ def compiler():
     return cxx
 
 
+# -O1: the kernels run at tests' sizes, where g++'s time dominates (-O2 took a third longer to
+# build a flash-attention source, ~3.3 s, for no gain in the suite's run)
+_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC")
 _loaded = {}
 LAUNCHES = [0]  # kernels run from their source in this process
 
@@ -85,7 +91,7 @@ def _compile(source):
                         f'{{ cuda_cpu::launch(dim3{{gx, gy, gz}}, dim3{{bx, 1, 1}}, [&] {{ {name}({casts}); }}); }}')
     wrappers.append('extern "C" const char* cuda_cpu_take_error() { return cuda_cpu::take_error(); }')
     text = source + "\n" + "\n".join(wrappers) + "\n"
-    key = hashlib.sha256((text + open(os.path.join(HERE, "cuda_cpu.h")).read()).encode()).hexdigest()[:20]
+    key = hashlib.sha256(" ".join([text, open(os.path.join(HERE, "cuda_cpu.h")).read(), *_FLAGS]).encode()).hexdigest()[:20]
     os.makedirs(_CACHE, exist_ok=True)
     lib_path = os.path.join(_CACHE, f"k{key}.so")
     if not os.path.exists(lib_path):
@@ -96,8 +102,7 @@ def _compile(source):
         with open(src, "w") as f:
             f.write('#include "cuda_fp16.h"\n' + text)
         tmp = os.path.join(work, "k.so")
-        r = subprocess.run([compiler(), "-std=c++20", "-O2", "-shared", "-fPIC", "-pthread", f"-I{work}", src, "-o",
-                            tmp], capture_output=True, text=True)
+        r = subprocess.run([compiler(), *_FLAGS, f"-I{work}", src, "-o", tmp], capture_output=True, text=True)
         if r.returncode:
             raise RuntimeError(f"g++ failed on the kernel source:\n{r.stderr[-6000:]}")
         os.replace(tmp, lib_path)  # atomic: a concurrent test process sees a whole library or none
