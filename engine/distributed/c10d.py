@@ -46,6 +46,7 @@ import numpy as np
 
 from ..backend import is_cuda_available
 from . import comm
+from .waiting import polite, wait
 
 __all__ = [
     "ReduceOp", "Work", "group", "GroupMember", "init_process_group", "destroy_process_group",
@@ -129,6 +130,8 @@ class Work:
                 time.sleep(0.001)
         elif hasattr(self._request, "wait"):
             self._request.wait()
+        elif polite():
+            wait(self._request)  # without spinning a core (engine.distributed.waiting)
         else:
             self._request.Wait()
         self._complete()

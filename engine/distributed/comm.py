@@ -46,6 +46,7 @@ from ..backend import dtypes as _dtypes
 from . import nccl
 from .sbp import balanced_sizes
 from .transport import CommStats, Request, offsets as _offsets, stats
+from .waiting import PoliteComm, polite
 
 __all__ = [
     "init", "is_initialized", "get_rank", "get_world_size", "get_local_rank", "get_local_world_size",
@@ -222,7 +223,8 @@ class ProcessGroup:
 
     def __init__(self, ranks, comm):
         self.ranks = tuple(int(r) for r in ranks)
-        self.comm = comm
+        # waits sleep instead of spinning a core (engine.distributed.waiting)
+        self.comm = PoliteComm(comm) if comm is not None and polite() else comm
         self.size = len(self.ranks)
         self.rank = comm.Get_rank() if comm is not None else -1
         self._nccl = None  # per-device NCCL communicators, made on first CUDA collective

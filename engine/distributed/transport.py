@@ -2,6 +2,8 @@
 pending point-to-point transfers (`Request`), and the offsets of uneven chunks."""
 from contextlib import contextmanager
 
+from .waiting import polite, wait
+
 __all__ = ["CommStats", "stats", "Request", "offsets"]
 
 
@@ -76,7 +78,7 @@ class Request:
     def wait(self):
         if not self._done:
             if self._req is not None:
-                self._req.Wait()
+                wait(self._req) if polite() else self._req.Wait()  # (engine.distributed.waiting)
             self._complete()
         return self._result
 
