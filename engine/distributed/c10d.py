@@ -40,13 +40,12 @@ import datetime
 import enum
 import importlib.util
 import os
-import time
 
 import numpy as np
 
 from ..backend import is_cuda_available
 from . import comm
-from .waiting import polite, wait
+from .waiting import wait, wait_until
 
 __all__ = [
     "ReduceOp", "Work", "group", "GroupMember", "init_process_group", "destroy_process_group",
@@ -123,17 +122,12 @@ class Work:
             return True
         if timeout is not None:
             limit = _seconds(timeout)
-            deadline = time.monotonic() + limit
-            while not self._test():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"Work.wait: the operation did not complete within {limit:g}s")
-                time.sleep(0.001)
+            if not wait_until(self._test, limit):
+                raise RuntimeError(f"Work.wait: the operation did not complete within {limit:g}s")
         elif hasattr(self._request, "wait"):
             self._request.wait()
-        elif polite():
-            wait(self._request)  # without spinning a core (engine.distributed.waiting)
         else:
-            self._request.Wait()
+            wait(self._request)  # without spinning a core (engine.distributed.waiting)
         self._complete()
         return True
 

@@ -27,10 +27,10 @@ import os
 import runpy
 import signal
 import sys
-import time
 
 from . import comm
 from .launch import die_with_parent
+from .waiting import wait_until
 
 USAGE = "usage: python -m engine.distributed.run (script.py | -m module | -c code) [args...]"
 
@@ -66,13 +66,7 @@ def _everyone_stops(timeout):
     """Whether every other rank also leaves on a signal within `timeout` seconds."""
     if _exit_comm is None:
         return True
-    request = _exit_comm.Ibarrier()
-    deadline = time.monotonic() + timeout
-    while not request.Test():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return wait_until(_exit_comm.Ibarrier().Test, timeout)
 
 
 def _abort_exit(code, why=""):

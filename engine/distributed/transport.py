@@ -2,7 +2,7 @@
 pending point-to-point transfers (`Request`), and the offsets of uneven chunks."""
 from contextlib import contextmanager
 
-from .waiting import polite, wait
+from .waiting import wait
 
 __all__ = ["CommStats", "stats", "Request", "offsets"]
 
@@ -78,7 +78,7 @@ class Request:
     def wait(self):
         if not self._done:
             if self._req is not None:
-                wait(self._req) if polite() else self._req.Wait()  # (engine.distributed.waiting)
+                wait(self._req)  # without spinning a core (engine.distributed.waiting)
             self._complete()
         return self._result
 

@@ -35,23 +35,29 @@ def polite():
     return mode == "sleep"
 
 
-def wait_until(done):
-    """Call `done()` until it returns True: in a loop for SPIN_S, then with growing sleeps."""
+def wait_until(done, timeout=None):
+    """Call `done()` until it returns True: in a loop for SPIN_S, then with growing sleeps.
+    Returns False if `timeout` seconds (None: no limit) pass first."""
     if done():
-        return
-    deadline = time.perf_counter() + SPIN_S
-    while time.perf_counter() < deadline:
+        return True
+    start = time.perf_counter()
+    while time.perf_counter() - start < SPIN_S:
         if done():
-            return
+            return True
     delay = MIN_SLEEP_S
     while not done():
+        if timeout is not None and time.perf_counter() - start > timeout:
+            return False
         time.sleep(delay)
         delay = min(2 * delay, MAX_SLEEP_S)
+    return True
 
 
 def wait(request, status=None):
-    """`request.Wait(status)` without spinning a core (see the module doc)."""
-    if status is None:
+    """`request.Wait(status)`, without spinning a core unless ENGINE_MPI_WAIT=spin."""
+    if not polite():
+        request.Wait(status)
+    elif status is None:
         wait_until(request.Test)
     else:
         wait_until(lambda: request.Test(status))
@@ -68,11 +74,6 @@ class PoliteComm:
 
     def __repr__(self):
         return f"PoliteComm({self._comm!r})"
-
-    @property
-    def mpi_comm(self):
-        """The wrapped mpi4py communicator."""
-        return self._comm
 
     # ---- buffer (upper-case) calls
     def Barrier(self):
