@@ -6,7 +6,7 @@ class placement:
     """Where a global tensor lives: `placement("cpu", [0, 1, 2, 3])` or, for a 2-D mesh,
     `placement("cpu", [[0, 1], [2, 3]])` (hierarchy (2, 2)). Equal placements hash equal."""
 
-    __slots__ = ("type", "_mesh", "_key", "_ranks_set")
+    __slots__ = ("type", "_mesh", "_key", "_ranks_set", "_coords")
 
     def __init__(self, type="cpu", ranks=None):
         if type not in ("cpu", "cuda"):
@@ -27,6 +27,8 @@ class placement:
         self._mesh.setflags(write=False)
         self._key = (type, mesh.shape, tuple(mesh.reshape(-1).tolist()))
         self._ranks_set = frozenset(self._key[2])
+        # every op on global tensors asks for its rank's coordinates: a lookup, not an argwhere
+        self._coords = {int(mesh[c]): tuple(int(i) for i in c) for c in np.ndindex(mesh.shape)}
 
     @classmethod
     def all(cls, type="cpu"):
@@ -60,8 +62,7 @@ class placement:
 
     def coords(self, rank):
         """Mesh coordinates of `rank` (a tuple), or None when the rank is not in the placement."""
-        where = np.argwhere(self._mesh == rank)
-        return tuple(int(i) for i in where[0]) if len(where) else None
+        return self._coords.get(rank)
 
     def __eq__(self, other):
         return isinstance(other, placement) and self._key == other._key

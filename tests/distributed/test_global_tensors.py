@@ -92,3 +92,8 @@ def test_one_rank_ops_equal_local_ops(ranks):
     x = flow.tensor(A, placement=p, sbp=(S.broadcast,) * nd, requires_grad=True)
     (x * 3).to_global(sbp=(S.partial_sum,) * nd).sum().backward()
     assert np.array_equal(x.grad.numpy(), np.full_like(A, 3))
+
+
+def test_dispatch_reuses_decisions_only_for_the_same_call():
+    _, out, _ = run_mpi(2, "dispatch_decisions.py")
+    assert "dispatch decisions OK on 2 ranks" in out

@@ -177,7 +177,8 @@ def run_case(case, placement, seed, cfg):
 
 def _install_coverage():
     """MATRIX_COVERAGE=1: count, per op class, the signatures chosen other than all-broadcast
-    (evidence that the rules' split/partial signatures are exercised, not just the default)."""
+    (evidence that the rules' split/partial signatures are exercised, not just the default); with
+    dispatch's decision cache each distinct call counts once."""
     from engine.distributed import dispatch
 
     counts, current = {}, [None]
