@@ -24,7 +24,7 @@ tensors (the shards are gathered on save, laid out like the shard on load), so a
 with one stage and data-parallel size resumes under any other, or without ZeRO.
 """
 from ..autograd.grad_mode import no_grad
-from .global_tensor import GlobalMeta, global_to_global
+from .global_tensor import GlobalMeta, global_to_global, sync_grads
 from .sbp import split
 
 __all__ = ["ZeroRedundancy", "zero_sbp"]
@@ -91,6 +91,8 @@ class ZeroRedundancy:
     def reduce_gradients(self):
         """Each shard's gradient from its parameter's: stage 1 slices the all-reduced gradient,
         stage 2 reduce-scatters the partial one; the full gradient is dropped."""
+        if self.stage == 1:  # the all-reduces (P -> B) in buckets; the loop below only slices
+            sync_grads([p for p, _ in self.pairs])
         with no_grad():
             for p, shard in self.pairs:
                 if p.grad is None:

@@ -436,17 +436,15 @@ class EagerTrainer(TrainerBase):
         data_time = 0.0
         loss_sums = {}
         self.zero_grad()
-        defer_all = self.zero is not None and self.zero.defers_grad_sync
         for i in range(m):
             start = time.perf_counter()
             data = next(self._data_loader_iter)
             if fetch is not None:
                 data = fetch(data)
             data_time += time.perf_counter() - start
-            if i < m - 1 or defer_all:
-                with _edist.no_grad_sync():  # one gradient reduction per step, not per micro-batch
-                    loss_dict = self.forward_backward(data)
-            else:
+            # every micro-batch's data-parallel gradients stay partial sums: update() reduces them
+            # once per step, in buckets (engine.distributed.sync_grads), not per parameter
+            with _edist.no_grad_sync():
                 loss_dict = self.forward_backward(data)
             for k, v in loss_dict.items():
                 loss_sums[k] = loss_sums.get(k, 0.0) + v.detach().item()

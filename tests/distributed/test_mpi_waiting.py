@@ -20,8 +20,9 @@ def cpu_per_wait(out):
 def test_waiting_ranks_sleep():
     _, out, _ = run_mpi(3, "waiting.py", args=[DELAY])
     waits = cpu_per_wait(out)
-    # a sleeping wait costs its Test calls (~1 ms of CPU); spinning costs the whole delay
-    assert max(waits[1], waits[2]) < 0.25 * DELAY, out
+    # a wait costs its Test calls and the yields of its first 10 ms (~0.02 s of CPU alone);
+    # spinning costs the whole delay
+    assert max(waits[1], waits[2]) < 0.1 * DELAY, out
 
 
 def test_engine_mpi_wait_spin_keeps_mpi_blocking_calls():
@@ -29,7 +30,9 @@ def test_engine_mpi_wait_spin_keeps_mpi_blocking_calls():
     about the delay in CPU time), with the same results."""
     _, out, _ = run_mpi(3, "waiting.py", args=[DELAY], env=mpi_env(ENGINE_MPI_WAIT="spin"))
     waits = cpu_per_wait(out)
-    assert min(waits[1], waits[2]) > 0.5 * DELAY, out
+    # about the whole delay on an idle machine; less where other jobs take the cores (MPICH
+    # yields in its polling loop), but still well above a sleeping wait's ~0.04 of it
+    assert min(waits[1], waits[2]) > 0.2 * DELAY, out
 
 
 def test_engine_mpi_wait_names_a_bad_value():

@@ -123,7 +123,7 @@ def deferred_sync():
 
 
 def mixed_deferred_and_synced_accumulation():
-    """Gradient accumulation as the trainer does it: the first micro-batches deferred (partial
+    """Gradient accumulation as a hand-written loop may do it: the first micro-batches deferred (partial
     sums), the last synced (all-reduced), and the other way round. Accumulating adds shards, so
     the accumulated gradient must first take the incoming one's layout (regression: a synced
     gradient added to a partial one was counted once per rank)."""
@@ -144,12 +144,79 @@ def mixed_deferred_and_synced_accumulation():
         assert np.allclose(w.grad.to_local().numpy(), ref, rtol=1e-4, atol=1e-4), deferred
 
 
+def bucketed_sync():
+    """sync_grads packs the gradients that wait only for a sum where their parameter is broadcast
+    into one all-reduce per (placement, mesh axes, dtype) bucket, up to GRAD_BUCKET_BYTES, and
+    gives every parameter its own slice of the sum in its own layout; other pending conversions
+    (a split parameter's partial gradient: a reduce-scatter) are boxed one by one."""
+    from engine.distributed import global_tensor
+
+    meshes = [(P, [(S.broadcast,)], [(S.partial_sum,)])]
+    if n == 4:
+        mesh2 = flow.placement("cpu", [[0, 1], [2, 3]])
+        meshes.append((mesh2, [(S.broadcast, S.broadcast)], [(S.partial_sum, S.partial_sum),
+                                                              (S.partial_sum, S.broadcast)]))
+    for placement_, own_sbps, grad_sbps in meshes:
+        for own_sbp in own_sbps:
+            for grad_sbp in grad_sbps:
+                shapes = [((5, 3), np.float32), ((7,), np.float32), ((4, 2), np.float16), ((3, 1, 2), np.float32)]
+                params, refs = [], []
+                for shape, dtype in shapes:
+                    w = flow.tensor(np.zeros(shape, dtype), placement=placement_, sbp=own_sbp, requires_grad=True)
+                    # every rank draws every rank's local gradient, keeps its own: the sum is known
+                    parts = [rng.standard_normal(shape).astype(dtype) for _ in range(n)]
+                    mine = parts[r] if all(s.is_partial for s in grad_sbp) else None
+                    if mine is None:  # partial on axis 0 only: the ranks of a column hold the same part
+                        c = placement_.coords(r)
+                        mine = parts[c[0]]
+                        ref = sum(parts[i] for i in range(placement_.hierarchy[0]))
+                    else:
+                        ref = sum(parts)
+                    w.grad = flow.tensor(mine).to_global(placement_, grad_sbp)
+                    params.append(w)
+                    refs.append(ref)
+                # a split parameter whose gradient is a partial sum: not bucketed (P -> S)
+                ws = flow.tensor(np.zeros((2 * n, 3), np.float32), placement=placement_,
+                                 sbp=[S.split(0)] * placement_.ndim, requires_grad=True)
+                parts = [rng.standard_normal((2 * n, 3)).astype(np.float32) for _ in range(n)]
+                ws.grad = flow.tensor(parts[r]).to_global(placement_, [S.partial_sum] * placement_.ndim)
+                with comm.stats.recording() as st:
+                    sync_grads(params + [ws])
+                axes = sum(1 for a, b in zip(own_sbp, grad_sbp) if a != b and placement_.hierarchy[0] > 1)
+                reduces = [c for c in st.calls if c[0] == "all_reduce"]
+                # one float32 bucket and one float16 bucket, each reduced once per summed mesh axis
+                assert len(reduces) == 2 * axes, (placement_, grad_sbp, st.calls)
+                for w, ref, (shape, dtype) in zip(params, refs, shapes):
+                    assert w.grad.sbp == tuple(own_sbp) and w.grad.dtype == w.dtype, (w.grad.sbp, w.grad.dtype)
+                    tol = 1e-2 if dtype == np.float16 else 1e-5
+                    np.testing.assert_allclose(w.grad.to_local().numpy().astype(np.float32),
+                                               ref.astype(np.float32), rtol=tol, atol=tol)
+                assert ws.grad.sbp == ws.sbp
+                np.testing.assert_allclose(ws.grad.to_global(sbp=[S.broadcast] * placement_.ndim).to_local().numpy(),
+                                           sum(parts), rtol=1e-5, atol=1e-5)
+    # buckets hold at most GRAD_BUCKET_BYTES: three 40-byte gradients under a 100-byte limit take two
+    limit = global_tensor.GRAD_BUCKET_BYTES
+    try:
+        global_tensor.GRAD_BUCKET_BYTES = 100
+        ws = [flow.tensor(np.zeros(10, np.float32), placement=P, sbp=S.broadcast, requires_grad=True) for _ in range(3)]
+        for i, w in enumerate(ws):
+            w.grad = flow.tensor(np.full(10, i + r, np.float32)).to_global(P, S.partial_sum)
+        with comm.stats.recording() as st:
+            sync_grads(ws)
+        assert [c[0] for c in st.calls] == ["all_reduce"] * 2, st.calls
+        for i, w in enumerate(ws):
+            assert np.allclose(w.grad.to_local().numpy(), n * i + n * (n - 1) / 2)
+    finally:
+        global_tensor.GRAD_BUCKET_BYTES = limit
+
+
 def main():
     local_to_global_grads()
     to_local_grads()
     grad_sbp()
     deferred_sync()
     mixed_deferred_and_synced_accumulation()
+    bucketed_sync()
     if r == 0:
         print(f"global grads OK on {n} ranks")
 
