@@ -502,7 +502,7 @@ def sync_grads(parameters):
         if p.grad is None or p._global is None:
             continue
         own, got = p._global, p.grad._global
-        if got == GlobalMeta(own.placement, own.sbp, own.shape):
+        if got == own:
             continue
         axes = _summed_axes(own, got)
         if axes is None or not own.here or p.grad._data.size == 0:
@@ -558,9 +558,7 @@ def _all_reduce_together(params, placement_, axes):
         comm.all_reduce(flat, op="sum", group=comm.mesh_axis_groups(placement_.mesh, k))
     start = 0
     for p, g in zip(params, grads):
-        own = p._global
-        p.grad = make_global(flat[start:start + g.size].reshape(g.shape), GlobalMeta(own.placement, own.sbp,
-                                                                                      own.shape), p.grad._device)
+        p.grad = make_global(flat[start:start + g.size].reshape(g.shape), p._global, p.grad._device)
         start += g.size
 
 

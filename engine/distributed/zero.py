@@ -91,17 +91,14 @@ class ZeroRedundancy:
     def reduce_gradients(self):
         """Each shard's gradient from its parameter's: stage 1 slices the all-reduced gradient,
         stage 2 reduce-scatters the partial one; the full gradient is dropped."""
-        if self.stage == 1:  # the all-reduces (P -> B) in buckets; the loop below only slices
+        if self.stage == 1:  # the all-reduces (P -> B), in buckets: the loop below then only slices
             sync_grads([p for p, _ in self.pairs])
         with no_grad():
             for p, shard in self.pairs:
                 if p.grad is None:
                     shard.grad = None
                     continue
-                g = p.grad
-                if self.stage == 1:
-                    g = global_to_global(g, p._global.placement, p._global.sbp)  # the all-reduce (P -> B)
-                shard.grad = global_to_global(g, shard._global.placement, shard._global.sbp)
+                shard.grad = global_to_global(p.grad, shard._global.placement, shard._global.sbp)
                 p.grad = None
 
     def gather_parameters(self):
