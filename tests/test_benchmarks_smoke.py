@@ -62,9 +62,11 @@ def test_vision_train_tiny():
 
 
 def test_vision_train_swin_runs():
-    out = run_bench("vision_train.py", "--model", "swin", "--batch", "4", "--steps", "1", "--group", "2", "--warmup", "1")
+    out = run_bench("vision_train.py", "--model", "swin", "--swin-tiny", "--batch", "4", "--steps", "1", "--group", "2",
+                    "--warmup", "1")
     m = re.search(r"first-step loss: torch (\S+)\s+engine (\S+)\s.*\(agree\)", out)
     assert m, out
+    assert "Swin training step: image 32, patch 2, embed 32, depths (2, 2), heads (2, 4)" in out, out
     assert re.search(r"engine \(SwinTransformer\)\s*:\s+[\d.]+ ms/step\s+[\d.]+ images/s", out), out
 
 

@@ -33,6 +33,8 @@ def _cupy_under_test():
 
 
 cp = _cupy_under_test()
+# the double runs each kernel's numpy emulator, not its CUDA source (CUPY_DOUBLE_RUN_SOURCES=1 does)
+EMULATED = os.environ.get("ENGINE_CUPY_DOUBLE") == "1" and os.environ.get("CUPY_DOUBLE_RUN_SOURCES") != "1"
 pytestmark = pytest.mark.skipif(cp is None, reason="needs CuPy with a CUDA GPU (the CPU suite checks these "
                                                    "launchers through the CuPy double)")
 
@@ -160,6 +162,9 @@ def test_flash_attention(d, shape, causal, kind, p):
         pytest.skip("the GPT-2 124M shape is checked at its own head size, with the masks it uses")
     if p and kind in ("full", "square"):
         pytest.skip("dropout is checked without a mask and with padding (fully masked rows dropped too)")
+    if s == 1024 and EMULATED and not (causal and kind == "none" and p):
+        pytest.skip("through the double's emulators the GPT-2 shape checks the launch geometry once (GPT-2's "
+                    "causal dropout case); the arithmetic at this size is checked on a GPU")
     rng = _rng()
     dropout = (p, int(rng.integers(2 ** 63)), int(rng.integers(2 ** 40))) if p else None
     qkv = (rng.standard_normal((b, s, heads, 3 * d)) * 1.5).astype(np.float16)

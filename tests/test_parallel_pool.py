@@ -411,3 +411,21 @@ def test_engine_pool_spin_0_turns_the_lane_off():
     env = dict(__import__("os").environ, ENGINE_POOL_SPIN="0", ENGINE_JIT="1")  # the lane off by this switch alone
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("variable", [None, "1"], ids=["unset", "OPENBLAS_NUM_THREADS=1"])
+def test_numpy_blas_runs_one_thread_after_import_engine(variable):
+    """The engine's own pool splits the work, so numpy's OpenBLAS is held to one thread: by
+    threadpoolctl, or (without importing it) by OPENBLAS_NUM_THREADS=1, which OpenBLAS read."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    if variable is not None:
+        env["OPENBLAS_NUM_THREADS"] = variable
+    code = ("import sys, engine\n"
+            "print('threadpoolctl' in sys.modules)\n"
+            "from threadpoolctl import threadpool_info\n"
+            "print([i['num_threads'] for i in threadpool_info() if i['internal_api'] == 'openblas' "
+            "and 'numpy' in i['filepath']])\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         check=True).stdout.split("\n")
+    assert out[0] == str(variable is None)  # threadpoolctl imported only when it has work to do
+    assert out[1] == "[1]"

@@ -44,6 +44,8 @@ _threads = _default_threads()
 
 def _hold_numpy_blas_to_one_thread():
     """Limit only numpy's own OpenBLAS (not, e.g., a BLAS that another library loaded)."""
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        return  # OpenBLAS read it when numpy loaded it; skips threadpoolctl's ~10 ms scan of the libraries
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - a dependency; without it BLAS keeps its threads

@@ -408,7 +408,7 @@ class LazyConfig:
         Unknown keys raise KeyError naming the closest existing keys; malformed overrides raise
         ValueError.
         """
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from ._hydra_grammar import overrides_parser_class
 
         if isinstance(overrides, str):
             overrides = [overrides]
@@ -418,7 +418,7 @@ class LazyConfig:
                 raise TypeError(f"overrides must be strings like 'key=value', got {o!r}")
         if not overrides:
             return cfg
-        parser = OverridesParser.create()
+        parser = overrides_parser_class().create()
         for raw in overrides:
             try:
                 (o,) = parser.parse_overrides([raw])

@@ -6,8 +6,6 @@ import time
 from collections import OrderedDict, abc
 from contextlib import contextmanager
 
-from tqdm import tqdm
-
 import engine as flow
 from libai.utils import distributed as dist
 
@@ -106,6 +104,8 @@ def inference_on_dataset(model, data_loader, evaluator, eval_iter=None, get_batc
     start = time.perf_counter()
     n_done = 0
     with inference_context(model), flow.no_grad():
+        from tqdm import tqdm  # imported here: ~50 ms at every process's start otherwise
+
         bar = tqdm(total=total, desc="eval", disable=not dist.is_main_process(), leave=False,
                    dynamic_ncols=True, mininterval=1.0)
         for idx, batch in enumerate(data_loader):

@@ -10,7 +10,8 @@ patches + the cls token), 6 layers, width 384, 6 heads, MLP 1536, batch 32.
 Swin (fixed but for --batch, tiny-like stages at image 64): patch 2 (a 32x32 map), embed 96,
 depths (2, 2, 6, 2), heads (3, 6, 12, 24), window 4 (maps 32, 16, 8, 4: shifted windows in the
 first three stages), batch 16. (A window of 7 here would leave stages whose map is smaller than the window, which
-transformers 5.23's Swin cannot run.)
+transformers 5.23's Swin cannot run.) --swin-tiny: the configs/swin_imagenet.py recipe's size instead (image 32,
+embed 32, depths (2, 2), heads (2, 4): plain and shifted windows, a patch merging), for a quick check that it runs.
 Both: 10 classes, fp32, dropout and drop-path 0, random images and labels (seed 0),
 cross-entropy, AdamW (lr 1e-4, weight decay 0.05). A step is zero_grad + forward + loss +
 backward + optimizer step.
@@ -44,6 +45,11 @@ LR, WD = 1e-4, 0.05
 
 
 SWIN = dict(img=64, patch=2, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=4, batch=16)
+SWIN_TINY = dict(img=32, patch=2, embed=32, depths=(2, 2), heads=(2, 4), window=4, batch=16)
+
+
+def swin_size(a):
+    return SWIN_TINY if a.swin_tiny else SWIN
 VIT_BATCH = 32
 
 
@@ -51,7 +57,7 @@ def image_and_batch(a, model):
     """(image size, images per step) of `model` under the parsed arguments `a`."""
     if model == "vit":
         return a.img, a.batch or VIT_BATCH
-    return SWIN["img"], a.batch or SWIN["batch"]
+    return swin_size(a)["img"], a.batch or swin_size(a)["batch"]
 
 
 def make_batch(img, batch, classes, seed=0):
@@ -72,8 +78,9 @@ def make_hf(path, a, model):
                         attn_implementation="sdpa")
         hf = ViTForImageClassification(cfg)
     else:
-        cfg = SwinConfig(image_size=SWIN["img"], patch_size=SWIN["patch"], embed_dim=SWIN["embed"],
-                         depths=list(SWIN["depths"]), num_heads=list(SWIN["heads"]), window_size=SWIN["window"],
+        size = swin_size(a)
+        cfg = SwinConfig(image_size=size["img"], patch_size=size["patch"], embed_dim=size["embed"],
+                         depths=list(size["depths"]), num_heads=list(size["heads"]), window_size=size["window"],
                          num_labels=a.classes, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          drop_path_rate=0.0)
         hf = SwinForImageClassification(cfg)
@@ -141,8 +148,9 @@ def compare(a, model):
               f"{a.heads} heads, MLP {4 * a.hidden}, {a.classes} classes, batch {batch}, fp32, "
               f"AdamW(lr={LR}, wd={WD})")
     else:
-        print(f"Swin training step: image {SWIN['img']}, patch {SWIN['patch']}, embed {SWIN['embed']}, depths "
-              f"{SWIN['depths']}, heads {SWIN['heads']}, window {SWIN['window']}, {a.classes} classes, batch {batch}, "
+        size = swin_size(a)
+        print(f"Swin training step: image {size['img']}, patch {size['patch']}, embed {size['embed']}, depths "
+              f"{size['depths']}, heads {size['heads']}, window {size['window']}, {a.classes} classes, batch {batch}, "
               f"fp32, AdamW(lr={LR}, wd={WD})")
     print(f"  torch threads {torch.get_num_threads()}, engine threads {flow.backend.parallel.get_num_threads()}")
     lt, lf, lg = losses[0]
@@ -168,6 +176,7 @@ def build_parser():
     p.add_argument("--hidden", type=int, default=384)
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--swin-tiny", action="store_true", help="Swin at the swin_imagenet.py recipe's size (a quick run)")
     p.add_argument("--batch", type=int, default=None, help="images per step (default: ViT 32, Swin 16)")
     p.add_argument("--steps", type=int, default=12, help="timed steps per library")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per library first (the first gives the "

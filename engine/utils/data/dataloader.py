@@ -20,7 +20,6 @@ concerns worker processes only (with num_workers=0 a slow dataset simply takes i
 import atexit
 import itertools
 import math
-import multiprocessing
 import queue
 import signal
 import time
@@ -144,6 +143,8 @@ class DataLoader:
     @multiprocessing_context.setter
     def multiprocessing_context(self, ctx):
         if ctx is not None:
+            import multiprocessing  # here, not at the top: ~15 ms that loading without workers never needs
+
             if self.num_workers == 0:
                 raise ValueError("multiprocessing_context can only be used with multi-process loading "
                                  f"(num_workers > 0), but got num_workers={self.num_workers}")
@@ -251,6 +252,8 @@ class _MultiProcessIter(_BaseIter):
     `_rcvd_idx` is the next task to hand out, `_send_idx` the next to dispatch."""
 
     def __init__(self, loader):
+        import multiprocessing
+
         self._shutdown = True  # until the workers exist, __del__ has nothing to do
         super().__init__(loader)
         ctx = loader.multiprocessing_context or multiprocessing.get_context()
