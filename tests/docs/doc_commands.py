@@ -18,9 +18,11 @@ NOT_RUN = {
                                                   "tests/test_benchmarks_smoke.py runs it at a tiny size"),
 }
 
-# appended to every tools/train_net.py command (later overrides win): a couple of iterations, one
-# evaluation batch; the layouts, data, checkpoints and evaluation still run for real
-SHORT_TRAIN = ["train.train_iter=2", "train.evaluation.eval_iter=1", "train.log_period=1"]
+# appended to every tools/train_net.py command (later overrides win): a couple of iterations (the
+# GLUE/CLUE configs count epochs, and `max(train_iter, train_epoch * iterations per epoch)` would
+# keep their 3 epochs), one evaluation batch; the layouts, data, checkpoints and evaluation still
+# run for real
+SHORT_TRAIN = ["train.train_iter=2", "train.train_epoch=0", "train.evaluation.eval_iter=1", "train.log_period=1"]
 SHORT_GENERATE = ["--max-new-tokens", "4"]
 
 # per document: (documented text, what the test runs instead) -- a tiny stand-in for a model that
