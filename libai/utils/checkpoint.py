@@ -83,14 +83,13 @@ def config_yaml(cfg):
     a warning: the trainer's `save_config` already named it)."""
     import warnings
 
-    from omegaconf import OmegaConf
-
     from libai.config import LazyConfig
+    from libai.config.lazy import plain_to_yaml
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         plain = LazyConfig.to_plain(cfg)
-    return OmegaConf.to_yaml(OmegaConf.create(plain), resolve=False)
+    return plain_to_yaml(plain)
 
 
 def write_checkpoint_config(cfg, directory):

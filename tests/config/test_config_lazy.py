@@ -267,3 +267,21 @@ def test_load_keys_returns_any_top_level_value(tmp_path):
         LazyConfig.load(path, "nmae")
     yaml_path = _write(tmp_path / "c.yaml", "x: 1\ny: {z: 2}\n")
     assert LazyConfig.load(yaml_path, "x") == 1 and LazyConfig.load(yaml_path, "y").z == 2
+
+
+def test_yaml_of_a_plain_config_is_reused_only_for_the_same_config():
+    """plain_to_yaml keeps the last config's YAML (a run writes one config at its start and into
+    every checkpoint): equal-comparing values of other types or another key order are other YAML."""
+    from omegaconf import OmegaConf
+
+    from libai.config.lazy import plain_to_yaml
+
+    def fresh(plain):
+        return OmegaConf.to_yaml(OmegaConf.create(plain), resolve=False)
+
+    configs = [{"a": 1, "b": {"c": [1, 2]}}, {"a": 1, "b": {"c": [1, 2]}}, {"a": 1.0, "b": {"c": [1, 2]}},
+               {"a": True, "b": {"c": [1, 2]}}, {"b": {"c": [1, 2]}, "a": True}, {"a": 0.0}, {"a": -0.0},
+               {"a": "1"}, {"a": 1, "b": {"c": [1, 2]}}]
+    texts = [plain_to_yaml(p) for p in configs]
+    assert texts == [fresh(p) for p in configs]
+    assert len({texts[i] for i in (0, 2, 3, 4, 5, 6, 7)}) == 7
