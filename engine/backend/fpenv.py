@@ -21,8 +21,7 @@ elsewhere it is a no-op and the kernels are merely slower on denormals.
 """
 import contextlib
 import ctypes
-import ctypes.util
-import platform
+import os
 import struct
 import sys
 
@@ -32,12 +31,20 @@ _FENV_SIZE = 32
 
 
 def _load_libm():
-    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+    if not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "AMD64"):
         return None
+    try:  # glibc's soname first: ctypes.util.find_library runs `ldconfig -p` in a subprocess
+        libm = ctypes.CDLL("libm.so.6")
+    except OSError:
+        from ctypes.util import find_library
+
+        try:
+            libm = ctypes.CDLL(find_library("m") or "libm.so.6")
+        except OSError:
+            return None
     try:
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
         get, set_ = libm.fegetenv, libm.fesetenv
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     get.argtypes = set_.argtypes = [ctypes.c_char_p]
     get.restype = set_.restype = ctypes.c_int
