@@ -422,7 +422,7 @@ class LazyConfig:
         Unknown keys raise KeyError naming the closest existing keys; malformed overrides raise
         ValueError.
         """
-        from ._hydra_grammar import overrides_parser_class
+        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         if isinstance(overrides, str):
             overrides = [overrides]
@@ -432,7 +432,7 @@ class LazyConfig:
                 raise TypeError(f"overrides must be strings like 'key=value', got {o!r}")
         if not overrides:
             return cfg
-        parser = overrides_parser_class().create()
+        parser = OverridesParser.create()
         for raw in overrides:
             try:
                 (o,) = parser.parse_overrides([raw])
