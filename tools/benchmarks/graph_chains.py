@@ -64,7 +64,7 @@ def build_step(model_name):
         model = VisionTransformer(img_size=a.img, patch_size=a.patch, in_chans=3, embed_dim=a.hidden,
                                   depth=a.layers, num_heads=a.heads, mlp_ratio=4.0, num_classes=a.classes)
     else:
-        s = v.SWIN
+        s = v.swin_size(a)
         model = SwinTransformer(img_size=s["img"], patch_size=s["patch"], in_chans=3, num_classes=a.classes,
                                 embed_dim=s["embed"], depths=list(s["depths"]), num_heads=list(s["heads"]),
                                 window_size=s["window"], drop_path_rate=0.0)

@@ -46,18 +46,20 @@ LR, WD = 1e-4, 0.05
 
 SWIN = dict(img=64, patch=2, embed=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=4, batch=16)
 SWIN_TINY = dict(img=32, patch=2, embed=32, depths=(2, 2), heads=(2, 4), window=4, batch=16)
+VIT_BATCH = 32
 
 
 def swin_size(a):
+    """The Swin sizes of the parsed arguments `a`: SWIN, or SWIN_TINY with --swin-tiny."""
     return SWIN_TINY if a.swin_tiny else SWIN
-VIT_BATCH = 32
 
 
 def image_and_batch(a, model):
     """(image size, images per step) of `model` under the parsed arguments `a`."""
     if model == "vit":
         return a.img, a.batch or VIT_BATCH
-    return swin_size(a)["img"], a.batch or swin_size(a)["batch"]
+    size = swin_size(a)
+    return size["img"], a.batch or size["batch"]
 
 
 def make_batch(img, batch, classes, seed=0):
@@ -190,6 +192,8 @@ def main():
     a = p.parse_args()
     if a.warmup < 1 or a.group < 2 or a.steps < 1:
         p.error("need --warmup >= 1, --group >= 2, --steps >= 1")
+    if a.swin_tiny and a.model == "vit":
+        p.error("--swin-tiny sizes the Swin model: use it with --model swin or both")
     if a.hidden % a.heads or a.img % a.patch:
         p.error("need --hidden divisible by --heads and --img divisible by --patch")
     for model in (("vit", "swin") if a.model == "both" else (a.model,)):
