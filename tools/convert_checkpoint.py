@@ -88,6 +88,8 @@ def _hf_bert_to_libai(hf_cfg, hf_sd, path):
     sd = hf_to_libai_bert(hf_sd, kwargs, path=path, prefix="" if head is None else "bert.")
     if head == "pretraining":
         kwargs["add_binary_head"] = "cls_head.seq_relationship.weight" in sd
+    if not any(k.endswith("pooler.dense.weight") for k in sd):  # BertForMaskedLM, BertModel without pooler
+        kwargs["add_pooling_layer"] = False
     return sd, kwargs, BERT_CONFIG
 
 

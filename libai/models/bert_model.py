@@ -54,10 +54,13 @@ PRETRAINING_KEYS = ("add_binary_head",)  # in LiBai's model.cfg beside BertModel
 
 class BertEmbeddings(nn.Module):
     def __init__(self, vocab_size, hidden_size, max_position_embeddings, num_tokentypes, init_method,
-                 embedding_dropout_prob, layernorm_eps=None):
+                 embedding_dropout_prob, layernorm_eps=None, pad_token_id=None):
         super().__init__()
         self.max_position_embeddings = int(max_position_embeddings)
-        self.word_embeddings = VocabEmbedding(vocab_size, hidden_size, init_method=init_method, layer_idx=0)
+        # pad_token_id: the row that gets no lookup gradient (HF's padding_idx); None: every row
+        # learns from its lookups (LiBai, Megatron)
+        self.word_embeddings = VocabEmbedding(vocab_size, hidden_size, padding_idx=pad_token_id,
+                                              init_method=init_method, layer_idx=0)
         self.position_embeddings = Embedding(max_position_embeddings, hidden_size, init_method=init_method,
                                              layer_idx=0)
         self.tokentype_embeddings = (Embedding(num_tokentypes, hidden_size, init_method=init_method, layer_idx=0)
@@ -110,7 +113,7 @@ class BertModel(nn.Module):
                  num_tokentypes=2, add_pooling_layer=True, initializer_range=0.02, layernorm_eps=1e-12,
                  layernorm_position="post", apply_residual_post_layernorm=False, bias_gelu_fusion=False,
                  bias_dropout_fusion=False, scale_mask_softmax_fusion=False, apply_query_key_layer_scaling=False,
-                 amp_enabled=False):
+                 amp_enabled=False, pad_token_id=None):
         super().__init__()
         if layernorm_position not in LAYERNORM_POSITIONS:
             raise ValueError(f"BertModel: layernorm_position must be one of {LAYERNORM_POSITIONS}, "
@@ -133,13 +136,15 @@ class BertModel(nn.Module):
             hidden_dropout_prob=hidden_dropout_prob, attention_probs_dropout_prob=attention_probs_dropout_prob,
             max_position_embeddings=max_position_embeddings, num_tokentypes=num_tokentypes,
             add_pooling_layer=add_pooling_layer, initializer_range=initializer_range, layernorm_eps=layernorm_eps,
-            layernorm_position=layernorm_position, apply_residual_post_layernorm=apply_residual_post_layernorm)
+            layernorm_position=layernorm_position, apply_residual_post_layernorm=apply_residual_post_layernorm,
+            pad_token_id=pad_token_id)
         self.layernorm_position = layernorm_position
         init_method = init_method_normal(initializer_range)
         output_init = scaled_init_method_normal(initializer_range, hidden_layers)
         post = layernorm_position == "post"
         self.embeddings = BertEmbeddings(vocab_size, hidden_size, max_position_embeddings, num_tokentypes,
-                                         init_method, hidden_dropout_prob, layernorm_eps if post else None)
+                                         init_method, hidden_dropout_prob, layernorm_eps if post else None,
+                                         pad_token_id)
         self.encoders = nn.ModuleList([
             TransformerLayer(
                 hidden_size, intermediate_size, num_attention_heads,

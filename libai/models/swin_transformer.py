@@ -7,7 +7,7 @@
       -> LayerNorm, mean over the tokens, head Linear                          [N, num_classes]
 
 A Swin block is pre-LN: x + attn(ln(x)), then x + mlp(ln(x)), both branches through stochastic
-depth. The attention works inside windows of window_size x window_size tokens (the map padded at
+depth (the attention branch only with `mlp_drop_path=False`, HuggingFace's SwinLayer). The attention works inside windows of window_size x window_size tokens (the map padded at
 the bottom/right to a multiple of the window), with a learned relative position bias per head;
 every second block shifts the map by window_size // 2 first (a cyclic roll) and masks the token
 pairs that the roll brought together (-100 added to their scores). When a stage's map is no
@@ -21,8 +21,10 @@ parallel; MLPs are column/row parallel. Patch merging, norms and the head are re
 batch stays split over data parallel throughout.
 
 Training returns {"losses": loss}, eval {"prediction_scores": logits}. HuggingFace's
-`SwinForImageClassification` is the same network (libai.models.utils.hf_swin), except that it
-applies stochastic depth to the attention branch only; with drop_path_rate 0 they are equal.
+`SwinForImageClassification` is the same network (libai.models.utils.hf_swin, which loads it with
+`mlp_drop_path=False`). `layernorm_epsilon` is the blocks' and the final LayerNorm's (HF's
+`layer_norm_eps`); the patch embedding's and the patch mergings' LayerNorms use 1e-5 whatever it
+is, as in HF, the original Swin and LiBai.
 """
 import numpy as np
 
@@ -42,6 +44,7 @@ __all__ = ["SwinTransformer"]
 
 B = flow.sbp.broadcast
 S = flow.sbp.split
+PATCH_NORM_EPS = 1e-5  # the patch embedding's and the patch mergings' LayerNorms (see the docstring)
 
 
 def relative_position_index(window):
@@ -158,7 +161,7 @@ class SwinBlock(Recomputable, nn.Module):
     (the window shrinks to it, with its own bias table) and is not shifted, as in the original."""
 
     def __init__(self, dim, num_heads, resolution, window_size, shift, mlp_ratio, drop, attn_drop, drop_path, eps,
-                 init_method, *, layer_idx=0):
+                 init_method, *, layer_idx=0, mlp_drop_path=True):
         super().__init__()
         self.layer_idx = layer_idx
         if min(resolution) <= window_size:
@@ -170,22 +173,24 @@ class SwinBlock(Recomputable, nn.Module):
         self.mlp = MLP(dim, int(dim * mlp_ratio), output_dropout_prob=drop, init_method=init_method,
                        layer_idx=layer_idx, activation="gelu")
         self.drop_path = DropPath(drop_path) if drop_path > 0 else None
+        self.mlp_drop_path = bool(mlp_drop_path)
 
     def _branch(self, y):
         return self.drop_path(y) if self.drop_path is not None else y
 
     def forward(self, x, height, width):
         x = x + self._branch(self.attn(self.norm1(x), height, width, self.shift))
-        return x + self._branch(self.mlp(self.norm2(x)))
+        y = self.mlp(self.norm2(x))
+        return x + (self._branch(y) if self.mlp_drop_path else y)
 
 
 class PatchMerging(nn.Module):
     """[n, H*W, C] -> [n, ceil(H/2) * ceil(W/2), 2C]: each 2x2 neighbourhood (the map padded to even
     sizes) concatenated as [(0,0), (1,0), (0,1), (1,1)], normalised, projected without bias."""
 
-    def __init__(self, dim, eps, init_method, *, layer_idx=0):
+    def __init__(self, dim, init_method, *, layer_idx=0):
         super().__init__()
-        self.norm = LayerNorm(4 * dim, eps=eps, layer_idx=layer_idx)
+        self.norm = LayerNorm(4 * dim, eps=PATCH_NORM_EPS, layer_idx=layer_idx)
         self.reduction = Linear(4 * dim, 2 * dim, bias=False, init_method=init_method, layer_idx=layer_idx)
 
     def forward(self, x, height, width):
@@ -207,7 +212,7 @@ class SwinTransformer(nn.Module):
     def __init__(self, img_size=224, patch_size=4, in_chans=3, num_classes=1000, embed_dim=96, depths=(2, 2, 6, 2),
                  num_heads=(3, 6, 12, 24), window_size=7, mlp_ratio=4.0, qkv_bias=True, qk_scale=None, drop_rate=0.0,
                  attn_drop_rate=0.0, drop_path_rate=0.1, ape=False, patch_norm=True, loss_func=None,
-                 layernorm_epsilon=1e-5, initializer_range=0.02):
+                 layernorm_epsilon=1e-5, initializer_range=0.02, mlp_drop_path=True):
         super().__init__()
         if not qkv_bias:
             raise NotImplementedError("SwinTransformer(qkv_bias=False): not implemented")
@@ -218,7 +223,8 @@ class SwinTransformer(nn.Module):
         init = init_method_normal(initializer_range)
         eps = layernorm_epsilon
         self.num_classes, self.embed_dim = int(num_classes), int(embed_dim)
-        self.patch_embed = _PaddedPatchEmbedding(img_size, patch_size, in_chans, embed_dim, eps if patch_norm else None)
+        self.patch_embed = _PaddedPatchEmbedding(img_size, patch_size, in_chans, embed_dim,
+                                                 PATCH_NORM_EPS if patch_norm else None)
         self.grid = self.patch_embed.grid
         placement = dist.get_layer_placement(0)
         self.absolute_pos_embed = make_parameter((1, self.grid[0] * self.grid[1], embed_dim), init, placement,
@@ -235,12 +241,13 @@ class SwinTransformer(nn.Module):
             # sum(depths)); a stage's patch merging runs with its last block
             self.stages.append(nn.ModuleList([
                 SwinBlock(dim, heads, res, window_size, 0 if j % 2 == 0 else window_size // 2, mlp_ratio,
-                          drop_rate, attn_drop_rate, rates[k + j], eps, init, layer_idx=k + j)
+                          drop_rate, attn_drop_rate, rates[k + j], eps, init, layer_idx=k + j,
+                          mlp_drop_path=mlp_drop_path)
                 for j in range(depth)]))
             res = ((res[0] + 1) // 2, (res[1] + 1) // 2)
             k += depth
             if i < len(depths) - 1:
-                self.merges.append(PatchMerging(dim, eps, init, layer_idx=k - 1))
+                self.merges.append(PatchMerging(dim, init, layer_idx=k - 1))
         self.num_features = embed_dim * 2 ** (len(depths) - 1)
         self.norm = LayerNorm(self.num_features, eps=eps, layer_idx=-1)
         self.head = Linear(self.num_features, num_classes, init_method=init, layer_idx=-1) if num_classes > 0 else None

@@ -9,7 +9,8 @@
 
 Training returns {"losses": loss}, eval {"prediction_scores": logits} (LiBai's convention). The
 loss is `loss_func(logits, labels)` when given (e.g. `SoftTargetCrossEntropy()` for mixup);
-by default the cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's).
+by default the cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's),
+and with num_classes == 1 the mean squared error (regression, as HuggingFace's).
 
 Tensor parallel: the blocks are LiBai's TransformerLayer (heads split over tp, MLP column/row
 parallel); the patch embedding, tokens, position embeddings and head are replicated, and the
@@ -42,8 +43,13 @@ class SoftTargetCrossEntropy(nn.Module):
 
 
 def _default_loss(logits, labels):
+    """Cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's); with one
+    output (num_classes == 1) the mean squared error against float labels: regression, as
+    HuggingFace's image classifiers do for num_labels == 1."""
     if logits.is_global:  # labels given as a local tensor: the whole batch, as every rank has it
         labels = to_placement(labels, logits.placement)
+    if logits.shape[-1] == 1:
+        return F.mse_loss(logits.view(-1), labels.to(logits.dtype).view(-1))
     if labels.ndim == 2 and labels.is_floating_point():
         return SoftTargetCrossEntropy()(logits, labels)
     return F.cross_entropy(logits, labels.to(flow.int64).view(-1))

@@ -28,10 +28,11 @@ TOKEN_TYPES = np.repeat((np.arange(16)[None] >= 9).astype(np.int64), 3, axis=0)
 ATTENTION = np.ones((3, 16), np.int64)
 ATTENTION[1, 11:] = 0  # padding in two rows
 ATTENTION[2, 14:] = 0
-# tokens 1.. at real positions, [PAD] (0, HF's pad_token_id) at padded ones: HF's word embedding
-# has padding_idx=0, which zeroes the lookup gradient of row 0; ours needs none, since padded
-# positions never reach the loss
+# tokens 1.. at real positions, [PAD] (0, HF's pad_token_id) at padded ones and at one real
+# position: HF's word embedding has padding_idx=0, which zeroes the lookup gradient of row 0
+# (from_huggingface sets pad_token_id to match), and an attended [PAD] does reach the loss
 IDS = np.where(ATTENTION == 1, RNG.integers(1, HF_BERT["vocab_size"], size=(3, 16)), 0)
+IDS[0, 5] = 0
 
 
 def make_hf(path, cls_name="BertForPreTraining", seed=0, **overrides):
@@ -151,6 +152,31 @@ def test_sequence_classification_matches_hf(tmp_path, num_labels):
     hf.eval()
     ref_logits = hf(**hf_inputs()).logits.detach().numpy()
     assert maxabs(logits, ref_logits.reshape(logits.shape)) < 1e-4
+
+
+def test_masked_lm_folder_loads_without_pooler_and_binary_head(tmp_path):
+    """A BertForMaskedLM folder (no pooler, no next-sentence head) into BertForPreTraining: both
+    switched off, the MLM logits HF's; a classifier from it gets a new pooler, as in HF."""
+    hf = make_hf(tmp_path, "BertForMaskedLM")
+    model = BertForPreTraining.from_huggingface(str(tmp_path)).eval()
+    assert model.bert.pooler is None and model.cls_head.seq_relationship is None
+    with flow.no_grad():
+        out = model(*our_inputs())
+    real = ATTENTION.astype(bool)
+    assert maxabs(out["prediction_scores"].numpy()[real], hf(**hf_inputs()).logits.detach().numpy()[real]) < 1e-4
+    clf = BertForSequenceClassification.from_huggingface(str(tmp_path), num_labels=2)
+    assert clf.bert.pooler is not None
+    ckpt = tmp_path / "ckpt"
+    _run_tool("--from-hf", str(tmp_path), "--to", str(ckpt))
+    cfg = json.loads((ckpt / "bert_config.json").read_text())
+    assert cfg["add_pooling_layer"] is False and cfg["add_binary_head"] is False
+    load_logical_state_dict(BertForPreTraining(**cfg), read_safetensors(str(ckpt / "model.safetensors")))
+
+
+def test_multi_output_regression_is_named(tmp_path):
+    make_hf(tmp_path, "BertForSequenceClassification", num_labels=3, problem_type="regression")
+    with pytest.raises(HFConfigError, match="problem_type='regression' with num_labels=3"):
+        BertForSequenceClassification.from_huggingface(str(tmp_path))
 
 
 def test_classifier_from_a_pretrained_folder(hf_pretraining):

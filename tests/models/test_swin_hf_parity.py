@@ -11,6 +11,8 @@ import engine as flow
 from libai.models import SwinTransformer
 from libai.models.utils.hf_gpt2 import HFConfigError
 
+from vision_hf_helpers import assert_logits_match, assert_regression_loss_matches, save_perturbed
+
 CASES = {
     # 16x16 -> 8x8 maps, window 4: two stages of shifted windows, no padding
     "plain": dict(image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=4),
@@ -86,10 +88,13 @@ def test_loss_and_gradients_match(tmp_path_factory):
 
 
 def test_unsupported_hf_configs_are_named(tmp_path):
-    SwinForImageClassification(SwinConfig(**CASES["plain"], use_absolute_embeddings=True)).save_pretrained(
-        tmp_path / "ape")
-    with pytest.raises(HFConfigError, match="use_absolute_embeddings=True"):
-        SwinTransformer.from_huggingface(str(tmp_path / "ape"))
+    SwinForImageClassification(SwinConfig(**CASES["plain"], qkv_bias=False)).save_pretrained(tmp_path / "bias")
+    with pytest.raises(HFConfigError, match="qkv_bias=False"):
+        SwinTransformer.from_huggingface(str(tmp_path / "bias"))
+    SwinForImageClassification(SwinConfig(**dict(CASES["plain"], patch_size=[2, 4]))).save_pretrained(
+        tmp_path / "patch")
+    with pytest.raises(HFConfigError, match=r"patch_size=\[2, 4\] \(square patches only\)"):
+        SwinTransformer.from_huggingface(str(tmp_path / "patch"))
     with pytest.raises(NotImplementedError, match="qk_scale"):
         SwinTransformer(img_size=32, qk_scale=0.1)
 
@@ -105,3 +110,46 @@ def test_relative_position_index_is_a_non_persistent_buffer():
     sd = logical_state_dict(model)
     assert not any("relative_position_index" in k for k in sd)
     load_logical_state_dict(model, sd)  # strict: every persistent key present, nothing missing
+
+
+def _hf_variant(path, **overrides):
+    """A HF Swin saved in `path` from the "plain" case with `overrides`, its weights perturbed."""
+    cfg = SwinConfig(**{**CASES["plain"], "num_labels": 5, "hidden_dropout_prob": 0.0,
+                        "attention_probs_dropout_prob": 0.0, "drop_path_rate": 0.0, **overrides})
+    torch.manual_seed(1)
+    return save_perturbed(SwinForImageClassification(cfg), path, seed=1)
+
+
+@pytest.mark.parametrize("overrides", [dict(layer_norm_eps=1e-1), dict(use_absolute_embeddings=True),
+                                       dict(image_size=[32, 24])], ids=["eps", "absolute-embeddings", "image-hw"])
+def test_config_variants_match(tmp_path, overrides):
+    """layer_norm_eps is the blocks' and the final norm's only (HF's patch embedding and merging
+    norms keep 1e-5); the absolute position table; a [height, width] image size."""
+    hf = _hf_variant(tmp_path, **overrides)
+    assert_logits_match(hf, SwinTransformer, tmp_path, overrides.get("image_size", [32, 32]))
+
+
+def test_regression_head_matches_hf_and_other_problem_types_are_named(tmp_path):
+    assert_regression_loss_matches(_hf_variant(tmp_path / "reg", num_labels=1), SwinTransformer, tmp_path / "reg",
+                                   (32, 32))
+    _hf_variant(tmp_path / "multi", problem_type="multi_label_classification")
+    with pytest.raises(HFConfigError, match="problem_type='multi_label_classification' with num_labels=5"):
+        SwinTransformer.from_huggingface(str(tmp_path / "multi"))
+
+
+def test_stochastic_depth_from_hf_drops_the_attention_branch_only(tmp_path):
+    """HF's SwinLayer drops the attention branch only: one block with drop_path 0.5 gives two
+    distinct outputs for one image (kept, dropped); both branches (LiBai's, the default) four."""
+    _hf_variant(tmp_path, depths=[2], num_heads=[2], drop_path_rate=0.5)  # blocks' rates 0 and 0.5
+    x = flow.tensor(np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32))
+
+    def outcomes(model):
+        model.train()
+        flow.manual_seed(0)
+        with flow.no_grad():
+            return len({model(x)["prediction_scores"].numpy().round(5).tobytes() for _ in range(40)})
+
+    hf_like = SwinTransformer.from_huggingface(str(tmp_path))
+    assert not hf_like.stages[0][1].mlp_drop_path
+    assert outcomes(hf_like) == 2
+    assert outcomes(SwinTransformer.from_huggingface(str(tmp_path), mlp_drop_path=True)) == 4

@@ -12,6 +12,8 @@ from libai.models import VisionTransformer
 from libai.models.utils.hf_gpt2 import HFConfigError
 from libai.models.utils.hf_vit import hf_config_from_vit_kwargs, libai_to_hf_vit
 
+from vision_hf_helpers import assert_logits_match, assert_regression_loss_matches, save_perturbed
+
 CFG = dict(image_size=24, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
            intermediate_size=80, num_labels=7, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -167,3 +169,35 @@ def test_missing_and_extra_tensors_are_refused(hf_folder):
         hf_to_libai_vit(extra, kw, path="f.safetensors")
     with_pooler = dict(sd, **{"vit.pooler.dense.bias": np.zeros(3, np.float32)})
     hf_to_libai_vit(with_pooler, kw)  # a ViTModel's pooler is ignored, not refused
+
+
+def _hf_variant(path, cls=ViTForImageClassification, **overrides):
+    torch.manual_seed(2)
+    return save_perturbed(cls(ViTConfig(**{**CFG, **overrides})), path, seed=2)
+
+
+@pytest.mark.parametrize("overrides", [dict(hidden_size=56, num_attention_heads=4, intermediate_size=61),
+                                       dict(image_size=[24, 32]), dict(image_size=[24, 32], patch_size=[4, 8])],
+                         ids=["intermediate-61", "image-hw", "patch-hw"])
+def test_config_variants_match(tmp_path, overrides):
+    """An MLP width that is no multiple of the hidden size (int(56 * (61 / 56)) is 60 in floating
+    point); rectangular images and patches."""
+    hf = _hf_variant(tmp_path, **overrides)
+    assert_logits_match(hf, VisionTransformer, tmp_path, overrides.get("image_size", [24, 24]))
+
+
+def test_regression_head_matches_hf_and_other_problem_types_are_named(tmp_path):
+    assert_regression_loss_matches(_hf_variant(tmp_path / "reg", num_labels=1), VisionTransformer,
+                                   tmp_path / "reg", (24, 24))
+    for kind, num_labels in (("multi_label_classification", 7), ("regression", 3)):
+        _hf_variant(tmp_path / kind, num_labels=num_labels, problem_type=kind)
+        with pytest.raises(HFConfigError, match=f"problem_type='{kind}' with num_labels={num_labels}"):
+            VisionTransformer.from_huggingface(str(tmp_path / kind))
+
+
+def test_a_vit_model_pooler_is_named_when_dropped(tmp_path, caplog):
+    _hf_variant(tmp_path, cls=ViTModel)
+    with caplog.at_level("WARNING"):
+        VisionTransformer.from_huggingface(str(tmp_path), num_classes=3)
+    assert "['pooler.dense.bias', 'pooler.dense.weight'] (ViTModel's pooler)" in caplog.text
+    assert "not loaded, and not written back" in caplog.text

@@ -35,7 +35,7 @@ import numpy as np
 from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
 
 __all__ = ["bert_kwargs_from_hf_config", "hf_config_from_bert_kwargs", "hf_to_libai_bert", "libai_to_hf_bert",
-           "load_huggingface_bert", "bert_head_of"]
+           "load_huggingface_bert", "bert_head_of", "check_problem_type"]
 
 # HF config keys whose non-default value BertModel cannot reproduce
 _UNSUPPORTED = {"is_decoder": False, "add_cross_attention": False, "position_embedding_type": "absolute",
@@ -71,6 +71,8 @@ def bert_kwargs_from_hf_config(hf):
         num_tokentypes=int(hf.get("type_vocab_size", 2)),
         initializer_range=float(hf.get("initializer_range", 0.02)),
         layernorm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+        # HF's word embedding has padding_idx=pad_token_id: that row gets no lookup gradient
+        pad_token_id=None if hf.get("pad_token_id", 0) is None else int(hf.get("pad_token_id", 0)),
     )
 
 
@@ -90,6 +92,8 @@ def hf_config_from_bert_kwargs(kw, base=None, architecture="BertForPreTraining",
         layer_norm_eps=float(kw.get("layernorm_eps", 1e-12)), position_embedding_type="absolute",
         tie_word_embeddings=True,
     )
+    if kw.get("pad_token_id") is not None:
+        cfg["pad_token_id"] = int(kw["pad_token_id"])
     cfg.setdefault("pad_token_id", 0)
     if num_labels is not None:
         cfg["num_labels"] = int(num_labels)
@@ -263,14 +267,28 @@ def libai_to_hf_bert(sd, kw, prefix="bert."):
 
 
 # ------------------------------------------------------------------ loading a folder
+def check_problem_type(hf_cfg, num_labels):
+    """HFConfigError naming `problem_type` unless the classifier's loss is the one HF would use:
+    cross-entropy over num_labels > 1 classes, or (num_labels == 1) the mean squared error. HF's
+    multi-label (BCE) and multi-output regression losses are not implemented (BERT, ViT, Swin)."""
+    kind = hf_cfg.get("problem_type")
+    wanted = "regression" if int(num_labels) == 1 else "single_label_classification"
+    if kind is not None and kind != wanted:
+        raise HFConfigError(f"unsupported config: problem_type={kind!r} with num_labels={int(num_labels)} "
+                            f"(supported: {wanted!r}: "
+                            + ("mean squared error)" if wanted == "regression" else "cross-entropy over the classes)"))
+
+
 def _num_labels(hf_cfg, overrides):
+    """The classifier's width: the override (a new task), else the folder's (with its problem type)."""
     if "num_labels" in overrides:
         return int(overrides["num_labels"])
-    if hf_cfg.get("problem_type") == "multi_label_classification":
-        raise HFConfigError("unsupported config: problem_type='multi_label_classification'")
     if "num_labels" in hf_cfg:
-        return int(hf_cfg["num_labels"])
-    return len(hf_cfg.get("id2label") or {0: 0, 1: 1})
+        num = int(hf_cfg["num_labels"])
+    else:
+        num = len(hf_cfg.get("id2label") or {0: 0, 1: 1})
+    check_problem_type(hf_cfg, num)
+    return num
 
 
 def load_huggingface_bert(model_cls, path, **overrides):
@@ -295,6 +313,9 @@ def load_huggingface_bert(model_cls, path, **overrides):
             raise HFConfigError(f"{weights}: no pretraining heads (cls.predictions.*) to load into "
                                 "BertForPreTraining; load it with BertModel or BertForSequenceClassification")
         kwargs["add_binary_head"] = "cls.seq_relationship.weight" in _normalise_hf_names(hf_sd)
+    has_pooler = "pooler.dense.weight" in _normalise_hf_names(hf_sd)
+    if not has_pooler and target != "classification":  # BertForMaskedLM, BertModel(add_pooling_layer=False)
+        kwargs["add_pooling_layer"] = False
     kwargs.update(overrides)
     model = model_cls(**kwargs)
     sd = hf_to_libai_bert(hf_sd, kwargs, path=weights, prefix="" if target is None else "bert.")
@@ -304,11 +325,15 @@ def load_huggingface_bert(model_cls, path, **overrides):
         sd.pop(k)
     if dropped:
         logging.getLogger(__name__).info(f"{weights}: heads not used by {model_cls.__name__}: {dropped}")
-    missing_ok = target == "classification" and head != "classification"
-    if missing_ok:
-        logging.getLogger(__name__).info(f"{weights}: no classifier; {model_cls.__name__}.classifier is newly "
-                                         "initialised (fine-tune it)")
-        for k in ("classifier.weight", "classifier.bias"):
+    fresh = []  # what the folder lacks and the classifier needs: newly initialised, as HF does
+    if target == "classification" and head != "classification":
+        fresh += ["classifier.weight", "classifier.bias"]
+    if target == "classification" and not has_pooler:
+        fresh += ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+    if fresh:
+        logging.getLogger(__name__).info(f"{weights}: no {sorted({k.rsplit('.', 1)[0] for k in fresh})}; "
+                                         f"newly initialised in {model_cls.__name__} (fine-tune them)")
+        for k in fresh:
             sd[k] = own[k].detach().numpy()
     load_logical_state_dict(model, sd)
     model.hf_config = hf_cfg

@@ -3,6 +3,7 @@
     HF (prefix "swin.")                                        SwinTransformer
     embeddings.patch_embeddings.projection.*                   patch_embed.inner.*
     embeddings.norm.*                                          patch_embed.norm.*
+    embeddings.position_embeddings (use_absolute_embeddings)   absolute_pos_embed
     encoder.layers.{i}.blocks.{j}.layernorm_before.*           stages.{i}.{j}.norm1.*
     encoder.layers.{i}.blocks.{j}.attention.self.{query,key,value}.*   stages.{i}.{j}.attn.qkv.*  (fused)
     encoder.layers.{i}.blocks.{j}.attention.self.relative_position_bias_table
@@ -20,9 +21,9 @@ transformers 5 names some of these differently in memory (`attention.q_proj`, `m
 """
 import numpy as np
 
-from .hf_bert import qkv_hf_to_libai
+from .hf_bert import check_problem_type, qkv_hf_to_libai
 from .hf_gpt2 import HFConfigError
-from .hf_vit import TensorReader, load_huggingface_classifier
+from .hf_vit import TensorReader, hf_size, load_huggingface_classifier
 
 __all__ = ["swin_kwargs_from_hf_config", "hf_to_libai_swin", "load_huggingface_swin"]
 
@@ -32,21 +33,24 @@ def swin_kwargs_from_hf_config(hf):
         raise HFConfigError(f"unsupported config: model_type={hf.get('model_type')!r} (only 'swin')")
     if hf.get("hidden_act", "gelu") != "gelu":
         raise HFConfigError(f"unsupported config: hidden_act={hf['hidden_act']!r} (the exact GELU, 'gelu')")
-    if hf.get("use_absolute_embeddings"):
-        raise HFConfigError("unsupported config: use_absolute_embeddings=True (HF's table has a slot per "
-                            "patch plus one; load it by name yourself)")
     if not hf.get("qkv_bias", True):
         raise HFConfigError("unsupported config: qkv_bias=False")
-    return dict(img_size=int(hf.get("image_size", 224)), patch_size=int(hf.get("patch_size", 4)),
+    patch_size = hf_size(hf, "patch_size", 4)
+    if not isinstance(patch_size, int):
+        raise HFConfigError(f"unsupported config: patch_size={hf['patch_size']!r} (square patches only)")
+    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+    check_problem_type(hf, num_classes)
+    return dict(img_size=hf_size(hf, "image_size", 224), patch_size=patch_size,
                 in_chans=int(hf.get("num_channels", 3)), embed_dim=int(hf.get("embed_dim", 96)),
                 depths=tuple(hf.get("depths", (2, 2, 6, 2))), num_heads=tuple(hf.get("num_heads", (3, 6, 12, 24))),
                 window_size=int(hf.get("window_size", 7)), mlp_ratio=float(hf.get("mlp_ratio", 4.0)),
                 drop_rate=float(hf.get("hidden_dropout_prob", 0.0)),
                 attn_drop_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
-                drop_path_rate=float(hf.get("drop_path_rate", 0.1)),
+                drop_path_rate=float(hf.get("drop_path_rate", 0.1)), mlp_drop_path=False,  # HF's SwinLayer
+                ape=bool(hf.get("use_absolute_embeddings", False)),
                 layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-5)),
                 initializer_range=float(hf.get("initializer_range", 0.02)),
-                num_classes=len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2)))
+                num_classes=num_classes)
 
 
 _MEMORY_NAMES = [  # transformers 5's in-memory names -> the file names above
@@ -69,6 +73,15 @@ def hf_to_libai_swin(hf_sd, kw, path="<state dict>"):
     take = TensorReader({_file_name(k): np.asarray(v) for k, v in hf_sd.items()}, path)
 
     out = {}
+    if kw.get("ape"):
+        table = take("embeddings.position_embeddings")
+        img, patch = kw["img_size"], int(kw["patch_size"])
+        grid = [-(-s // patch) for s in ((img, img) if isinstance(img, int) else img)]
+        if tuple(table.shape) != (1, grid[0] * grid[1], int(kw["embed_dim"])):
+            raise HFConfigError(f"{path}: embeddings.position_embeddings has shape {list(table.shape)}, expected "
+                                f"[1, {grid[0] * grid[1]}, {int(kw['embed_dim'])}] (one row per patch of the "
+                                f"{grid[0]}x{grid[1]} grid)")
+        out["absolute_pos_embed"] = table
     for part in ("weight", "bias"):
         out[f"patch_embed.inner.{part}"] = take(f"embeddings.patch_embeddings.projection.{part}")
         out[f"patch_embed.norm.{part}"] = take(f"embeddings.norm.{part}")

@@ -17,12 +17,13 @@ transformers 5 names the same tensors `layers.{i}.attention.{q,k,v,o}_proj` and 
 memory; both spellings are read. The fused query_key_value rows are [heads, 3, head_size]
 (libai.models.utils.hf_bert.qkv_hf_to_libai).
 """
+import logging
 import os
 import re
 
 import numpy as np
 
-from .hf_bert import qkv_hf_to_libai, qkv_libai_to_hf
+from .hf_bert import check_problem_type, qkv_hf_to_libai, qkv_libai_to_hf
 from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
 
 __all__ = ["vit_kwargs_from_hf_config", "hf_config_from_vit_kwargs", "hf_to_libai_vit", "libai_to_hf_vit",
@@ -53,14 +54,40 @@ def vit_kwargs_from_hf_config(hf):
             raise HFConfigError(f"config is missing {key!r}")
     hidden = int(hf["hidden_size"])
     inter = int(hf.get("intermediate_size", 4 * hidden))
-    return dict(img_size=int(hf["image_size"]), patch_size=int(hf["patch_size"]),
+    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+    check_problem_type(hf, num_classes)
+    return dict(img_size=hf_size(hf, "image_size"), patch_size=hf_size(hf, "patch_size"),
                 in_chans=int(hf.get("num_channels", 3)), embed_dim=hidden, depth=int(hf["num_hidden_layers"]),
-                num_heads=int(hf["num_attention_heads"]), mlp_ratio=inter / hidden,
+                num_heads=int(hf["num_attention_heads"]), mlp_ratio=exact_ratio(inter, hidden),
                 drop_rate=float(hf.get("hidden_dropout_prob", 0.0)),
                 attn_drop_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
                 layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
                 initializer_range=float(hf.get("initializer_range", 0.02)),
-                num_classes=len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2)))
+                num_classes=num_classes)
+
+
+def hf_size(hf, key, default=None):
+    """An image or patch size of a HF vision config: an int, or [height, width] (a tuple; an int
+    when both are equal); anything else is an HFConfigError naming the key."""
+    value = hf.get(key, default)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+        return int(value[0]) if value[0] == value[1] else (int(value[0]), int(value[1]))
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    raise HFConfigError(f"unsupported config: {key}={value!r} (a positive int or [height, width])")
+
+
+def exact_ratio(width, dim):
+    """`width / dim` nudged up by the last bits it needs for `int(dim * ratio) == width`, the width
+    the models compute from mlp_ratio (61 / 56 * 56 is 60.99999999999999 in floating point)."""
+    ratio = width / dim
+    while int(dim * ratio) < width:
+        ratio = float(np.nextafter(ratio, np.inf))
+    return ratio
+
+
+def _config_size(size):
+    return int(size) if isinstance(size, int) else [int(v) for v in size]
 
 
 def hf_config_from_vit_kwargs(kw):
@@ -70,8 +97,8 @@ def hf_config_from_vit_kwargs(kw):
             "intermediate_size": int(hidden * kw.get("mlp_ratio", 4.0)), "hidden_act": "gelu",
             "hidden_dropout_prob": float(kw.get("drop_rate", 0.0)),
             "attention_probs_dropout_prob": float(kw.get("attn_drop_rate", 0.0)),
-            "layer_norm_eps": float(kw.get("layernorm_epsilon", 1e-6)), "image_size": int(kw["img_size"]),
-            "patch_size": int(kw["patch_size"]), "num_channels": int(kw.get("in_chans", 3)), "qkv_bias": True,
+            "layer_norm_eps": float(kw.get("layernorm_epsilon", 1e-6)), "image_size": _config_size(kw["img_size"]),
+            "patch_size": _config_size(kw["patch_size"]), "num_channels": int(kw.get("in_chans", 3)), "qkv_bias": True,
             "initializer_range": float(kw.get("initializer_range", 0.02)),
             "id2label": {str(i): f"LABEL_{i}" for i in range(int(kw.get("num_classes", 1000)))},
             "label2id": {f"LABEL_{i}": i for i in range(int(kw.get("num_classes", 1000)))}}
@@ -132,6 +159,11 @@ def hf_to_libai_vit(hf_sd, kw, path="<state dict>"):
             out[f"{lb}mlp.dense_4h_to_h.{part}"] = take(f"{hf}output.dense.{part}")
     if "classifier.weight" in take:
         out["head.weight"], out["head.bias"] = take("classifier.weight"), take("classifier.bias")
+    pooler = sorted(k for k in take.sd if k.startswith("pooler."))
+    if pooler:  # ViTModel's tanh pooler: ViTForImageClassification does not use it either
+        logging.getLogger(__name__).warning(
+            f"{path}: {pooler} (ViTModel's pooler) are not part of VisionTransformer, which classifies the "
+            "normalised cls token as ViTForImageClassification does: not loaded, and not written back to HF")
     take.refuse_unused("VisionTransformer", ignore=lambda k: k.startswith("pooler."))
     return out
 
