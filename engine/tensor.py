@@ -42,7 +42,8 @@ class Tensor:
     __array_priority__ = 1000
 
     def __init__(self, data=None, *args, dtype=None, device=None, requires_grad=False):
-        """`Tensor(data)` copies like `tensor(data)`; `Tensor(2, 3)` makes an uninitialised float tensor."""
+        """`Tensor(data)` copies like `tensor(data)` but as the default float dtype (PyTorch's legacy
+        constructor: `Tensor([1, 2])` is float32); `Tensor(2, 3)` makes an uninitialised float tensor."""
         if data is None:
             data = []
         dev = as_device(device) if device is not None else None
@@ -51,6 +52,8 @@ class Tensor:
             dt = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
             array = xp_for(dev).empty(tuple(int(s) for s in (data,) + args), dtype=dt.np)
         else:
+            if dtype is None and not isinstance(data, Tensor):
+                dtype = dtypes.get_default_dtype()
             array, dev = array_from_data(data._data if isinstance(data, Tensor) else data, dtype, dev)
         self._init(array, dev)
         if requires_grad:

@@ -501,3 +501,22 @@ def test_step_with_mismatched_gradient_shape_is_an_error():
     p.grad = flow.zeros(3)
     with pytest.raises(RuntimeError, match=r"gradient of shape \(3,\) does not match parameter of shape \(2,\)"):
         optim.Adam([p]).step()
+
+
+def test_a_state_of_another_optimizer_class_is_refused_at_load():
+    """An Adam state has no momentum: loading it into SGD must fail at load_state_dict (naming
+    the missing hyperparameters), not with a KeyError at the first step; a switch an older
+    torch's state lacks (maximize) takes its default, as torch's __setstate__ does."""
+    p = [flow.nn.Parameter(flow.randn(3))]
+    adam = flow.optim.Adam(p, lr=0.1)
+    p[0].grad = flow.ones(3)
+    adam.step()
+    with pytest.raises(ValueError, match=r"group 0 has no \['dampening', 'momentum'\], hyperparameters of SGD"):
+        flow.optim.SGD(p, lr=0.1, momentum=0.9).load_state_dict(adam.state_dict())
+    tp = [torch.nn.Parameter(torch.randn(3))]
+    old = torch.optim.Adam(tp, lr=0.1).state_dict()
+    for g in old["param_groups"]:
+        del g["maximize"]
+    fresh = flow.optim.Adam(p, lr=0.5)
+    fresh.load_state_dict(old)
+    assert fresh.param_groups[0]["maximize"] is False and fresh.param_groups[0]["lr"] == 0.1

@@ -69,6 +69,11 @@ class GlobalMeta:
             return self
         return GlobalMeta(self.placement, tuple(broadcast if s.is_partial else s for s in self.sbp), self.shape)
 
+    def replicated(self):
+        """This placement with every mesh axis broadcast: the layout of a new value of any shape
+        made "like" this tensor (`Tensor.new_zeros`, ...)."""
+        return GlobalMeta(self.placement, (broadcast,) * len(self.sbp), self.shape)
+
     def logical_value(self, local):
         """The whole logical value, from this rank's shard `local` (a collective: every rank of
         the placement must call it)."""

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .op import Op
+from .op import Op, autocast_unifies
 from ..backend import dtypes, onednn, xp_of
 from ..tensor import Tensor
 from ._core import broadcast_to, const_like, reshape, shape_str
@@ -388,7 +388,8 @@ def _check_conv(x, w, b, stride, dilation, groups, op, transposed=False):
         raise RuntimeError(f"{op}: given groups={groups}, weight of size {shape_str(w.shape)}, expected "
                            f"input{shape_str(x.shape)} to have {in_channels} channels, but got "
                            f"{x.shape[1]} channels instead")
-    if x.dtype is not w.dtype or (b is not None and b.dtype is not x.dtype):
+    operands = (x, w) if b is None else (x, w, b)
+    if (x.dtype is not w.dtype or (b is not None and b.dtype is not x.dtype)) and not autocast_unifies(*operands):
         raise RuntimeError(f"{op}: input type ({x.dtype.name}), weight type ({w.dtype.name})"
                            + (f" and bias type ({b.dtype.name})" if b is not None else "") + " should be the same")
     if not x.dtype.is_floating_point:

@@ -356,3 +356,48 @@ def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, *
         return _global_like(lambda shape, **kw: full(shape, fill_value, **kw), input,
                             dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
     return _full_like_local(input, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+# ------------------------------------------------------------------ Tensor.new_*
+def _new_kwargs(self, dtype, device):
+    """Where a `Tensor.new_*` result lives: `self`'s dtype and device unless given; for a global
+    `self` (and no device), its placement, replicated (the new value is not a shard of anything)."""
+    kw = dict(dtype=dtypes.as_dtype(dtype) or self.dtype)
+    if self._global is not None and device is None:
+        meta = self._global.replicated()
+        kw.update(placement=meta.placement, sbp=meta.sbp)
+    else:
+        kw["device"] = device if device is not None else self.device
+    return kw
+
+
+def _new_filled(factory):
+    def new(self, *size, dtype=None, device=None, requires_grad=False, **_):
+        return factory(*size, requires_grad=requires_grad, **_new_kwargs(self, dtype, device))
+
+    new.__name__ = new.__qualname__ = "new_" + factory.__name__
+    new.__doc__ = f"`{factory.__name__}(*size)` with this tensor's dtype and device unless given (PyTorch's)."
+    return new
+
+
+Tensor.new_zeros = _new_filled(zeros)
+Tensor.new_ones = _new_filled(ones)
+Tensor.new_empty = _new_filled(empty)
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False, **_):
+    """`full(size, fill_value)` with this tensor's dtype and device unless given (PyTorch's)."""
+    return full(size, fill_value, requires_grad=requires_grad, **_new_kwargs(self, dtype, device))
+
+
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    """A copy of `data` with this tensor's dtype and device unless given (PyTorch's)."""
+    kw = _new_kwargs(self, dtype, device)
+    if "placement" in kw:
+        return tensor(data, dtype=kw["dtype"]).to_global(placement=kw["placement"], sbp=kw["sbp"]).requires_grad_(
+            requires_grad)
+    return tensor(data, requires_grad=requires_grad, **kw)
+
+
+Tensor.new_full = new_full
+Tensor.new_tensor = new_tensor

@@ -9,6 +9,8 @@
   docs/engine.md).
 Either way the version counter is bumped, so a backward that needs the old value raises.
 """
+import numpy as np
+
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor
@@ -84,6 +86,9 @@ def check_cast(src, dst, op):
 def inplace_binary(t, other, out_of_place, ufunc, op):
     """`t op= other` with the fast `out=` path when nothing is recorded."""
     check_inplace_allowed(t, op)
+    if ufunc is np.true_divide and not t.is_floating_point():
+        # true division of integers is a float (torch refuses the in-place form as well)
+        raise RuntimeError(f"{op}: result type Float can't be cast to the desired output type {t.dtype.name}")
     if records(t, other):
         return rebind(t, out_of_place(t, other), op)
     o = other._data if isinstance(other, Tensor) else other

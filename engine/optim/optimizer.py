@@ -180,7 +180,9 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict):
-        """Load a `state_dict()` (ours or torch's layout); tensors are copied to each param's device."""
+        """Load a `state_dict()` (ours or torch's layout); tensors are copied to each param's device.
+        Parameter groups without a numeric hyperparameter of this class (an Adam state into SGD,
+        which has no momentum) are refused here, not at the first step."""
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
             raise ValueError("optimizer state dict must be a dict with 'state' and 'param_groups' entries")
         saved_groups = state_dict["param_groups"]
@@ -197,6 +199,15 @@ class Optimizer:
                     f"optimizer's group: group {i} has {len(sg['params'])} params in the state dict "
                     f"and {len(g['params'])} in the optimizer"
                 )
+        for i, sg in enumerate(saved_groups):
+            # a missing switch (an older torch's state) takes its default below; a missing number
+            # (SGD's momentum in an Adam state) means the state is another optimizer's
+            missing = sorted(k for k, v in self.defaults.items()
+                             if k not in sg and v is not None and not isinstance(v, bool))
+            if missing:
+                raise ValueError(f"loaded state dict's parameter group {i} has no {missing}, hyperparameters of "
+                                 f"{type(self).__name__} (it has {sorted(k for k in sg if k != 'params')}): the "
+                                 "state of another optimizer class?")
         id_map = {}
         for g, sg in zip(groups, saved_groups):
             for saved_id, p in zip(sg["params"], g["params"]):
@@ -218,7 +229,9 @@ class Optimizer:
 
         new_groups = []
         for g, sg in zip(groups, saved_groups):
-            ng = {k: _plain_value(k, v) for k, v in sg.items() if k != "params"}
+            # a key the state lacks (an older torch's) takes the default, as torch's __setstate__
+            ng = {**{k: v for k, v in self.defaults.items() if k not in sg},
+                  **{k: _plain_value(k, v) for k, v in sg.items() if k != "params"}}
             ng["params"] = g["params"]
             new_groups.append(ng)
         self.state = state
