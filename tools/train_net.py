@@ -15,6 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from libai.config import LazyConfig  # noqa: E402
 from libai.engine import DefaultTrainer, default_argument_parser, default_setup, write_eval_results  # noqa: E402
+from libai.engine.trainer import StopSignalAbort  # noqa: E402
+from libai.utils import distributed as dist  # noqa: E402
 from libai.utils.checkpoint import Checkpointer  # noqa: E402
 from libai.utils.output_dir import release_output_dir  # noqa: E402
 
@@ -30,6 +32,9 @@ def main(args):
         model = DefaultTrainer.build_model(cfg)
         extra = Checkpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
             cfg.train.load_weight, resume=args.resume)
+        if args.resume and not extra and not cfg.train.load_weight:
+            sys.exit(f"--eval-only --resume: train.output_dir={cfg.train.output_dir!r} holds no checkpoint to "
+                     "evaluate (a mistyped output_dir?); give the run's output_dir or train.load_weight=CHECKPOINT")
         if not extra and not cfg.train.load_weight and not args.resume:
             logger.warning("--eval-only without train.load_weight (or --resume): evaluating the initial weights")
         # the valid/test splits of the training data (one epoch each, whatever train.train_iter is), then
@@ -49,5 +54,10 @@ def main(args):
 if __name__ == "__main__":
     try:
         main(default_argument_parser().parse_args())
+    except StopSignalAbort as e:
+        if dist.get_world_size() > 1:  # the abort-on-exception hook ends every rank (MPI_Abort)
+            raise
+        sys.stderr.write(f"{e}\n")
+        sys.exit(128 + e.signum)  # 143 for a second SIGTERM, as for the first
     finally:
         release_output_dir()

@@ -8,7 +8,12 @@ __all__ = ["default_argument_parser"]
 
 class _Parser(argparse.ArgumentParser):
     """Flags may stand anywhere among the `key=value` overrides (`... a=1 --resume b=2`), and
-    `--config-file` must name an existing file."""
+    `--config-file` must name an existing file. Flags are spelled out: argparse's prefix matching
+    would read `--o` as --overwrite-output-dir, which deletes the previous run."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         if getattr(self, "_intermixing", False):
@@ -22,6 +27,8 @@ class _Parser(argparse.ArgumentParser):
         if config_file is not None:
             if not config_file:
                 self.error("--config-file is required: the LazyConfig recipe to run (e.g. configs/gpt2_pretrain.py)")
+            if os.path.isdir(config_file):
+                self.error(f"--config-file {config_file!r} is a directory, not a config file")
             if not os.path.isfile(config_file):
                 self.error(f"--config-file {config_file!r} does not exist")
         return ns, extra

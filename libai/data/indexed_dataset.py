@@ -17,8 +17,9 @@
 
 Both files are checked when a dataset is opened, and every error names the file (full path) and
 what is wrong: an `.idx` too short for its header or for the counts it declares, a bad magic, an
-unsupported version or dtype code; a `.bin` shorter than the index describes (the end of the
-last sequence, `pointers[-1] + sizes[-1] * itemsize`). A `.bin` longer than that is accepted,
+unsupported version or dtype code, a negative size or pointer, a doc_idx that does not rise from 0
+to N; a `.bin` shorter than the index describes (the furthest end of a sequence,
+`pointer + size * itemsize`). A `.bin` longer than that is accepted,
 as Megatron does: the trailing bytes are never read.
 """
 import os
@@ -103,11 +104,28 @@ class _Index:
         offset += self.pointers.nbytes
         self.doc_idx = np.frombuffer(buf, dtype=np.int64, count=self._doc_count, offset=offset)
 
+    def check_body(self):
+        """ValueError naming the file and the first bad entry unless every size and pointer is
+        non-negative and doc_idx runs from 0 to N without going back: a damaged body would
+        otherwise surface as a bare numpy error at whichever sample first reads it, or not at all."""
+        what = f"MMapIndexedDataset index {self.path}"
+        for name, values in (("sizes", self.sizes), ("pointers", self.pointers)):
+            bad = np.flatnonzero(values < 0)
+            if bad.size:
+                raise ValueError(f"{what} is damaged: {name}[{bad[0]}] = {values[bad[0]]} is negative "
+                                 f"(regenerate it with tools/preprocess_data.py)")
+        d = self.doc_idx
+        if d.size and (d[0] != 0 or d[-1] != self._len or (d.size > 1 and (np.diff(d) < 0).any())):
+            raise ValueError(f"{what} is damaged: doc_idx must rise from 0 to the {self._len} sequences, got "
+                             f"{d[:4].tolist()}{' ... ' + str(d[-1]) if d.size > 4 else ''} "
+                             f"(regenerate it with tools/preprocess_data.py)")
+
     def data_nbytes(self):
-        """Bytes of `.bin` the index describes: the end of the last sequence."""
+        """Bytes of `.bin` the index describes: the furthest end of a sequence (the last one's in
+        a file written in order)."""
         if not self._len:
             return 0
-        return int(self.pointers[-1]) + int(self.sizes[-1]) * self.dtype.itemsize
+        return int((self.pointers + self.sizes.astype(np.int64) * self.dtype.itemsize).max())
 
     def __len__(self):
         return self._len
@@ -148,6 +166,7 @@ class MMapIndexedDataset:
         self._index = _Index(index_file_path(full))
         self._doc_idx_override = None
         bin_path = data_file_path(full)
+        self._index.check_body()
         bin_size, expected = os.path.getsize(bin_path), self._index.data_nbytes()
         if bin_size < expected:  # trailing bytes are tolerated (Megatron); missing ones are not
             raise ValueError(f"MMapIndexedDataset: {bin_path} has {bin_size} bytes, but its index {self._index.path} "

@@ -1,4 +1,5 @@
 """DefaultTrainer, default_setup and default_argument_parser (LiBai's libai/engine/default.py)."""
+import argparse
 import contextlib
 import logging
 import math
@@ -17,7 +18,7 @@ from libai.config import default_argument_parser as _config_argument_parser
 from libai.evaluation import inference_on_dataset, print_csv_format
 from libai.evaluation.utils import flatten_results_dict
 from libai.utils import distributed as dist
-from libai.utils.checkpoint import Checkpointer, CheckpointError, model_settings_hint
+from libai.utils.checkpoint import Checkpointer, CheckpointError, config_change_hint, config_changes, model_settings_hint
 from libai.utils.events import CommonMetricPrinter, EventStorage, JSONWriter, TensorboardXWriter
 from libai.utils.logger import setup_logger
 from libai.utils.output_dir import (OutputDirError, check_previous_run, describe, prepare_output_dir,
@@ -37,9 +38,16 @@ def default_argument_parser(epilog=None):
     --stop-iter N: end this run after N iterations in total, as if it were interrupted (a
     checkpoint is written; `--resume` continues the same schedule)."""
     parser = _config_argument_parser(epilog)
-    parser.add_argument("--stop-iter", type=int, default=None, metavar="N",
+    parser.add_argument("--stop-iter", type=_positive_int, default=None, metavar="N",
                         help="stop after iteration N-1 (as if interrupted), keeping train.train_iter's schedule")
     return parser
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive iteration count, got {value}")
+    return value
 
 
 def _apply_fast_dev_run(cfg):
@@ -349,6 +357,11 @@ class DefaultTrainer(TrainerBase):
             if path is not None:
                 self.start_iter = self.iter + 1 if "iteration" in extra else 0
                 self._logger.info(f"Resumed from {path}: continuing at iteration {self.start_iter}")
+                changed = config_changes(self.cfg, path) if dist.is_main_process() else None
+                if changed:  # e.g. an optim.lr override: the checkpoint's scheduler state decides the lr
+                    self._logger.warning(f"--resume: {os.path.basename(path)} was saved with another config "
+                                         f"({changed}); the run continues from the checkpoint's state (weights, "
+                                         "optimizer, learning-rate schedule, data position) under this config")
                 save_config(self.cfg)
                 return
             self._start_fresh_after_failed_resume(train.output_dir, train.overwrite_output_dir)
@@ -372,10 +385,12 @@ class DefaultTrainer(TrainerBase):
             self._logger.info(f"--resume: {output_dir} holds no previous run; starting from scratch")
             return
         if not overwrite:
+            checkpoints = self.checkpointer.get_all_checkpoint_files()
+            hint = config_change_hint(self.cfg, checkpoints[-1]) if checkpoints and dist.is_main_process() else ""
             raise OutputDirError(
                 f"--resume: train.output_dir={output_dir!r} holds a previous run ({describe(leftovers)}) but no "
-                f"valid checkpoint to resume from ({found}). Restore a checkpoint, or add --overwrite-output-dir "
-                f"to delete the previous run and start over")
+                f"checkpoint this run can resume from ({found}). {hint}If a checkpoint is damaged, restore it; to "
+                f"delete the previous run and start over, add --overwrite-output-dir")
         if dist.is_main_process():
             check_previous_run(output_dir, resume=False, overwrite=True)
         dist.synchronize()

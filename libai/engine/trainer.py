@@ -33,9 +33,19 @@ import engine.distributed as _edist
 from libai.utils import distributed as dist
 from libai.utils.events import EventStorage, get_event_storage
 
-__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "GraphTrainer", "StopSignals"]
+__all__ = ["HookBase", "TrainerBase", "EagerTrainer", "SimpleTrainer", "GraphTrainer", "StopSignals",
+           "StopSignalAbort"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignalAbort(KeyboardInterrupt):
+    """A second stop signal: the step in progress is abandoned. `signum` lets an entry point exit
+    with 128 + that signal's number (143 for SIGTERM) rather than KeyboardInterrupt's 130."""
+
+    def __init__(self, signum, message):
+        super().__init__(message)
+        self.signum = int(signum)
 
 
 class StopSignals:
@@ -60,8 +70,8 @@ class StopSignals:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.signum:
-            raise KeyboardInterrupt(f"second stop signal ({name}): the step in progress is abandoned, "
-                                    "no checkpoint is written")
+            raise StopSignalAbort(signum, f"second stop signal ({name}): the step in progress is abandoned, "
+                                          "no checkpoint is written")
         self.signum = signum
         if dist.is_main_process():
             # os.write, not logging: a signal handler may interrupt a logging call in this thread

@@ -39,7 +39,7 @@ from libai.layers import (
 from libai.layers.utils import settle, to_placement
 from libai.utils import distributed as dist
 
-from .utils.model_config import kwargs_from_config
+from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 from .utils.weights import as_numpy
 
@@ -126,6 +126,9 @@ class BertModel(nn.Module):
                                       "implemented; mixed precision here is train.amp.enabled=True (autocast around "
                                       "the whole model, docs/parallelism.md)")
         intermediate_size = 4 * hidden_size if intermediate_size is None else intermediate_size
+        check_positive_sizes("BertModel", vocab_size=vocab_size, hidden_size=hidden_size, hidden_layers=hidden_layers,
+                             num_attention_heads=num_attention_heads, intermediate_size=intermediate_size,
+                             max_position_embeddings=max_position_embeddings)
         dist.check_tensor_parallel_divisible(vocab_size, "BertModel: vocab_size (pad it to a multiple of tp)")
         dist.check_tensor_parallel_divisible(hidden_size, "BertModel: hidden_size")
         dist.check_tensor_parallel_divisible(intermediate_size, "BertModel: intermediate_size")

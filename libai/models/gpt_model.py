@@ -33,7 +33,7 @@ from libai.layers import (
 )
 from libai.utils import distributed as dist
 
-from .utils.model_config import kwargs_from_config
+from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 
 __all__ = ["GPTModel", "GPTForPreTraining", "GPTLoss", "GPTEmbedding", "Transformer"]
@@ -118,6 +118,9 @@ class GPTModel(nn.Module):
                                       "implemented; mixed precision here is train.amp.enabled=True (autocast around "
                                       "the whole model, docs/parallelism.md)")
         ffn_hidden_size = 4 * hidden_size if ffn_hidden_size is None else ffn_hidden_size
+        check_positive_sizes("GPTModel", hidden_layers=hidden_layers, vocab_size=vocab_size, hidden_size=hidden_size,
+                             ffn_hidden_size=ffn_hidden_size, num_attention_heads=num_attention_heads,
+                             max_seq_length=max_seq_length)
         dist.check_tensor_parallel_divisible(vocab_size, "GPTModel: vocab_size (pad it to a multiple of tp)")
         dist.check_tensor_parallel_divisible(hidden_size, "GPTModel: hidden_size")
         dist.check_tensor_parallel_divisible(ffn_hidden_size, "GPTModel: ffn_hidden_size")

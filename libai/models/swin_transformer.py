@@ -36,7 +36,7 @@ from libai.layers import MLP, DropPath, LayerNorm, Linear, PatchEmbedding
 from libai.layers.utils import Recomputable, init_method_normal, make_parameter, split_on_dp, to_placement
 from libai.utils import distributed as dist
 
-from .utils.model_config import kwargs_from_config
+from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 from .vision_transformer import _default_loss, classifier_outputs
 
@@ -218,6 +218,8 @@ class SwinTransformer(nn.Module):
             raise NotImplementedError("SwinTransformer(qkv_bias=False): not implemented")
         if qk_scale is not None:
             raise NotImplementedError("SwinTransformer(qk_scale=...): not implemented (the scale is head_size^-0.5)")
+        check_positive_sizes("SwinTransformer", embed_dim=embed_dim, depths=depths, num_heads=num_heads,
+                             window_size=window_size, patch_size=patch_size, in_chans=in_chans)
         if len(depths) != len(num_heads):
             raise ValueError(f"SwinTransformer: depths {list(depths)} and num_heads {list(num_heads)} differ in length")
         init = init_method_normal(initializer_range)

@@ -27,7 +27,7 @@ from libai.layers import LayerNorm, Linear, PatchEmbedding, TransformerLayer
 from libai.layers.utils import init_method_normal, make_parameter, to_placement
 from libai.utils import distributed as dist
 
-from .utils.model_config import kwargs_from_config
+from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 
 __all__ = ["VisionTransformer", "SoftTargetCrossEntropy"]
@@ -61,8 +61,10 @@ class VisionTransformer(nn.Module):
                  drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, num_classes=1000, loss_func=None,
                  layernorm_epsilon=1e-6, initializer_range=0.02):
         super().__init__()
-        dist.check_tensor_parallel_divisible(num_heads, "VisionTransformer: num_heads")
         hidden = int(embed_dim * mlp_ratio)
+        check_positive_sizes("VisionTransformer", embed_dim=embed_dim, num_heads=num_heads, in_chans=in_chans,
+                             **{"embed_dim * mlp_ratio": hidden})
+        dist.check_tensor_parallel_divisible(num_heads, "VisionTransformer: num_heads")
         dist.check_tensor_parallel_divisible(hidden, "VisionTransformer: embed_dim * mlp_ratio")
         self.num_classes, self.embed_dim = int(num_classes), int(embed_dim)
         self.patch_embed = PatchEmbedding(img_size, patch_size, in_chans, embed_dim, layer_idx=0)

@@ -203,6 +203,64 @@ def model_settings_hint(cfg, path):
             "(and its tokenizer) to load it")
 
 
+# keys that say where and how a run starts, not what it computes: a resume may change them
+_RUN_KEYS = ("train.output_dir", "train.resume", "train.overwrite_output_dir", "train.load_weight")
+
+
+def _flat_settings(cfg):
+    """{dotted key: value} of a config's leaves as LazyConfig saves them (targets as dotted
+    paths, interpolations as written)."""
+    import warnings
+
+    from libai.config import LazyConfig
+
+    out = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{prefix}.{i}")
+        else:
+            out[prefix] = node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # to_plain's notes on callables are for saving
+        walk(LazyConfig.to_plain(cfg), "")
+    return out
+
+
+def config_changes(cfg, path, limit=6):
+    """The settings of `cfg` that differ from the config checkpoint `path` carries, as
+    "key: saved -> now; ..." (the run's location keys left out), or "" when it carries none or
+    they agree."""
+    try:
+        saved = load_checkpoint_config(path)
+        if saved is None:
+            return ""
+        ours, theirs = _flat_settings(cfg), _flat_settings(saved)
+    except Exception:  # a hint must never hide what it completes
+        return ""
+    differ = [f"{k}: {theirs.get(k, '(absent)')!r} -> {ours.get(k, '(absent)')!r}"
+              for k in sorted(set(ours) | set(theirs))
+              if k not in _RUN_KEYS and ours.get(k, "(absent)") != theirs.get(k, "(absent)")]
+    more = f" and {len(differ) - limit} more" if len(differ) > limit else ""
+    return "; ".join(differ[:limit]) + more
+
+
+def config_change_hint(cfg, path):
+    """For a resume that found no checkpoint it could load: which settings changed since
+    checkpoint `path` was saved, and what to do ("" when none did). A checkpoint of another
+    train_iter, global batch or model size does not load, and that is not damage."""
+    changed = config_changes(cfg, path)
+    if not changed:
+        return ""
+    return (f"{os.path.basename(path)} was saved with another config ({changed}): to continue that run, "
+            f"resume with the config it was saved with ({checkpoint_config_file(path)}). ")
+
+
 def _clone_state(sd):
     return {k: (v.detach().clone() if isinstance(v, flow.Tensor) else v) for k, v in sd.items()}
 
@@ -591,7 +649,7 @@ class Checkpointer:
                 self.resume_notes.append(f"{path}: {error or 'failed to load on another rank'}")
                 self.logger.warning(f"not resuming from {path}: {error or 'failed to load on another rank'}")
                 continue
-            if pointer_problem or path != candidates[0]:
+            if pointer_problem or path != candidates[0] or self.resume_notes:  # something was passed over
                 why = pointer_problem or "; ".join(self.resume_notes)
                 self.logger.warning(f"last_checkpoint was not used ({why}): resumed from {path}, the newest valid "
                                     f"checkpoint (iteration {extra.get('iteration')})")

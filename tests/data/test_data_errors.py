@@ -145,6 +145,31 @@ def test_idx_unknown_dtype_code(prefix):
     assert prefix + ".idx" in msg and "dtype code 99" in msg and "8 uint16" in msg
 
 
+def _poke(prefix, offset, fmt, value):
+    """Overwrite one little-endian value of the .idx body (header 34 bytes, sizes int32[3],
+    pointers int64[3], doc_idx int64[4] for DOCS)."""
+    raw = bytearray(_idx_bytes(prefix))
+    struct.pack_into(fmt, raw, offset, value)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(bytes(raw))
+
+
+@pytest.mark.parametrize("where, fmt, value, expected", [
+    (34 + 4 * 1, "<i", -5, "sizes[1] = -5 is negative"),
+    (34 + 12 + 8 * 2, "<q", -1, "pointers[2] = -1 is negative"),
+    (34 + 12 + 8 * 1, "<q", 10 ** 12, "describes 1000000000040 bytes"),  # sequence 1 runs past the .bin
+    (34 + 4 * 0, "<i", 2 ** 30, "describes 2147483648 bytes"),
+    (34 + 36 + 8 * 3, "<q", 7, "doc_idx must rise from 0 to the 3 sequences, got [0, 1, 2, 7]"),
+])
+def test_a_damaged_idx_body_is_refused_at_open(prefix, where, fmt, value, expected):
+    """Sizes and pointers are checked against each other and the .bin when the dataset opens, not
+    when a sample first reads them (a bare numpy error then, or a silently wrong sample)."""
+    _poke(prefix, where, fmt, value)
+    with pytest.raises(ValueError) as e:
+        MMapIndexedDataset(prefix)
+    assert prefix + ".idx" in str(e.value) and expected in str(e.value)
+
+
 def test_merge_file_names_a_broken_index(prefix, tmp_path):
     raw = _idx_bytes(prefix)
     with open(prefix + ".idx", "wb") as f:

@@ -167,3 +167,26 @@ def test_global_dropout_rate_and_scale():
     assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)}
     assert abs((y == 0).mean() - 0.25) < 0.02
     assert dropout(x, 0.25, training=False) is x
+
+
+def test_zero_model_sizes_are_errors_naming_the_key():
+    """A zero size would otherwise fail as a ZeroDivisionError or a reshape error deep inside the
+    model or the data loader (a probe found `model.cfg.hidden_layers=0` doing so)."""
+    import pytest
+
+    from libai.models import BertModel, GPTModel, SwinTransformer, VisionTransformer
+    from libai.models.mlp_classifier import MLPClassifier
+
+    gpt = dict(hidden_layers=1, vocab_size=8, hidden_size=8, num_attention_heads=2)
+    bert = dict(vocab_size=8, hidden_size=8, hidden_layers=1, num_attention_heads=2)
+    for build, message in (
+            (lambda: GPTModel(**dict(gpt, hidden_layers=0)), "GPTModel: hidden_layers must be a positive integer, got 0"),
+            (lambda: GPTModel(**dict(gpt, num_attention_heads=0)), "GPTModel: num_attention_heads must be"),
+            (lambda: GPTModel(**gpt, max_seq_length=0), "GPTModel: max_seq_length must be a positive integer"),
+            (lambda: BertModel(**dict(bert, hidden_size=0)), "BertModel: hidden_size must be a positive integer"),
+            (lambda: BertModel(**bert, max_position_embeddings=0), "BertModel: max_position_embeddings must be"),
+            (lambda: VisionTransformer(embed_dim=0), "VisionTransformer: embed_dim must be a positive integer"),
+            (lambda: SwinTransformer(depths=(2, 0)), r"SwinTransformer: depths must be positive integers, got \(2, 0\)"),
+            (lambda: MLPClassifier(hidden_size=0), "MLPClassifier: hidden_size must be a positive integer, got 0")):
+        with pytest.raises(ValueError, match=message):
+            build()

@@ -138,12 +138,19 @@ def _newest_corrupted(out):
     open(path, "wb").write(bytes(data))
 
 
+def _newest_trainer_state_truncated(out):
+    # passed over already when the candidates are listed (its iteration cannot be read)
+    with open(os.path.join(out, "model_0000129", "trainer_state.safetensors"), "r+b") as f:
+        f.truncate(100)
+
+
 @pytest.mark.parametrize("damage, resumed_at, reason", [
     (_missing, 129, "last_checkpoint does not exist"),
     (_garbage, 129, "last_checkpoint cannot be read"),
     (_a_wrong_name, 129, "names 'model_00001', which is not a checkpoint directory"),
     (_names_a_deleted_checkpoint, 124, "which is not a checkpoint directory"),
     (_newest_corrupted, 124, "optimizer.safetensors"),
+    (_newest_trainer_state_truncated, 124, "model_0000129/trainer_state.safetensors"),
 ])
 def test_resume_takes_the_newest_valid_checkpoint_when_last_checkpoint_is_missing_or_broken(
         tmp_path, reference, damage, resumed_at, reason):
@@ -153,6 +160,7 @@ def test_resume_takes_the_newest_valid_checkpoint_when_last_checkpoint_is_missin
     damage(out)
     proc = run(out, "--resume")
     assert reason in proc.stdout and f"model_{resumed_at:07d}" in proc.stdout, proc.stdout[-3000:]
+    assert "last_checkpoint was not used" in proc.stdout
     assert f"continuing at iteration {resumed_at + 1}" in proc.stdout
     assert_same_run(out, reference)
 
@@ -173,6 +181,19 @@ def test_resume_without_a_valid_checkpoint_refuses_and_changes_nothing(tmp_path,
     proc = run(out, "--resume", "--overwrite-output-dir")
     assert "deleted" in proc.stdout and "starting from scratch" in proc.stdout
     assert_same_run(out, reference)
+
+
+def test_resume_with_another_config_names_the_changed_keys(tmp_path):
+    """A checkpoint of another model size does not load, and that is not damage: the error says
+    which settings changed and does not lead with deleting the run."""
+    out = str(tmp_path / "run")
+    run(out, "--stop-iter", "30")
+    before = digests(out)
+    proc = run(out, "--resume", "model.hidden_size=16", ok=False)
+    assert proc.returncode != 0
+    assert "was saved with another config (model.hidden_size: 32 -> 16)" in proc.stderr, proc.stderr[-2000:]
+    assert f"resume with the config it was saved with ({out}/" in proc.stderr
+    assert digests(out) == before
 
 
 def test_resume_in_an_empty_dir_starts_from_scratch(tmp_path, reference):
@@ -252,6 +273,39 @@ def test_a_signal_then_resume_equals_the_uninterrupted_run(tmp_path, reference, 
     assert max(r["iteration"] for r in records(out)) == stopped - held
     run(out, "--resume")
     assert_same_run(out, reference)
+
+
+SIGNAL_TWICE_IN_A_STEP = """
+import os, runpy, signal, sys
+from libai.engine.default import DefaultTrainer
+
+real_step, sig = DefaultTrainer.run_step, signal.Signals[os.environ["SIGNAL_TWICE"]]
+
+
+def run_step(self):  # two stop signals during iteration 5 (each handled before the next is sent)
+    if self.iter == 5:
+        for _ in range(2):
+            os.kill(os.getpid(), sig)
+            sum(range(1000))  # a few bytecodes: the handler runs
+    return real_step(self)
+
+
+DefaultTrainer.run_step = run_step
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_exits_with_128_plus_its_number(tmp_path, sig):
+    """The second signal abandons the step: exit status 128 + its number (143, 130), one line on
+    stderr instead of a KeyboardInterrupt traceback, and no checkpoint of that step."""
+    out = str(tmp_path / "run")
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_TWICE_IN_A_STEP, *command(out)[1:]], cwd=ROOT,
+                          env=dict(ENV, SIGNAL_TWICE=sig.name), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 128 + sig, proc.stderr[-3000:]
+    assert f"second stop signal ({sig.name})" in proc.stderr and "Traceback" not in proc.stderr
+    assert not os.path.exists(os.path.join(out, "model_0000005"))
 
 
 def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_path, reference):

@@ -166,6 +166,11 @@ def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_p
             (["train.test_micro_batch_size=0"], "train.test_micro_batch_size must be an integer >= 1, got 0"),
             ([f"train.output_dir={afile}"], f"train.output_dir='{afile}' is a file, not a directory"),
             (["--config-file", ""], "--config-file is required"),
+            (["--config-file", str(tmp_path)], "is a directory, not a config file"),
+            # a prefix is not a flag: `--o` read as --overwrite-output-dir would delete a run
+            (["--o"], "unrecognized arguments: --o"),
+            (["--stop-iter", "-2"], "expected a positive iteration count, got -2"),
+            (["--eval-only", "--resume"], f"train.output_dir='{out}' holds no checkpoint to evaluate"),
     ):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", CONFIG,
                                f"train.output_dir={out}", *args], cwd=ROOT, env=env, capture_output=True,

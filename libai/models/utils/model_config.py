@@ -3,10 +3,11 @@
 LiBai's model configs are plain dicts of constructor keys (`model.cfg`); a typo there must be an
 error naming the key (and the nearest known ones), not a silently ignored value."""
 import inspect
+import numbers
 
 from libai.config import ConfigKeyError, unknown_key_error
 
-__all__ = ["kwargs_from_config"]
+__all__ = ["kwargs_from_config", "check_positive_sizes"]
 
 
 def kwargs_from_config(cls, cfg, required=()):
@@ -24,3 +25,14 @@ def kwargs_from_config(cls, cfg, required=()):
     if missing:
         raise ConfigKeyError(f"{cls.__name__} config is missing {missing}")
     return args
+
+
+def check_positive_sizes(model_name, **sizes):
+    """ValueError naming the key unless each of `sizes` (a key: an int, or a list of ints such as
+    Swin's depths) is a positive integer: a zero would otherwise surface as a ZeroDivisionError
+    or a reshape error somewhere inside the model or the data loader."""
+    for key, value in sizes.items():
+        values = [value] if isinstance(value, (numbers.Number, str)) else list(value)
+        if not values or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1 for v in values):
+            what = "a positive integer" if isinstance(value, (numbers.Number, str)) else "positive integers"
+            raise ValueError(f"{model_name}: {key} must be {what}, got {value!r}")
