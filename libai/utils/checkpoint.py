@@ -476,17 +476,21 @@ class Checkpointer:
         model_sd = to_logical(self.model.state_dict())
         others = {key: (optimizer_logical_state(obj) if isinstance(obj, flow.optim.Optimizer)
                         else to_logical(obj.state_dict())) for key, obj in self.checkpointables.items()}
-        if self.save_to_disk:
-            flow.save(model_sd, os.path.join(tmp, MODEL_FILE))
-            for key, sd in others.items():
-                flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
-            flow.save(self._trainer_state(kwargs), os.path.join(tmp, STATE_FILE))
-            cfg = self._config()
-            config_text = self._config_text(cfg)
-            if config_text is not None:
-                _write_text_atomic(os.path.join(tmp, CONFIG_FILE), config_text)
-                self._copy_tokenizer_files(cfg, tmp)
-        flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
+        try:
+            if self.save_to_disk:
+                flow.save(model_sd, os.path.join(tmp, MODEL_FILE))
+                for key, sd in others.items():
+                    flow.save(sd, os.path.join(tmp, f"{key}.safetensors"))
+                flow.save(self._trainer_state(kwargs), os.path.join(tmp, STATE_FILE))
+                cfg = self._config()
+                config_text = self._config_text(cfg)
+                if config_text is not None:
+                    _write_text_atomic(os.path.join(tmp, CONFIG_FILE), config_text)
+                    self._copy_tokenizer_files(cfg, tmp)
+            flow.save(get_rng_states(), os.path.join(tmp, f"rng_state_rank{dist.get_rank()}.safetensors"))
+        except OSError as e:  # a full disk's write error names no file
+            raise OSError(e.errno, f"{e.strerror or e}: writing checkpoint {final} failed (left unfinished in {tmp}; "
+                                   f"last_checkpoint still names the previous checkpoint)") from e
         dist.synchronize()
         if self.save_to_disk:
             fsync_dir(tmp)
@@ -732,6 +736,10 @@ class Checkpointer:
         ]
         if mismatched:
             raise CheckpointError(f"Checkpointer: shape mismatch loading {model_file}:\n  " + "\n  ".join(mismatched))
+        if expected and len(missing) == len(expected):  # nothing would be loaded: a checkpoint of another model
+            raise CheckpointError(f"Checkpointer: none of the {len(model_sd)} tensors of {model_file} is a parameter or "
+                                  f"buffer of the model ({type(self.model).__name__}: {sorted(expected)[:4]}...; "
+                                  f"the file has {sorted(model_sd)[:4]}...): a checkpoint of another model?")
         if missing:
             msg = f"Some model parameters or buffers are not found in {model_file}:\n  " + "\n  ".join(missing)
             if not weights_only:

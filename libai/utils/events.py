@@ -226,19 +226,26 @@ class JSONWriter(EventWriter):
             return
         with open(self._path, encoding="utf-8") as f:
             lines = f.readlines()
-        kept = []
-        for line in lines:
+        kept, later, unreadable = [], 0, []
+        for n, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
             except ValueError:
+                if line.strip() and n < len(lines):  # a torn last line is a kill's, expected
+                    unreadable.append(n)
                 continue
             if isinstance(record, dict) and record.get("iteration", -1) < iteration:
                 kept.append(line if line.endswith("\n") else line + "\n")
+            elif line.strip():
+                later += 1
         if len(kept) != len(lines):
             atomic_write(self._path, [line.encode("utf-8") for line in kept])
-            logging.getLogger(__name__).info(
-                f"{self._path}: dropped {len(lines) - len(kept)} record(s) of iterations >= {iteration} "
-                "(written after the checkpoint this run resumes from)")
+            log = logging.getLogger(__name__)
+            log.info(f"{self._path}: dropped {later} record(s) of iterations >= {iteration} "
+                     "(written after the checkpoint this run resumes from)")
+            if unreadable:
+                log.warning(f"{self._path}: dropped {len(unreadable)} line(s) that are not JSON records "
+                            f"(line {', '.join(map(str, unreadable[:5]))}{' ...' if len(unreadable) > 5 else ''})")
 
     def write(self):
         if self._file_handle is None:

@@ -118,6 +118,24 @@ def test_checkpointer_saves_and_restores_the_trainer_state(tmp_path):
     assert v.iter == 0 and v._hooks[0].steps == 0
 
 
+def test_weights_of_another_model_are_refused_not_skipped(tmp_path, caplog):
+    """train.load_weight of another model's checkpoint matched no key: it used to log the
+    missing/unexpected keys and train from random weights. Partial matches still load."""
+    from engine.serialization import CheckpointError
+
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    path = str(tmp_path / "other.safetensors")
+    flow.save({"GPT_model.embeddings.weight": flow.zeros(5, 2)}, path)
+    with pytest.raises(CheckpointError, match=r"none of the 1 tensors of .*other.safetensors is a parameter or buffer "
+                                              r"of the model \(MLPClassifier"):
+        Checkpointer(model, "").load(path, checkpointables=[])
+    partial = {k: v for k, v in model.state_dict().items() if k.startswith("body.")}
+    flow.save(partial, path)
+    with caplog.at_level(logging.WARNING):
+        Checkpointer(model, "").load(path, checkpointables=[])
+    assert "head.weight" in caplog.text  # named as missing, and the rest loaded
+
+
 def test_a_disabled_checkpointer_writes_nothing(tmp_path):
     model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
     ck = Checkpointer(model, str(tmp_path), enabled=False)
@@ -194,3 +212,40 @@ def test_cuda_input_device_without_cuda_is_an_error():
     cfg = LazyConfig.apply_overrides(LazyConfig.load(CONFIG), ["train.input_placement_device=cuda"])
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         DefaultTrainer.input_device(cfg)
+
+
+def test_a_failed_checkpoint_write_names_the_checkpoint(tmp_path, monkeypatch):
+    """A full disk raises OSError(ENOSPC) with no file name: the error names the checkpoint, and
+    last_checkpoint keeps naming the previous one."""
+    import errno
+
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    ck = Checkpointer(model, str(tmp_path))
+    ck.save("model_0000001", iteration=1)
+    real_save = flow.save
+
+    def full_disk(obj, path, *args, **kwargs):
+        if "model_0000002" in path and path.endswith("model.safetensors"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(flow, "save", full_disk)
+    with pytest.raises(OSError, match=r"No space left on device: writing checkpoint .*model_0000002 failed") as e:
+        ck.save("model_0000002", iteration=2)
+    assert e.value.errno == errno.ENOSPC
+    assert open(os.path.join(str(tmp_path), "last_checkpoint")).read() == "model_0000001"
+
+
+def test_a_resumed_metrics_file_counts_what_it_drops(tmp_path, caplog):
+    """start_at keeps the records before the resumed iteration; the message counts the later
+    records and, apart, lines that are not records (a torn last line, a kill's, is expected)."""
+    from libai.utils.events import JSONWriter
+
+    path = tmp_path / "metrics.json"
+    path.write_text('{"iteration": 3, "loss": 1}\n{"iteration": 4, "lo\n{"iteration": 5, "loss": 1}\n'
+                    '{"iteration": 40, "loss": 2}\n{"iteration": 41, "loss": 2}\n{"iteration": 42, "l')
+    with caplog.at_level(logging.INFO):
+        JSONWriter(str(path)).start_at(40)
+    assert path.read_text() == '{"iteration": 3, "loss": 1}\n{"iteration": 5, "loss": 1}\n'
+    assert "dropped 2 record(s) of iterations >= 40" in caplog.text
+    assert "dropped 1 line(s) that are not JSON records (line 2)" in caplog.text
