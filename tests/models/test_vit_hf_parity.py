@@ -121,6 +121,9 @@ def test_backbone_only_folder_and_bad_configs(tmp_path):
     ViTForImageClassification(ViTConfig(**dict(CFG, hidden_act="gelu_new"))).save_pretrained(tmp_path / "act")
     with pytest.raises(HFConfigError, match="hidden_act='gelu_new'"):
         VisionTransformer.from_huggingface(str(tmp_path / "act"))
+    ViTForImageClassification(ViTConfig(**dict(CFG, image_size=26))).save_pretrained(tmp_path / "size")
+    with pytest.raises(HFConfigError, match="image_size=26 is not a multiple of patch_size=4"):
+        VisionTransformer.from_huggingface(str(tmp_path / "size"))
 
 
 def test_drop_path_per_sample_scaling_and_eval_identity():

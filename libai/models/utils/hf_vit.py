@@ -56,7 +56,12 @@ def vit_kwargs_from_hf_config(hf):
     inter = int(hf.get("intermediate_size", 4 * hidden))
     num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
     check_problem_type(hf, num_classes)
-    return dict(img_size=hf_size(hf, "image_size"), patch_size=hf_size(hf, "patch_size"),
+    image, patch = hf_size(hf, "image_size"), hf_size(hf, "patch_size")
+    pairs = zip(*((s, s) if isinstance(s, int) else s for s in (image, patch)))
+    if any(i % p for i, p in pairs):
+        raise HFConfigError(f"unsupported config: image_size={hf['image_size']!r} is not a multiple of "
+                            f"patch_size={hf['patch_size']!r} (ViT has no patch padding)")
+    return dict(img_size=image, patch_size=patch,
                 in_chans=int(hf.get("num_channels", 3)), embed_dim=hidden, depth=int(hf["num_hidden_layers"]),
                 num_heads=int(hf["num_attention_heads"]), mlp_ratio=exact_ratio(inter, hidden),
                 drop_rate=float(hf.get("hidden_dropout_prob", 0.0)),
