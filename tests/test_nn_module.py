@@ -351,3 +351,73 @@ def test_repr_matches_torch(pair):
 def test_module_without_forward_raises():
     with pytest.raises(NotImplementedError, match="forward"):
         flow.nn.Module()(1)
+
+
+def _hooked_pair():
+    """The same two-layer block in torch and in the engine, sharing weights."""
+    def block(lib):
+        class Block(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = lib.nn.Linear(3, 4), lib.nn.Linear(4, 2)
+
+            def forward(self, x, y):
+                return self.b(lib.tanh(self.a(x))) * y
+        return Block()
+
+    tb, eb = block(torch), block(flow)
+    eb.load_state_dict({k: flow.tensor(v.detach().numpy()) for k, v in tb.state_dict().items()})
+    return tb, eb
+
+
+@pytest.mark.parametrize("x_needs_grad", [True, False])
+def test_full_backward_hooks_match_torch(x_needs_grad):
+    """register_full_backward_pre_hook sees grad_output and may replace it; the full backward hook
+    sees (grad_input, grad_output), None for an input that needs no gradient, and may replace
+    grad_input; a removed hook no longer runs."""
+    results = []
+    for lib, blk in zip((torch, flow), _hooked_pair()):
+        seen = []
+
+        def pre(m, grad_output):
+            seen.append(("pre", [g.detach().numpy().copy() for g in grad_output]))
+            return (grad_output[0] * 2,)
+
+        def hook(m, grad_input, grad_output):
+            seen.append(("hook", [None if g is None else g.detach().numpy().copy() for g in grad_input],
+                         [g.detach().numpy().copy() for g in grad_output]))
+            return (None if grad_input[0] is None else grad_input[0] * 3, grad_input[1])
+
+        blk.register_full_backward_pre_hook(pre)
+        handle = blk.register_full_backward_hook(hook)
+        removed = blk.register_full_backward_hook(lambda *a: seen.append("removed"))
+        removed.remove()
+        x = lib.tensor(np.arange(6, dtype=np.float32).reshape(2, 3) / 5, requires_grad=x_needs_grad)
+        y = lib.tensor(np.full((2, 2), 0.5, np.float32), requires_grad=True)
+        blk(x, y).sum().backward()
+        results.append((seen, None if x.grad is None else x.grad.numpy(), y.grad.numpy(),
+                        blk.a.weight.grad.numpy()))
+        handle.remove()
+    (t_seen, *t_grads), (e_seen, *e_grads) = results
+    assert [s[0] for s in e_seen] == [s[0] for s in t_seen] == ["pre", "hook"]
+    for ts, es in zip(t_seen, e_seen):
+        for tv, ev in zip(ts[1:], es[1:]):
+            assert len(tv) == len(ev)
+            for a, b in zip(tv, ev):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    for a, b in zip(t_grads, e_grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+
+
+def test_a_backward_hook_returning_the_wrong_count_is_an_error():
+    lin = flow.nn.Linear(2, 2)
+    lin.register_full_backward_hook(lambda m, gi, go: (gi[0], gi[0]))
+    with pytest.raises(RuntimeError, match="backward hook returned an invalid number of grad_input: got 2, but "
+                                           "expected 1"):
+        lin(flow.randn(3, 2, requires_grad=True)).sum().backward()
+    with pytest.warns(FutureWarning, match="register_backward_hook is deprecated"):
+        flow.nn.Linear(2, 2).register_backward_hook(lambda *a: None)

@@ -11,8 +11,10 @@ new Parameter: optimizers that already hold the parameter keep working. `load_st
 values into the existing storage for the same reason, and checks every key and shape before it
 copies anything, so a failed load never leaves a half-loaded model.
 """
+import warnings
 from collections import OrderedDict, namedtuple
 
+from ..autograd.function import Function
 from ..autograd.grad_mode import no_grad
 from ..autograd.graph import RemovableHandle
 from ..backend import as_device, dtypes, to_device, xp_of
@@ -79,6 +81,8 @@ class Module:
         sa(self, "_modules", OrderedDict())
         sa(self, "_forward_pre_hooks", [])
         sa(self, "_forward_hooks", [])
+        sa(self, "_backward_pre_hooks", [])
+        sa(self, "_backward_hooks", [])
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
@@ -541,8 +545,32 @@ class Module:
             self._forward_hooks.append(entry)
         return RemovableHandle(self._forward_hooks, entry)
 
+    def register_full_backward_pre_hook(self, hook, *, prepend=False):
+        """`hook(module, grad_output) -> new grad_output or None` runs when the gradients of the
+        module's outputs have been computed, before those of its inputs (PyTorch's)."""
+        return self._add_hook(self._backward_pre_hooks, hook, prepend)
+
+    def register_full_backward_hook(self, hook, *, prepend=False):
+        """`hook(module, grad_input, grad_output) -> new grad_input or None` runs when the
+        gradients of the module's positional tensor inputs have been computed (None for an
+        input that needs none); returning a tuple replaces them (PyTorch's)."""
+        return self._add_hook(self._backward_hooks, hook, prepend)
+
+    def register_backward_hook(self, hook):
+        """Deprecated in PyTorch (its hook saw the last op's gradients only); here the full hook."""
+        warnings.warn("register_backward_hook is deprecated (as in PyTorch); it registers "
+                      "register_full_backward_hook's hook, which sees the whole module's gradients",
+                      FutureWarning, stacklevel=2)
+        return self.register_full_backward_hook(hook)
+
+    @staticmethod
+    def _add_hook(hooks, fn, prepend):
+        entry = _Hook(fn, False)
+        hooks.insert(0, entry) if prepend else hooks.append(entry)
+        return RemovableHandle(hooks, entry)
+
     def __call__(self, *args, **kwargs):
-        if not (self._forward_pre_hooks or self._forward_hooks):
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks or self._backward_pre_hooks):
             return self.forward(*args, **kwargs)
         for h in list(self._forward_pre_hooks):
             if h.with_kwargs:
@@ -556,12 +584,15 @@ class Module:
                 res = h.fn(self, args)
                 if res is not None:
                     args = res if isinstance(res, tuple) else (res,)
+        backward = _BackwardHooks(self) if (self._backward_hooks or self._backward_pre_hooks) else None
+        if backward is not None:
+            args = backward.wrap_inputs(args)
         out = self.forward(*args, **kwargs)
         for h in list(self._forward_hooks):
             res = h.fn(self, args, kwargs, out) if h.with_kwargs else h.fn(self, args, out)
             if res is not None:
                 out = res
-        return out
+        return backward.wrap_outputs(out) if backward is not None else out
 
     # ------------------------------------------------------------------ printing
     def _get_name(self):
@@ -590,6 +621,88 @@ class _Hook:
     def __init__(self, fn, with_kwargs):
         self.fn = fn
         self.with_kwargs = with_kwargs
+
+
+class _HookIdentity(Function):
+    """Identity on a group of tensors whose backward sees all their gradients at once and may
+    replace them: the inputs' group gives grad_input, the outputs' grad_output."""
+
+    @staticmethod
+    def forward(ctx, on_grads, *tensors):
+        ctx.on_grads = on_grads
+        # an input that needs no gradient stays so (its grad_input entry is zeros, as torch's)
+        ctx.mark_non_differentiable(*(t for t in tensors if not t.requires_grad))
+        return tensors
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) + tuple(ctx.on_grads(grads))
+
+
+class _BackwardHooks:
+    """One call's full backward hooks (PyTorch's BackwardHook): the module's positional tensor
+    inputs and its tensor outputs pass through a `_HookIdentity` each; the outputs' backward runs
+    the pre-hooks on grad_output, the inputs' backward the hooks on (grad_input, grad_output)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.n_inputs = 0
+        self.inputs_need_grad = False
+        self.grad_output = None
+
+    def wrap_inputs(self, args):
+        where = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        self.n_inputs = len(where)
+        self.inputs_need_grad = any(args[i].requires_grad for i in where)
+        if not self.inputs_need_grad:
+            return args
+        wrapped = _HookIdentity.apply(self._on_grad_input, *(args[i] for i in where))
+        args = list(args)
+        for i, t in zip(where, wrapped):
+            args[i] = t
+        return tuple(args)
+
+    def wrap_outputs(self, out):
+        single = isinstance(out, Tensor)
+        outs = (out,) if single else out
+        if not isinstance(outs, (tuple, list)):
+            return out
+        where = [i for i, o in enumerate(outs) if isinstance(o, Tensor) and o.requires_grad]
+        if not where:
+            return out
+        wrapped = _HookIdentity.apply(self._on_grad_output, *(outs[i] for i in where))
+        new = list(outs)
+        for i, t in zip(where, wrapped):
+            new[i] = t
+        return new[0] if single else type(outs)(new)
+
+    def _on_grad_output(self, grads):
+        grads = tuple(grads)
+        for h in list(self.module._backward_pre_hooks):
+            res = h.fn(self.module, grads)
+            if res is not None:
+                grads = _checked(res, len(grads), "backward pre-hook", "grad_output")
+        self.grad_output = grads
+        if not self.inputs_need_grad:  # no input gradient will come: the hooks run now
+            self._run_hooks((None,) * max(self.n_inputs, 1))
+        return grads
+
+    def _on_grad_input(self, grads):
+        return self._run_hooks(tuple(grads))
+
+    def _run_hooks(self, grad_input):
+        for h in list(self.module._backward_hooks):
+            res = h.fn(self.module, grad_input, self.grad_output)
+            if res is not None:
+                grad_input = _checked(res, len(grad_input), "backward hook", "grad_input")
+        return grad_input
+
+
+def _checked(res, n, what, name):
+    res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+    if len(res) != n:
+        raise RuntimeError(f"{what} returned an invalid number of {name}: got {len(res)}, but expected {n}")
+    return res
 
 
 def _swap_storage(t, new):
