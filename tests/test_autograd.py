@@ -406,3 +406,47 @@ def test_flip_and_cat_of_one_return_new_memory_as_torch(how):
 
     for got, want in zip(run(flow), run(torch)):
         np.testing.assert_array_equal(got, want)
+
+
+def _F(lib):
+    return lib.nn.functional
+
+
+# (name, fn(lib, *differentiable inputs), their shapes): a second derivative through each, as a
+# gradient penalty (WGAN-GP critics with normalisation layers) or MAML takes it
+DOUBLE_BACKWARD_CASES = [
+    ("layer_norm", lambda lib, x, w, b: _F(lib).layer_norm(x, (5,), w, b), [(3, 5), (5,), (5,)]),
+    ("layer_norm-2d", lambda lib, x, w, b: _F(lib).layer_norm(x, (2, 5), w, b), [(3, 2, 5), (2, 5), (2, 5)]),
+    ("layer_norm-no-affine", lambda lib, x: _F(lib).layer_norm(x, (5,)), [(3, 5)]),
+    ("batch_norm", lambda lib, x, w, b: _F(lib).batch_norm(x, None, None, w, b, training=True), [(4, 3, 5), (3,), (3,)]),
+    ("instance_norm", lambda lib, x, w, b: _F(lib).instance_norm(x, weight=w, bias=b), [(4, 3, 5), (3,), (3,)]),
+    ("group_norm", lambda lib, x, w, b: _F(lib).group_norm(x, 2, w, b), [(4, 4, 5), (4,), (4,)]),
+    ("rms_norm", lambda lib, x, w: _F(lib).rms_norm(x, (5,), w), [(3, 5), (5,)]),
+    *[(f"{name}-{red}", (lambda fn, red: lambda lib, x, t: fn(lib, x, t, red))(fn, red), [(3, 4), (3, 4)])
+      for red in ("mean", "sum", "none") for name, fn in (
+          ("mse", lambda lib, x, t, red: _F(lib).mse_loss(x, t, reduction=red)),
+          ("l1", lambda lib, x, t, red: _F(lib).l1_loss(x, t, reduction=red)),
+          ("smooth_l1", lambda lib, x, t, red: _F(lib).smooth_l1_loss(x, t, reduction=red, beta=0.7)),
+          ("huber", lambda lib, x, t, red: _F(lib).huber_loss(x, t, reduction=red, delta=0.6)),
+          ("bce_logits", lambda lib, x, t, red: _F(lib).binary_cross_entropy_with_logits(x, t.sigmoid(),
+                                                                                           reduction=red)))],
+    ("bce_logits-weight", lambda lib, x, t: _F(lib).binary_cross_entropy_with_logits(
+        x, t.sigmoid(), weight=lib.tensor(np.linspace(0.5, 2, 4))), [(3, 4), (3, 4)]),
+    ("mse-broadcast", lambda lib, x, t: _F(lib).mse_loss(x, t.expand(3, 4)), [(3, 4), (1, 4)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes", DOUBLE_BACKWARD_CASES, ids=[c[0] for c in DOUBLE_BACKWARD_CASES])
+def test_double_backward_through_normalisations_and_losses(name, fn, shapes):
+    """Their plain backward is one fused op; under create_graph it is written in engine ops, so
+    a gradient of the gradient matches torch's (float64, every input)."""
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(s) for s in shapes]
+    grads = []
+    for lib in (torch, flow):
+        inputs = [lib.tensor(v, requires_grad=True) for v in values]
+        first = lib.autograd.grad((fn(lib, *inputs) ** 3).sum(), inputs, create_graph=True)
+        sum((g ** 2).sum() for g in first).backward()
+        grads.append([t.grad.detach().numpy() for t in inputs])
+    for want, got in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

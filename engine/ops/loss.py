@@ -16,11 +16,13 @@ import warnings
 
 import numpy as np
 
+from ..autograd.grad_mode import _state as _grad_state
 from ..backend import dtypes, host_checks, xp_of
 from ..backend.parallel import parallel_for, parallel_ufunc
 from ..kernels import cross_entropy as ce_kernels
 from ..tensor import Tensor
-from ._core import NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, shape_str, sum_to_array
+from ._core import (NoDoubleBackward, broadcast_shapes, cast, check_float, promote_operands, shape_str, sum_to,
+                    sum_to_array)
 from ._kernels import BLOCK_ELEMENTS, blocked, empty, ignore_fp_errors, row_sum, work_array
 from .comparison import where as _where
 from .indexing import in_range
@@ -597,9 +599,38 @@ class PointwiseLoss(Op):
     def backward(ctx, g):
         x, t, w = ctx.saved_tensors
         need_t = ctx.needs_input_grad[1]
-        dx, dt = PointwiseLossGrad.apply(g, x, t, w, kind=ctx.kind, reduction=ctx.reduction, extra=ctx.extra,
-                                         n=ctx.n, need_t=need_t)
+        if _grad_state.enabled and ctx.kind in _COMPOSITE_GRADS and ctx.extra.get("pos_weight") is None:
+            dx, dt = _pointwise_backward_composite(ctx, g, x, t, w)  # create_graph
+        else:
+            dx, dt = PointwiseLossGrad.apply(g, x, t, w, kind=ctx.kind, reduction=ctx.reduction, extra=ctx.extra,
+                                             n=ctx.n, need_t=need_t)
         return (dx if ctx.needs_input_grad[0] else None), (dt if need_t else None), None
+
+
+def _pointwise_backward_composite(ctx, g, x, t, w):
+    """`_pointwise_grads` in engine ops for the losses a second derivative is taken through (a
+    `create_graph=True` backward: gradient penalties, MAML); the others keep the fused op, which
+    refuses it with a clear error."""
+    kind, extra, d = ctx.kind, ctx.extra, x - t
+    if kind == "mse":
+        dl, dtl = d * 2, d * -2
+    elif kind == "bce_logits":
+        dl, dtl = x.sigmoid() - t, -x
+    else:
+        if kind == "huber":
+            dl = d.clamp(-extra["delta"], extra["delta"])
+        elif kind == "smooth_l1" and extra["beta"] > 0:
+            dl = _where(d.abs() < extra["beta"], d / extra["beta"], d.sign())
+        else:  # l1, smooth_l1 with beta 0
+            dl = d.sign()
+        dtl = -dl
+    scale = g / ctx.n if ctx.reduction in ("mean", "batchmean") and ctx.n else g
+    if w is not None:
+        scale = scale * w
+    return sum_to(dl * scale, x.shape), sum_to(dtl * scale, t.shape)
+
+
+_COMPOSITE_GRADS = ("mse", "l1", "smooth_l1", "huber", "bce_logits")
 
 
 class PointwiseLossGrad(NoDoubleBackward, Op):

@@ -15,10 +15,11 @@ import math
 
 import numpy as np
 
+from ..autograd.grad_mode import _state as _grad_state
 from ..backend import dtypes, jit, xp_of
 from ..tensor import _check_dim
 from ._core import (NoDoubleBackward, as_shape, broadcast_shapes, cast, check_float, promote_operands, reshape,
-                    shape_str, sum_to_array)
+                    shape_str, sum_to, sum_to_array)
 from ._kernels import BLOCK_ELEMENTS as NUMPY_BLOCK_ELEMENTS, blocked, empty as _empty, row_dot, work_array
 from .op import Op
 from ..kernels import layer_norm as layer_norm_kernels
@@ -153,7 +154,7 @@ class LayerNorm(Op):
         dtype = x.dtype
         lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
         d = math.prod(norm) if norm else 1
-        ctx.k, ctx.shape, ctx.has_w, ctx.has_b = k, x.shape, w is not None, b is not None
+        ctx.k, ctx.shape, ctx.has_w, ctx.has_b, ctx.eps = k, x.shape, w is not None, b is not None, eps
         if xp is not np and x.size:
             return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps)
         x2 = work_array(x).reshape(-1, d)
@@ -180,10 +181,33 @@ class LayerNorm(Op):
     @staticmethod
     def backward(ctx, g, *_):
         x, w, mean, rstd = ctx.saved_tensors
-        dx, dw, db = LayerNormGrad.apply(g, x, mean, rstd, w, k=ctx.k, has_b=ctx.has_b)
+        if _grad_state.enabled:  # create_graph: the gradients must be differentiable themselves
+            norm = tuple(x.shape[x.ndim - ctx.k:])
+            dx, dw, db = _norm_backward_composite(g, x, w, tuple(range(x.ndim - ctx.k, x.ndim)), ctx.eps,
+                                                  w_shape=norm if ctx.has_w else None,
+                                                  b_shape=norm if ctx.has_b else None)
+        else:
+            dx, dw, db = LayerNormGrad.apply(g, x, mean, rstd, w, k=ctx.k, has_b=ctx.has_b)
         return (dx if ctx.needs_input_grad[0] else None,
                 dw if ctx.has_w and ctx.needs_input_grad[1] else None,
                 db if ctx.has_b and ctx.needs_input_grad[2] else None)
+
+
+def _norm_backward_composite(g, x, w, dims, eps, center=True, w_shape=None, b_shape=None):
+    """The fused grad ops' formula (LayerNormGrad, AxesNormGrad) in engine ops, with the mean and
+    rstd recomputed from x so that they are differentiated too: the backward of a
+    `create_graph=True` backward (a gradient penalty through a normalisation layer, MAML). The
+    fused grad ops serve every plain backward. Returns (dx, dw, db), the last two summed to
+    `w_shape` / `b_shape` (None: not wanted)."""
+    xc = x - x.mean(dim=dims, keepdim=True) if center else x
+    rstd = ((xc * xc).mean(dim=dims, keepdim=True) + eps).rsqrt()
+    xhat = xc * rstd
+    gw = g * w if w is not None else g
+    inner = gw - gw.mean(dim=dims, keepdim=True) if center else gw
+    dx = rstd * (inner - xhat * (gw * xhat).mean(dim=dims, keepdim=True))
+    dw = None if w_shape is None else sum_to(g * xhat, w_shape)
+    db = None if b_shape is None else sum_to(g, b_shape)
+    return dx, dw, db
 
 
 class LayerNormGrad(NoDoubleBackward, Op):
@@ -367,7 +391,13 @@ class AxesNorm(Op):
     def backward(ctx, g, *_):
         x, w, mean, var = ctx.saved_tensors
         need = ctx.needs_input_grad
-        dx, dw, db = AxesNormGrad.apply(g, x, w, mean, var, b_meta=ctx.b_meta, **ctx.attrs)
+        if _grad_state.enabled:  # create_graph (see _norm_backward_composite)
+            a = ctx.attrs
+            dx, dw, db = _norm_backward_composite(g, x, w, a["axes"], a["eps"], a["center"],
+                                                  None if w is None else tuple(w.shape),
+                                                  None if ctx.b_meta is None else tuple(ctx.b_meta[0]))
+        else:
+            dx, dw, db = AxesNormGrad.apply(g, x, w, mean, var, b_meta=ctx.b_meta, **ctx.attrs)
         return (dx if need[0] else None, dw if w is not None and need[1] else None,
                 db if ctx.b_meta is not None and need[2] else None)
 
