@@ -90,4 +90,6 @@ def numel(t):
     return t.numel()
 
 
+from . import distributions  # noqa: E402,F401
+
 __version__ = "0.1.0"

@@ -31,6 +31,7 @@ LAYERS = {
     "engine.amp": 4,
     "engine.distributed": 5,
     "engine": 6,  # engine/__init__.py: the public namespace, gathers every layer
+    "engine.distributions": 4,
     "libai": 7,
 }
 LAYER_NAMES = {0: "backend", 1: "autograd", 2: "tensor", 3: "ops", 4: "nn/optim", 5: "distributed",

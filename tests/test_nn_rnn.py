@@ -375,14 +375,346 @@ def test_rnn_cell_unknown_nonlinearity_raises_at_forward_like_torch():
     _same_error(lambda nn, lib: nn.RNNCell(IN, HID, nonlinearity="gelu")(_zeros(lib, BATCH, IN)))
 
 
-def test_packed_sequence_is_not_implemented():
-    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.zeros(SEQ, 2, IN), [SEQ, 2])
-    for cls in ("RNN", "LSTM", "GRU"):
-        with pytest.raises(NotImplementedError, match="PackedSequence"):
-            getattr(flow.nn, cls)(IN, HID)(packed)
-
-
 def test_lstm_hx_must_be_a_pair():
     m = flow.nn.LSTM(IN, HID)
     with pytest.raises(TypeError, match=r"tuple \(h_0, c_0\)"):
         m(flow.zeros(SEQ, BATCH, IN), flow.zeros(1, BATCH, HID))
+
+
+# ---------------------------------------------------------------- engine.nn.utils.rnn: packed sequences
+from torch.nn.utils import rnn as trnn  # noqa: E402
+
+from engine.nn.utils import rnn as ernn  # noqa: E402
+
+UNSORTED = [3, 5, 1, 3]  # a tie, and the longest not first
+SORTED = [5, 3, 3, 1]
+
+
+def _padded_input(lengths, batch_first, dtype="float64", feat=IN, seed=1):
+    shape = (len(lengths), max(lengths), feat) if batch_first else (max(lengths), len(lengths), feat)
+    return _randn(*shape, dtype=dtype, seed=seed)
+
+
+def _same_packed(tp, ep, dtype="float64"):
+    assert isinstance(ep, ernn.PackedSequence)
+    np.testing.assert_allclose(ep.data.detach().numpy(), tp.data.detach().numpy(), **TOL[dtype])
+    assert ep.batch_sizes.tolist() == tp.batch_sizes.tolist()
+    assert ep.batch_sizes.dtype == flow.int64 and ep.batch_sizes.device.type == "cpu"
+    for t, e in ((tp.sorted_indices, ep.sorted_indices), (tp.unsorted_indices, ep.unsorted_indices)):
+        assert (t is None) == (e is None)
+        if t is not None:
+            assert e.tolist() == t.tolist() and e.dtype == flow.int64
+
+
+def _backward_both(touts, eouts, dtype, seed=5):
+    """One random upstream gradient per output, the same in both libraries."""
+    rng = np.random.default_rng(seed)
+    tloss, eloss = 0, 0
+    for t, e in zip(touts, eouts):
+        assert tuple(e.shape) == tuple(t.shape)
+        np.testing.assert_allclose(e.detach().numpy(), t.detach().numpy(), **TOL[dtype])
+        g = rng.standard_normal(tuple(t.shape)).astype(dtype)
+        tloss = tloss + (t * torch.from_numpy(g)).sum()
+        eloss = eloss + (e * flow.tensor(g)).sum()
+    tloss.backward()
+    eloss.backward()
+
+
+def _check_packed(make, lengths, *, batch_first=False, enforce_sorted=False, with_state=True, dtype="float64",
+                  train=False, state_shapes=None):
+    torch.manual_seed(0)
+    tm, em = make(torch.nn, T_DTYPES[dtype]), make(flow.nn, getattr(flow, dtype))
+    _to_engine(tm, em)
+    tm.train(train), em.train(train)
+    tx, ex = _pair(_padded_input(lengths, batch_first, dtype))
+    tp = trnn.pack_padded_sequence(tx, lengths, batch_first=batch_first, enforce_sorted=enforce_sorted)
+    ep = ernn.pack_padded_sequence(ex, lengths, batch_first=batch_first, enforce_sorted=enforce_sorted)
+    _same_packed(tp, ep, dtype)
+    states = [_randn(*s, dtype=dtype, seed=2 + k) for k, s in enumerate(state_shapes or [])] if with_state else []
+    tstates, estates = zip(*[_pair(s) for s in states]) if states else ((), ())
+    targs, eargs = (tp,), (ep,)
+    if len(states) == 1:
+        targs, eargs = (tp, tstates[0]), (ep, estates[0])
+    elif len(states) == 2:
+        targs, eargs = (tp, tuple(tstates)), (ep, tuple(estates))
+    tout, eout = tm(*targs), em(*eargs)
+    _same_packed(tout[0], eout[0], dtype)
+    tpad, tlen = trnn.pad_packed_sequence(tout[0], batch_first=batch_first)
+    epad, elen = ernn.pad_packed_sequence(eout[0], batch_first=batch_first)
+    assert elen.tolist() == tlen.tolist() == list(lengths)
+    _backward_both([tpad] + _flatten_out(tout[1]), [epad] + _flatten_out(eout[1]), dtype)
+    for t, e in zip((tx,) + tuple(tstates), (ex,) + tuple(estates)):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL[dtype])
+    tparams = dict(tm.named_parameters())
+    for name, p in em.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **TOL[dtype])
+
+
+def _packed_state_shapes(cls, kw, batch):
+    lead = kw.get("num_layers", 1) * (2 if kw.get("bidirectional") else 1)
+    h = (lead, batch, kw.get("proj_size", 0) or HID)
+    return [h, (lead, batch, HID)] if cls == "LSTM" else [h]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+def test_packed_sequence_layer_parity(cls, bidirectional, num_layers, batch_first, dtype):
+    """Unsorted lengths (enforce_sorted=False) with initial states in the batch's order: outputs,
+    h_n/c_n (each sequence's own last step, in the batch's order) and every gradient as torch."""
+    kw = dict(bidirectional=bidirectional, num_layers=num_layers, batch_first=batch_first)
+    make = lambda nn, dt: getattr(nn, cls)(IN, HID, dtype=dt, **kw)  # noqa: E731
+    _check_packed(make, UNSORTED, batch_first=batch_first, state_shapes=_packed_state_shapes(cls, kw, 4),
+                  dtype=dtype)
+    _check_packed(make, SORTED, batch_first=batch_first, enforce_sorted=True, with_state=False, dtype=dtype)
+
+
+@pytest.mark.parametrize("cls,kw", [
+    ("RNN", dict(nonlinearity="relu", num_layers=2, bidirectional=True, bias=False)),
+    ("LSTM", dict(proj_size=2, num_layers=2, bidirectional=True)),
+    ("LSTM", dict(proj_size=3, bias=False)),
+    ("GRU", dict(num_layers=2, bidirectional=True, bias=False)),
+])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_packed_sequence_more_configs(cls, kw, dtype):
+    make = lambda nn, dt: getattr(nn, cls)(IN, HID, dtype=dt, **kw)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: "LSTM with projections is not supported with oneDNN"
+        _check_packed(make, [2, 6, 6, 1, 4], dtype=dtype, state_shapes=_packed_state_shapes(cls, kw, 5))
+        _check_packed(make, [4, 4, 4], enforce_sorted=True, dtype=dtype, with_state=False)  # all the same length
+        _check_packed(make, [3], dtype=dtype, state_shapes=_packed_state_shapes(cls, kw, 1))  # one sequence
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+def test_packed_sequence_dropout_one_between_layers(cls):
+    make = lambda nn, dt: getattr(nn, cls)(IN, HID, num_layers=2, dropout=1.0, bidirectional=True,  # noqa: E731
+                                           dtype=dt)
+    _check_packed(make, UNSORTED, train=True, state_shapes=_packed_state_shapes(cls, dict(num_layers=2,
+                                                                                          bidirectional=True), 4))
+
+
+def test_packed_sequence_final_state_is_each_sequences_own_last_step():
+    """Without torch: h_n of a packed batch equals running each sequence alone."""
+    m = flow.nn.GRU(IN, HID, num_layers=2, bidirectional=True, dtype=flow.float64)
+    x = _padded_input(UNSORTED, False)
+    _, h_n = m(ernn.pack_padded_sequence(flow.tensor(x), UNSORTED, enforce_sorted=False))
+    for b, n in enumerate(UNSORTED):
+        out, h = m(flow.tensor(x[:n, b:b + 1]))
+        np.testing.assert_allclose(h_n.detach().numpy()[:, b], h.detach().numpy()[:, 0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("lengths,enforce_sorted", [(SORTED, True), (UNSORTED, False), ([4, 4], True)])
+def test_pack_pad_round_trip_and_gradients(lengths, enforce_sorted, batch_first, dtype):
+    x = _padded_input(lengths, batch_first, dtype, feat=2)[..., None].repeat(3, -1)  # (.., 2, 3) trailing
+    tx, ex = _pair(x)
+    for tl in (None, max(lengths) + 2):
+        tx.grad, ex.grad = None, None
+        tp = trnn.pack_padded_sequence(tx, torch.tensor(lengths), batch_first=batch_first,
+                                       enforce_sorted=enforce_sorted)
+        ep = ernn.pack_padded_sequence(ex, flow.tensor(lengths), batch_first=batch_first,
+                                       enforce_sorted=enforce_sorted)
+        _same_packed(tp, ep, dtype)
+        tpad, tlen = trnn.pad_packed_sequence(tp, batch_first=batch_first, padding_value=-7.0, total_length=tl)
+        epad, elen = ernn.pad_packed_sequence(ep, batch_first=batch_first, padding_value=-7.0, total_length=tl)
+        assert elen.tolist() == tlen.tolist() and elen.dtype == flow.int64
+        # the packed data and the padded result both carry gradients back to the input
+        _backward_both([tpad, tp.data], [epad, ep.data], dtype)
+        np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), **TOL[dtype])
+
+
+def test_pack_padded_sequence_of_integer_targets():
+    y = np.arange(20).reshape(5, 4)
+    tp = trnn.pack_padded_sequence(torch.tensor(y), UNSORTED[::-1], enforce_sorted=False)
+    ep = ernn.pack_padded_sequence(flow.tensor(y), UNSORTED[::-1], enforce_sorted=False)
+    _same_packed(tp, ep)
+    assert ep.data.dtype == flow.int64
+    tpad, _ = trnn.pad_packed_sequence(tp, padding_value=-1)
+    epad, _ = ernn.pad_packed_sequence(ep, padding_value=-1)
+    np.testing.assert_array_equal(epad.numpy(), tpad.numpy())
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_pad_sequence_and_unpad_sequence(batch_first, padding_side):
+    arrays = [_randn(n, 2, 3, seed=n) for n in (2, 4, 0, 3)]
+    tseqs, eseqs = zip(*[_pair(a) for a in arrays])
+    tout = trnn.pad_sequence(tseqs, batch_first=batch_first, padding_value=2.5, padding_side=padding_side)
+    eout = ernn.pad_sequence(eseqs, batch_first=batch_first, padding_value=2.5, padding_side=padding_side)
+    _backward_both([tout], [eout], "float64")
+    for t, e in zip(tseqs, eseqs):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL["float64"])
+    if padding_side == "right":
+        lengths = [len(a) for a in arrays]
+        tback = trnn.unpad_sequence(tout.detach().clone(), torch.tensor(lengths), batch_first=batch_first)
+        eback = ernn.unpad_sequence(eout.detach(), flow.tensor(lengths), batch_first=batch_first)
+        assert tuple(eout.shape) == tuple(tout.shape)  # the argument is not transposed in place
+        for a, t, e in zip(arrays, tback, eback):
+            np.testing.assert_array_equal(e.numpy(), t.numpy())
+            np.testing.assert_array_equal(e.numpy(), a)
+
+
+def test_pad_sequence_shapes_dtypes_and_tensor_argument():
+    # 1-D sequences, one-element trailing broadcast (as torch's copy into the padded slot)
+    tseqs = [torch.arange(3.0), torch.arange(1.0)]
+    eseqs = [flow.arange(3.0), flow.arange(1.0)]
+    np.testing.assert_array_equal(ernn.pad_sequence(eseqs).numpy(), trnn.pad_sequence(tseqs).numpy())
+    t = trnn.pad_sequence([torch.ones(2, 3), torch.ones(3, 1)], batch_first=True)
+    e = ernn.pad_sequence([flow.ones(2, 3), flow.ones(3, 1)], batch_first=True)
+    np.testing.assert_array_equal(e.numpy(), t.numpy())
+    # a Tensor is an iterable of its rows; the dtype is the first sequence's
+    x = _randn(3, 4)
+    np.testing.assert_array_equal(ernn.pad_sequence(flow.tensor(x)).numpy(), trnn.pad_sequence(torch.tensor(x)).numpy())
+    e = ernn.pad_sequence([flow.ones(2, dtype=flow.float32), flow.ones(3, dtype=flow.float64)])
+    assert trnn.pad_sequence([torch.ones(2), torch.ones(3, dtype=torch.float64)]).dtype == torch.float32
+    assert e.dtype == flow.float32
+    assert tuple(ernn.pad_sequence([flow.zeros(0, 3), flow.zeros(0, 3)]).shape) == (0, 2, 3)
+
+
+@pytest.mark.parametrize("enforce_sorted,arrays", [(True, (5, 3, 3, 1)), (False, (3, 5, 1, 3))])
+def test_pack_sequence_and_unpack_sequence(enforce_sorted, arrays):
+    arrays = [_randn(n, IN, seed=n) for n in arrays]
+    tseqs, eseqs = zip(*[_pair(a) for a in arrays])
+    tp = trnn.pack_sequence(list(tseqs), enforce_sorted=enforce_sorted)
+    ep = ernn.pack_sequence(list(eseqs), enforce_sorted=enforce_sorted)
+    _same_packed(tp, ep)
+    tback, eback = trnn.unpack_sequence(tp), ernn.unpack_sequence(ep)
+    assert len(eback) == len(arrays)
+    for a, e in zip(arrays, eback):
+        np.testing.assert_array_equal(e.detach().numpy(), a)
+    _backward_both(list(tback), list(eback), "float64")
+    for t, e in zip(tseqs, eseqs):
+        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL["float64"])
+
+
+def test_packed_sequence_object():
+    ep = ernn.pack_padded_sequence(flow.tensor(_padded_input(UNSORTED, False, "float32")), UNSORTED,
+                                   enforce_sorted=False)
+    data, batch_sizes, sorted_indices, unsorted_indices = ep  # a namedtuple, as torch's
+    assert ep._fields == trnn.PackedSequence._fields
+    assert repr(ep).startswith("PackedSequence(data=")
+    assert not ep.is_cuda and ep.device.type == "cpu" and not ep.is_pinned() and ep.pin_memory() is ep
+    assert ep.to(flow.float32) is ep and ep.to("cpu") is ep and ep.cpu() is ep
+    d = ep.to(flow.float64)
+    assert isinstance(d, ernn.PackedSequence) and d.data.dtype == flow.float64
+    assert ep.double().data.dtype == flow.float64
+    assert d.batch_sizes is batch_sizes and d.sorted_indices.tolist() == sorted_indices.tolist()
+    assert ep.long().data.dtype == flow.int64 and ep.half().data.dtype == flow.float16
+    # unsorted_indices default to the inverse permutation; ((data, batch_sizes)) is accepted
+    again = ernn.PackedSequence(data, batch_sizes, sorted_indices)
+    assert again.unsorted_indices.tolist() == unsorted_indices.tolist() == [1, 0, 3, 2]
+    assert ernn.PackedSequence((data, batch_sizes)).sorted_indices is None
+    perm = torch.tensor([2, 0, 3, 1])
+    assert ernn.invert_permutation(flow.tensor([2, 0, 3, 1])).tolist() == trnn.invert_permutation(perm).tolist()
+    assert ernn.invert_permutation(None) is None
+    assert flow.nn.utils.rnn.pad_sequence is ernn.pad_sequence
+
+
+def _same_error_and_message(run, same_message=True):
+    """run(rnn_utils, lib) raises in torch; the engine raises the same type with the same message
+    (the library's name aside)."""
+    with pytest.raises(Exception) as texc:
+        run(trnn, torch)
+    with pytest.raises(type(texc.value)) as eexc:
+        run(ernn, flow)
+    assert type(eexc.value) is type(texc.value)
+    if same_message:
+        assert str(eexc.value).replace("engine.", "torch.") == str(texc.value)
+
+
+RNN_UTILS_ERRORS = {
+    "unsorted_with_enforce_sorted": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 4, 2), UNSORTED),
+    "zero_length": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 4, 2), [5, 3, 1, 0]),
+    "zero_length_unsorted": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 4, 2), [0, 3, 1, 5],
+                                                                  enforce_sorted=False),
+    "negative_length": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 4, 2), [-1, 3, 1, 5],
+                                                             enforce_sorted=False),
+    "zero_inside_unsorted_enforced": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 3, 2), [3, 0, 1]),
+    "lengths_count": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 4, 2), [5, 3, 1]),
+    "lengths_count_batch_first": lambda u, lib: u.pack_padded_sequence(lib.zeros(4, 5, 2), [4, 3, 1, 1, 1],
+                                                                       batch_first=True),
+    "lengths_2d": lambda u, lib: u.pack_padded_sequence(lib.zeros(5, 2, 2), lib.tensor([[5, 3]])),
+    "empty_input": lambda u, lib: u.pack_padded_sequence(lib.zeros(0, 2, 2), [2, 1]),
+    "input_1d": lambda u, lib: u.pack_padded_sequence(lib.zeros(4), [4]),
+    "total_length": lambda u, lib: u.pad_packed_sequence(u.pack_padded_sequence(lib.zeros(5, 4, 2), SORTED),
+                                                         total_length=4),
+    "pack_sequence_unsorted": lambda u, lib: u.pack_sequence([lib.zeros(2), lib.zeros(3)]),
+    "pack_sequence_empty_sequence": lambda u, lib: u.pack_sequence([lib.zeros(2), lib.zeros(0)],
+                                                                   enforce_sorted=False),
+    "pad_sequence_empty": lambda u, lib: u.pad_sequence([]),
+    "pad_sequence_side": lambda u, lib: u.pad_sequence([lib.zeros(2)], padding_side="middle"),
+    "pad_sequence_not_iterable": lambda u, lib: u.pad_sequence(5),
+    "pad_sequence_trailing": lambda u, lib: u.pad_sequence([lib.zeros(2, 3), lib.zeros(3, 4)]),
+    "unpad_lengths_count": lambda u, lib: u.unpad_sequence(lib.zeros(2, 3, 1), lib.tensor([2, 3, 1]),
+                                                           batch_first=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RNN_UTILS_ERRORS))
+def test_rnn_utils_bad_input_raises_like_torch(case):
+    _same_error_and_message(RNN_UTILS_ERRORS[case])
+
+
+def test_rnn_utils_errors_beyond_torch():
+    # torch packs a truncated data tensor whose batch_sizes claim more rows; the engine refuses
+    with pytest.raises(RuntimeError, match="longer than the 4 time steps"):
+        ernn.pack_padded_sequence(flow.zeros(4, 2, 1), [5, 1])
+    with pytest.raises(RuntimeError, match="0-d"):
+        ernn.pad_sequence([flow.tensor(1.0), flow.tensor(2.0)])
+    with pytest.raises(TypeError, match="Tensors"):
+        ernn.pad_sequence([[1.0, 2.0]])
+
+
+def _packed_zeros(u, lib, lengths=UNSORTED, feat=IN, dtype="float32"):
+    return u.pack_padded_sequence(_zeros(lib, max(lengths), len(lengths), feat, dtype=dtype), lengths,
+                                  enforce_sorted=False)
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+@pytest.mark.parametrize("case", ["input_size", "input_3d", "dtype", "hx_layers", "hx_size"])
+def test_packed_sequence_layer_bad_input_raises_like_torch(cls, case):
+    """torch's LSTM does not check a packed input or its states (its kernels fail instead, with
+    RuntimeErrors of their own); RNN and GRU check them, and the engine checks all three alike."""
+    def run(u, lib):
+        m = getattr(lib.nn, cls)(IN, HID)
+        if case == "input_size":
+            return m(_packed_zeros(u, lib, feat=IN + 1))
+        if case == "input_3d":
+            p = _packed_zeros(u, lib)
+            return m(u.PackedSequence(p.data[:, None], p.batch_sizes, p.sorted_indices, p.unsorted_indices))
+        if case == "dtype":
+            return m(_packed_zeros(u, lib, dtype="float64"))
+        shape = {"hx_layers": (2, 4, HID), "hx_size": (1, 4, HID + 1)}[case]
+        return m(_packed_zeros(u, lib), _hx(lib, cls, shape))
+
+    if cls != "LSTM":
+        _same_error_and_message(run)
+        return
+    with pytest.raises(RuntimeError):
+        run(trnn, torch)
+    with pytest.raises(ValueError if case == "dtype" else RuntimeError, match="dtype|input|hidden"):
+        run(ernn, flow)
+
+
+@pytest.mark.parametrize("cls", ["RNN", "LSTM", "GRU"])
+def test_packed_sequence_hidden_batch_is_checked(cls):
+    """The batch of hx must be batch_sizes[0]. torch's RNN/GRU permute hx first (a larger hx
+    then passes with some rows dropped, a smaller one fails in index_select); the engine checks
+    the size first, as torch's LSTM does."""
+    for batch in (3, 5):
+        with pytest.raises(RuntimeError, match="Expected hidden"):
+            getattr(flow.nn, cls)(IN, HID)(_packed_zeros(ernn, flow), _hx(flow, cls, (1, batch, HID)))
+
+
+def test_packed_sequence_of_another_library_or_into_a_cell():
+    packed = torch.nn.utils.rnn.pack_padded_sequence(torch.zeros(SEQ, 2, IN), [SEQ, 2])
+    for cls in ("RNN", "LSTM", "GRU"):
+        with pytest.raises(TypeError, match="engine.nn.utils.rnn"):
+            getattr(flow.nn, cls)(IN, HID)(packed)
+    epacked = ernn.pack_padded_sequence(flow.zeros(SEQ, 2, IN), [SEQ, 2])
+    for cls in ("RNNCell", "LSTMCell", "GRUCell"):
+        with pytest.raises(NotImplementedError, match="PackedSequence"):
+            getattr(flow.nn, cls)(IN, HID)(epacked)

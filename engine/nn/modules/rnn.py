@@ -7,6 +7,11 @@ time steps per layer and direction (with both biases folded in where the gate ma
 only the hidden-to-hidden product runs step by step. A sequence layer and its cell share the same
 per-step functions (`_STEPS`), so the two cannot drift apart.
 
+A PackedSequence input (engine.nn.utils.rnn) runs on its packed rows: the input projection is
+one GEMM over all of them, and step t updates only the batch_sizes[t] sequences still running
+(the state shrinks as sequences end in the forward direction, and grows as they start in the
+reverse one), so each sequence's final state is the state after its own last step.
+
 Gate layouts are torch's (cuDNN's): LSTM rows are [i, f, g, o], GRU rows [r, z, n].
 """
 import math
@@ -17,12 +22,14 @@ from collections import namedtuple
 from ...amp import is_autocast_enabled
 from ...ops.creation import empty, zeros
 from ...ops.dropout import dropout as _dropout
+from ...ops.indexing import index_select
 from ...ops.linalg import linear
 from ...ops.shape import cat, chunk, split, stack, transpose, unbind
 from ...ops.unary import relu, sigmoid, tanh
 from ...tensor import Parameter, Tensor
 from .. import init
 from ..module import Module
+from ..utils.rnn import PackedSequence
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -82,10 +89,24 @@ def _is_packed_sequence(x):
     return not isinstance(x, Tensor) and hasattr(x, "batch_sizes") and hasattr(x, "data")
 
 
+def _as_packed(input, cls_name):
+    """An engine PackedSequence (or a namedtuple-like one holding engine tensors) for a packed
+    input, None for anything else; a packed sequence of another library is refused."""
+    if isinstance(input, PackedSequence):
+        return input
+    if not _is_packed_sequence(input):
+        return None
+    if not isinstance(input.data, Tensor):
+        raise TypeError(f"{cls_name}: the PackedSequence holds {type(input.data).__name__} data, not engine "
+                        "Tensors; pack it with engine.nn.utils.rnn")
+    return PackedSequence(input.data, input.batch_sizes, getattr(input, "sorted_indices", None),
+                          getattr(input, "unsorted_indices", None))
+
+
 def _check_tensor_input(input, cls_name):
     if _is_packed_sequence(input):
-        raise NotImplementedError(f"{cls_name}: PackedSequence input is not supported by engine.nn; pass a "
-                                  "padded Tensor (seq_len, batch, features) instead")
+        raise NotImplementedError(f"{cls_name}: PackedSequence input is not supported by the cells (one time "
+                                  "step); pass a Tensor")
     if not isinstance(input, Tensor):
         raise TypeError(f"{cls_name}: input must be a Tensor, got {type(input).__name__}")
 
@@ -192,17 +213,18 @@ class RNNBase(Module):
                         p.get("bias_hh" + suffix), p.get("weight_hr" + suffix))
 
     # -------------------------------------------------------------- argument checks (torch's)
-    def _check_input(self, input):
+    def _check_input(self, input, packed=False):
         weight = self._flat_weights[0]
         if input.dtype != weight.dtype and not is_autocast_enabled():
             raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
                              f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
-        if input.dim() != 3:
-            raise RuntimeError(f"input must have 3 dimensions, got {input.dim()}")
+        expected_dim = 2 if packed else 3
+        if input.dim() != expected_dim:
+            raise RuntimeError(f"input must have {expected_dim} dimensions, got {input.dim()}")
         if self.input_size != input.shape[-1]:
             raise RuntimeError(f"input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                                f"got {input.shape[-1]}")
-        if input.shape[1 if self.batch_first else 0] == 0:
+        if not packed and input.shape[1 if self.batch_first else 0] == 0:
             raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
 
     def _expected_hidden_size(self, input, size):
@@ -225,6 +247,13 @@ class RNNBase(Module):
             raise RuntimeError(f"For {kind} input, hx and cx should also be {want}-D but got ({dims}) tensors")
 
     # -------------------------------------------------------------- the recurrence
+    def _initial_state(self, h0, c0, k, batch, real_hidden_size, like):
+        """(h, c) of layer-direction k: the given states, else zeros (c is None unless LSTM)."""
+        h = h0[k] if h0 is not None else zeros(batch, real_hidden_size, dtype=like.dtype, device=like.device)
+        if self.mode != "LSTM":
+            return h, None
+        return h, (c0[k] if c0 is not None else zeros(batch, self.hidden_size, dtype=like.dtype, device=like.device))
+
     def _run(self, x, hx, cx):
         """x: (seq, batch, features) time-major; hx/cx: (layers*directions, batch, size) or None
         for zeros. Returns output (seq, batch, directions*real_hidden), h_n and c_n (None for
@@ -242,10 +271,7 @@ class RNNBase(Module):
             outputs = []
             for direction in range(num_directions):
                 k = layer * num_directions + direction
-                h = h0[k] if h0 is not None else zeros(batch, real_hidden_size, dtype=x.dtype, device=x.device)
-                c = None
-                if lstm:
-                    c = c0[k] if c0 is not None else zeros(batch, self.hidden_size, dtype=x.dtype, device=x.device)
+                h, c = self._initial_state(h0, c0, k, batch, real_hidden_size, x)
                 w = self._weights(layer, direction)
                 steps = unbind(_input_projection(layer_input, w, fold_b_hh), 0)
                 if direction == 1:
@@ -276,6 +302,87 @@ class RNNBase(Module):
             c_n = c_n.squeeze(1) if c_n is not None else None
         return output, h_n, c_n
 
+    def _run_packed(self, data, batch_sizes, hx, cx):
+        """data: (sum of lengths, features), the rows of time step t at offsets[t] ... + batch_sizes[t],
+        sequences sorted by decreasing length; hx/cx as in `_run`, in the sorted order. Returns
+        the output rows (same layout), h_n and c_n (each sequence's state after its last step)."""
+        step, _, fold_b_hh = _STEPS[self.mode]
+        num_directions = 2 if self.bidirectional else 1
+        sizes = [int(n) for n in (batch_sizes.tolist() if isinstance(batch_sizes, Tensor) else batch_sizes)]
+        batch = sizes[0]
+        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        h0 = unbind(hx, 0) if hx is not None else None
+        c0 = unbind(cx, 0) if cx is not None else None
+        lstm = self.mode == "LSTM"
+        h_n, c_n = [], []
+        layer_input = data
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(num_directions):
+                k = layer * num_directions + direction
+                h, c = self._initial_state(h0, c0, k, batch, real_hidden_size, data)
+                w = self._weights(layer, direction)
+                steps = split(_input_projection(layer_input, w, fold_b_hh), sizes, 0)
+                hs = []
+                if direction == 0:
+                    ended = []  # (h, c) of the sequences that ended, the shortest (last rows) first
+                    for n, xg in zip(sizes, steps):
+                        if n < h.shape[0]:
+                            ended.append((h[n:], c[n:] if lstm else None))
+                            h, c = h[:n], (c[:n] if lstm else None)
+                        h, c = step(xg, h, c, w)
+                        hs.append(h)
+                    ended.append((h, c))
+                    h_last = cat([e[0] for e in reversed(ended)], 0) if len(ended) > 1 else h
+                    c_last = None
+                    if lstm:
+                        c_last = cat([e[1] for e in reversed(ended)], 0) if len(ended) > 1 else c
+                else:
+                    h_init, c_init = h, c
+                    h, c = h_init[:sizes[-1]], (c_init[:sizes[-1]] if lstm else None)
+                    for n, xg in zip(reversed(sizes), reversed(steps)):
+                        if n > h.shape[0]:  # sequences that start (from their end) at this step
+                            h = cat([h, h_init[h.shape[0]:n]], 0)
+                            c = cat([c, c_init[c.shape[0]:n]], 0) if lstm else None
+                        h, c = step(xg, h, c, w)
+                        hs.append(h)
+                    hs.reverse()
+                    h_last, c_last = h, c
+                outputs.append(cat(hs, 0) if len(hs) > 1 else hs[0])
+                h_n.append(h_last)
+                c_n.append(c_last)
+            layer_input = outputs[0] if num_directions == 1 else cat(outputs, 1)
+            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
+                layer_input = _dropout(layer_input, self.dropout, True)
+        return layer_input, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
+
+    def _forward_packed(self, packed, hx, cx):
+        """torch's packed path: the states given in the batch's order are permuted to the sorted
+        order, and h_n/c_n permuted back; the output is a PackedSequence with the input's sizes
+        and indices (batch_first does not apply)."""
+        data, batch_sizes, sorted_indices, unsorted_indices = packed
+        self._check_input(data, packed=True)
+        if not isinstance(data, Tensor):
+            raise TypeError(f"{type(self).__name__}: PackedSequence.data must be a Tensor, got {type(data).__name__}")
+        mini_batch = int(batch_sizes[0])
+        num_directions = 2 if self.bidirectional else 1
+        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if hx is not None:
+            self._check_hidden_size(hx, (self.num_layers * num_directions, mini_batch, real_hidden_size),
+                                    "Expected hidden size {}, got {}" if cx is None else
+                                    "Expected hidden[0] size {}, got {}")
+            if cx is not None:
+                self._check_hidden_size(cx, (self.num_layers * num_directions, mini_batch, self.hidden_size),
+                                        "Expected hidden[1] size {}, got {}")
+            if sorted_indices is not None:
+                hx = index_select(hx, 1, sorted_indices)
+                cx = index_select(cx, 1, sorted_indices) if cx is not None else None
+        output, h_n, c_n = self._run_packed(data, batch_sizes, hx, cx)
+        if unsorted_indices is not None:
+            h_n = index_select(h_n, 1, unsorted_indices)
+            c_n = index_select(c_n, 1, unsorted_indices) if c_n is not None else None
+        return PackedSequence(output, batch_sizes, sorted_indices, unsorted_indices), h_n, c_n
+
     def _prepare(self, input, name):
         """Checks common to all modes; returns (3-D input, is_batched)."""
         _check_tensor_input(input, name)
@@ -289,6 +396,10 @@ class RNNBase(Module):
 
     def _forward_single_state(self, input, hx, name):
         """RNN and GRU: one state tensor, returns (output, h_n)."""
+        packed = _as_packed(input, name)
+        if packed is not None:
+            output, h_n, _ = self._forward_packed(packed, hx, None)
+            return output, h_n
         input, is_batched = self._prepare(input, name)
         if hx is not None:
             self._check_state_dims([hx], is_batched)
@@ -353,14 +464,23 @@ class LSTM(RNNBase):
     def __init__(self, *args, **kwargs):
         super().__init__("LSTM", *args, **kwargs)
 
+    @staticmethod
+    def _split_state(hx):
+        if isinstance(hx, Tensor) or not isinstance(hx, (tuple, list)) or len(hx) != 2:
+            raise TypeError(f"LSTM: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
+                            + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
+        return hx
+
     def forward(self, input, hx=None):
+        packed = _as_packed(input, "LSTM")
+        if packed is not None:
+            hx, cx = self._split_state(hx) if hx is not None else (None, None)
+            output, h_n, c_n = self._forward_packed(packed, hx, cx)
+            return output, (h_n, c_n)
         input, is_batched = self._prepare(input, "LSTM")
         cx = None
         if hx is not None:
-            if isinstance(hx, Tensor) or not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise TypeError(f"LSTM: hx must be a tuple (h_0, c_0) of two Tensors, got {type(hx).__name__}"
-                                + (f" of length {len(hx)}" if isinstance(hx, (tuple, list)) else ""))
-            hx, cx = hx
+            hx, cx = self._split_state(hx)
             self._check_state_dims([hx, cx], is_batched)
             if not is_batched:
                 hx, cx = hx.unsqueeze(1), cx.unsqueeze(1)
