@@ -1,4 +1,5 @@
-"""Optimizers (`engine.optim.SGD`, `Adam`, `AdamW`, `LAMB`) and `engine.optim.lr_scheduler`.
+"""Optimizers (`engine.optim.SGD`, `Adam`, `AdamW`, `LAMB`, `RMSprop`, `Adagrad`, `Adadelta`,
+`Adamax`, `NAdam`, `RAdam`) and `engine.optim.lr_scheduler`.
 
 Steps update each parameter's backend array in place (see optimizer.py for why); the math and the
 state-dict layout follow torch.optim.
@@ -7,6 +8,13 @@ from .optimizer import Optimizer
 from .sgd import SGD
 from .adam import Adam, AdamW
 from .lamb import LAMB
+from .rmsprop import RMSprop
+from .adagrad import Adagrad
+from .adadelta import Adadelta
+from .adamax import Adamax
+from .nadam import NAdam
+from .radam import RAdam
 from . import lr_scheduler
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
+           "RAdam", "lr_scheduler"]

@@ -260,14 +260,16 @@ def _plain_value(key, value):
 
 
 def _cast_state(p, key, value):
-    """A copy of a saved state entry on `p`'s device; floating tensors take `p`'s dtype."""
+    """A copy of a saved state entry on `p`'s device; floating tensors take `p`'s dtype, but a 0-d
+    one (a scalar such as NAdam's mu_product in torch's layout) keeps its own, never rounded to a
+    half-precision parameter's."""
     if key == "step":
         return int(value.item()) if isinstance(value, Tensor) else int(value)
     if not isinstance(value, Tensor):
         return value
     src = value._data
     arr = to_device(src, p._device)
-    if p.is_floating_point() and value.is_floating_point() and arr.dtype != p._data.dtype:
+    if p.is_floating_point() and value.is_floating_point() and arr.dtype != p._data.dtype and arr.ndim > 0:
         arr = arr.astype(p._data.dtype)
     elif arr is src:
         arr = arr.copy()
