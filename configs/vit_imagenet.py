@@ -50,6 +50,7 @@ train_aug = LazyCall(T.Compose)(transforms=[
 ])
 test_aug = LazyCall(T.Compose)(transforms=[
     LazyCall(T.Resize)(size=32),
+    LazyCall(T.CenterCrop)(size=32),  # square batches from non-square images too (ImageFolder)
     LazyCall(T.ToTensor)(),
     LazyCall(T.Normalize)(mean=_MEAN, std=_STD),
 ])

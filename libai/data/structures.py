@@ -185,7 +185,14 @@ class Instance:
             if isinstance(v0, flow.Tensor):
                 values = flow.stack(values, dim=0)
             elif hasattr(type(v0), "stack"):
-                values = type(v0).stack(values)
+                try:
+                    values = type(v0).stack(values)
+                except ValueError as e:
+                    if "shapes differ" not in str(e):
+                        raise
+                    raise ValueError(f"{e}: the samples' field {k!r} must have one shape in a batch (images: end the "
+                                     "dataset's transform with a crop to a fixed size, e.g. CenterCrop after "
+                                     "Resize)") from e
             elif isinstance(v0, (np.ndarray, np.number, int, float)) and not isinstance(v0, bool):
                 values = flow.tensor(np.stack([np.asarray(v) for v in values], axis=0))
             ret.set(k, values)

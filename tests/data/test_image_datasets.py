@@ -234,3 +234,17 @@ def test_test_loader_is_one_ordered_pass():
     got = np.concatenate([b.labels.tensor.numpy() for b in loader])
     np.testing.assert_array_equal(got, ds.labels[:len(got)])
     assert len(got) >= 200
+
+
+def test_a_batch_of_unequal_image_shapes_names_the_field_and_the_fix():
+    """Resize(32) alone keeps a non-square image non-square: stacking the batch fails, and the
+    error names the field and what to add (the recipes' test transform ends with CenterCrop)."""
+    import pytest
+
+    import engine as flow
+    from libai.data.structures import DistTensorData, Instance
+
+    batch = [Instance(images=DistTensorData(flow.zeros(3, 32, s))) for s in (32, 40)]
+    with pytest.raises(ValueError, match=r"tensor shapes differ.*field 'images' must have one shape in a batch.*"
+                                         r"CenterCrop"):
+        Instance.stack(batch)
