@@ -116,7 +116,7 @@ VALUE_CHECKS = {
     "dist.pipeline_schedule": ((lambda v: v in ("1F1B", "GPipe")), "'1F1B' or 'GPipe'"),
     "dist.device_type": _optional(((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}")),
     "input_placement_device": ((lambda v: v in INPUT_PLACEMENT_DEVICES), f"one of {INPUT_PLACEMENT_DEVICES}"),
-    "seed": _optional((_INT[0], "an integer (< 0: do not seed)")),
+    "seed": _optional((_INT[0], "an integer (None or < 0: a seed is drawn at random and recorded)")),
 }
 
 

@@ -128,17 +128,49 @@ def default_setup(cfg, args):
     # NLP recipes: default corpus for unset data paths, model vocab = the tokenizer's padded size
     DefaultTrainer.build_tokenizer(cfg)
 
+    seed = _resolve_seed(cfg, logger)
     if not eval_only and not train.resume:  # a resume saves it once it has found its checkpoint
         save_config(cfg)
 
+    seed_for_rank = seed + rank
+    flow.manual_seed(seed)
+    np.random.seed(seed_for_rank % 2**32)
+    random.seed(seed_for_rank)
+    logger.info(f"Seeded engine with {seed} (train.seed), numpy and random with {seed_for_rank} "
+                "(train.seed + rank)")
+
+
+def _resolve_seed(cfg, logger):
+    """train.seed, or for None / a negative one (LiBai's "no fixed seed") a seed drawn from the
+    OS's entropy, the same on every rank, written back into cfg.train.seed: the data samplers
+    need one, and the run's config.yaml then records it. A resume takes the run's recorded seed
+    (its samplers' saved state must match it)."""
     seed = cfg.train.seed
     if seed is not None and seed >= 0:
-        seed_for_rank = int(seed) + rank
-        flow.manual_seed(int(seed))
-        np.random.seed(seed_for_rank % 2**32)
-        random.seed(seed_for_rank)
-        logger.info(f"Seeded engine with {seed} (train.seed), numpy and random with {seed_for_rank} "
-                    "(train.seed + rank)")
+        return int(seed)
+    drawn = None
+    if dist.is_main_process():
+        if cfg.train.resume:
+            drawn = _recorded_seed(os.path.join(cfg.train.output_dir, "config.yaml"))
+        if drawn is None:
+            drawn = int(np.random.SeedSequence().entropy % 2**31)
+    drawn = int(dist.broadcast_object(drawn))
+    cfg.train.seed = drawn
+    logger.info(f"train.seed={seed}: no fixed seed, this run's is {drawn} (recorded in config.yaml; set "
+                f"train.seed={drawn} to repeat the run)")
+    return drawn
+
+
+def _recorded_seed(config_yaml):
+    """train.seed of a previous run's config.yaml, or None."""
+    import yaml
+
+    try:
+        with open(config_yaml, encoding="utf-8") as f:
+            seed = (yaml.safe_load(f) or {}).get("train", {}).get("seed")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        return None
+    return int(seed) if isinstance(seed, int) and seed >= 0 else None
 
 
 def graph_mode(cfg):

@@ -151,7 +151,8 @@ def test_libai_whole_floats_become_integers_and_epoch_periods_are_checked():
     ("train.resume=maybe", "train.resume must be true or false, got 'maybe'"),
     ("train.output_dir=''", "train.output_dir must be a non-empty path"),
     ("train.input_placement_device=tpu", "train.input_placement_device must be one of ('cpu', 'cuda'), got 'tpu'"),
-    ("train.seed=1.5", "train.seed must be an integer (< 0: do not seed) or None, got 1.5"),
+    ("train.seed=1.5", "train.seed must be an integer (None or < 0: a seed is drawn at random and recorded) or None, "
+                        "got 1.5"),
     ("train.dist.device_type=gpu", "train.dist.device_type must be one of ('cpu', 'cuda') or None, got 'gpu'"),
 ])
 def test_a_value_of_the_wrong_type_or_range_is_named(override, message):

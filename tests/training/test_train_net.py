@@ -177,3 +177,18 @@ def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_p
                               text=True, timeout=300)
         assert proc.returncode != 0 and error in proc.stderr, (args, proc.stderr[-2000:])
         assert not os.path.exists(os.path.join(out, "metrics.json"))
+
+
+def test_no_fixed_seed_draws_one_records_it_and_resumes_with_it(tmp_path):
+    """train.seed=-1 (LiBai's "no fixed seed"; None too): a seed is drawn, written into
+    config.yaml, and a resume takes it back (its samplers' saved state must match)."""
+    import yaml
+
+    out = str(tmp_path / "run")
+    proc = train_net(f"train.output_dir={out}", *COMMON, "train.seed=-1", "--stop-iter", "10")
+    with open(os.path.join(out, "config.yaml")) as f:
+        seed = yaml.safe_load(f)["train"]["seed"]
+    assert isinstance(seed, int) and seed >= 0 and f"this run's is {seed}" in proc.stdout
+    proc = train_net(f"train.output_dir={out}", *COMMON, "train.seed=null", "--resume")
+    assert f"this run's is {seed}" in proc.stdout and "continuing at iteration 10" in proc.stdout
+    assert max(losses_by_iter(out)) == 19
