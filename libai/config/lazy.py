@@ -438,9 +438,14 @@ class LazyConfig:
                 (o,) = parser.parse_overrides([raw])
             except Exception as e:
                 msg = str(e).strip()
+                key = raw.split("=", 1)[0]
+                hint = ""
+                if re.search(r"\[\d+\]", key):  # Python's list index: dataset[0].data_prefix
+                    dotted = re.sub(r"\[(\d+)\]", r".\1", key) + raw[len(key):]
+                    hint = f"; a list element is written with a dot: {dotted!r}"
                 raise ValueError(
                     f"malformed override {raw!r}: {msg}\n(expected key=value, +key=value, "
-                    "++key=value or ~key)"
+                    f"++key=value or ~key{hint})"
                 ) from None
             LazyConfig._apply_one(cfg, o, raw)
         return cfg

@@ -111,6 +111,11 @@ def test_malformed_overrides(override):
         LazyConfig.apply_overrides(_cfg(), [override])
 
 
+def test_a_python_list_index_in_an_override_gets_the_dotted_form():
+    with pytest.raises(ValueError, match=r"a list element is written with a dot: 'train\.topk\.0\.x=3'"):
+        LazyConfig.apply_overrides(_cfg(), ["train.topk[0].x=3"])
+
+
 def test_unsupported_overrides():
     with pytest.raises(ValueError, match="sweeps"):
         LazyConfig.apply_overrides(_cfg(), ["train.seed=1,2"])
