@@ -40,6 +40,9 @@ def main(args):
         # the valid/test splits of the training data (one epoch each, whatever train.train_iter is), then
         # dataloader.test: the trainer's order, so the results have the training run's names
         loaders = DefaultTrainer.build_eval_only_loaders(cfg, DefaultTrainer.build_tokenizer(cfg))
+        if not loaders:
+            sys.exit("--eval-only: nothing to evaluate: the config has no dataloader.test, and dataloader.train's "
+                     "splits give no valid or test data (dataloader.train.splits)")
         results = DefaultTrainer.test(cfg, loaders, model)
         write_eval_results(cfg, results, iteration=int(extra.get("iteration", 0)) if extra else 0)
         return results

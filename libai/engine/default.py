@@ -434,6 +434,10 @@ class DefaultTrainer(TrainerBase):
         cfg = self.cfg
         train, ev = cfg.train, cfg.train.evaluation
         ret = [hooks.IterationTimer(), hooks.LRScheduler()]
+        if ev.enabled and not self.test_loader:
+            self._logger.warning("train.evaluation.enabled=True, but there is nothing to evaluate (no "
+                                 "dataloader.test, and the train splits give no valid or test data): no evaluation "
+                                 f"runs and no model_best is saved for {ev.eval_metric!r}")
         if ev.enabled and self.test_loader:
             def test_and_save_results():
                 self._last_eval_results = self.test(self.cfg, self.test_loader, self.model,

@@ -171,6 +171,7 @@ def test_bad_keys_values_and_paths_stop_before_training_naming_the_culprit(tmp_p
             (["--o"], "unrecognized arguments: --o"),
             (["--stop-iter", "-2"], "expected a positive iteration count, got -2"),
             (["--eval-only", "--resume"], f"train.output_dir='{out}' holds no checkpoint to evaluate"),
+            (["--eval-only", "~dataloader.test"], "--eval-only: nothing to evaluate"),
     ):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", CONFIG,
                                f"train.output_dir={out}", *args], cwd=ROOT, env=env, capture_output=True,

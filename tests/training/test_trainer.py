@@ -149,6 +149,17 @@ def test_default_trainer_hook_order(tmp_path):
                      hooks.PeriodicWriter, hooks.PeriodicCheckpointer]
 
 
+def test_evaluation_enabled_with_nothing_to_evaluate_is_warned(tmp_path, caplog):
+    """No dataloader.test and no valid/test splits: no EvalHook, no model_best, and a warning
+    naming the metric that will never be saved (it used to be silent)."""
+    cfg = load_cfg(str(tmp_path), "train.train_iter=2", "~dataloader.test")
+    with caplog.at_level("WARNING"):
+        trainer = DefaultTrainer(cfg)
+    assert hooks.EvalHook not in [type(h) for h in trainer._hooks]
+    assert "train.evaluation.enabled=True, but there is nothing to evaluate" in caplog.text
+    assert "'Acc@1'" in caplog.text
+
+
 # ---------------------------------------------------------------------- gradient accumulation
 def _losses(out, micro, acc, iters=8):
     cfg = load_cfg(out, f"train.train_iter={iters}", f"train.train_micro_batch_size={micro}",
