@@ -1,6 +1,7 @@
 """DefaultTrainer, default_setup and default_argument_parser (LiBai's libai/engine/default.py)."""
 import argparse
 import contextlib
+import json
 import logging
 import math
 import os
@@ -835,15 +836,39 @@ def _describe_loader(loader):
 
 def write_eval_results(cfg, results, iteration=0):
     """Append evaluation results (flattened) as one record to output_dir/metrics.json and to the
-    TensorBoard event file (used by --eval-only)."""
+    TensorBoard event file (used by --eval-only). In a training run's directory, whose
+    metrics.json already has records of that iteration or later, the record goes to
+    eval_only.json instead: metrics.json never holds an iteration twice, nor goes back."""
     out = cfg.train.output_dir
     if not out or not dist.is_main_process() or not results:
         return
+    json_file = os.path.join(out, "metrics.json")
+    if _last_recorded_iteration(json_file) >= iteration:
+        json_file = os.path.join(out, "eval_only.json")
+        logging.getLogger(__name__).info(f"{out}/metrics.json holds a training run's records up to this iteration "
+                                         f"({iteration}): the results are appended to {json_file}")
     with EventStorage(iteration) as storage:
         storage.put_scalars(**flatten_results_dict(results), smoothing_hint=False)
-        for w in (JSONWriter(os.path.join(out, "metrics.json")), TensorboardXWriter(out)):
+        for w in (JSONWriter(json_file), TensorboardXWriter(out)):
             w.write()
             w.close()
+
+
+def _last_recorded_iteration(json_file):
+    """The largest iteration of a metrics.json's records (-1 for none or no file)."""
+    last = -1
+    try:
+        with open(json_file, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get("iteration"), int):
+                    last = max(last, record["iteration"])
+    except OSError:
+        pass
+    return last
 
 
 @contextlib.contextmanager

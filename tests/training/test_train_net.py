@@ -132,6 +132,14 @@ def check_eval_only_reproduces_the_trained_metric(full_run, tmp_path):
     assert rec["Acc@1"] == trained["Acc@1"] and rec["Acc@2"] == trained["Acc@2"]
     assert rec["iteration"] == 19  # the checkpoint's iteration
     assert "copypaste: Acc@1,Acc@2" in proc.stdout
+    # into the training run's own directory: its metrics.json keeps one record per iteration, in
+    # order; the evaluation goes to eval_only.json
+    before = open(os.path.join(out, "metrics.json")).read()
+    train_net("--eval-only", f"train.output_dir={out}", f"train.load_weight={out}/model_final")
+    assert open(os.path.join(out, "metrics.json")).read() == before
+    with open(os.path.join(out, "eval_only.json")) as f:
+        rec = json.loads(f.readlines()[-1])
+    assert rec["iteration"] == 19 and rec["Acc@1"] == trained["Acc@1"]
 
 
 def test_fast_dev_run(tmp_path):
