@@ -139,6 +139,11 @@ def build_from_config(args):
                                 "carried their config, or a directory converted by an older convert_checkpoint.py): "
                                 "pass --config-file with the config it was trained with")
     cfg = _load_cfg(args, ckpt_cfg)
+    target = try_get_key(cfg, "model._target_", default=None)
+    name = getattr(target, "__name__", str(target).rsplit(".", 1)[-1])
+    if name not in ("GPTForPreTraining", "GPTModel"):
+        raise ValueError(f"{args.config_file or args.checkpoint}: its model is {name}; tools/generate.py generates "
+                         "text with GPT-2 (GPTForPreTraining or GPTModel) only")
     if "dataloader" in cfg:  # no data is read: only the tokenizer's default-corpus paths are filled in
         del cfg["dataloader"]
     dist.setup_dist_util(cfg.train.dist)

@@ -37,8 +37,8 @@ def train_net(*args, nprocs=1, timeout=240, config=CONFIG, check=True):
     return run_command(cmd, timeout=timeout, env=env(), check=check)
 
 
-def generate(*args, timeout=120):
-    return run_command([sys.executable, GENERATE, *args], timeout=timeout, env=env())
+def generate(*args, timeout=120, check=True):
+    return run_command([sys.executable, GENERATE, *args], timeout=timeout, env=env(), check=check)
 
 
 def records(out):

@@ -168,3 +168,12 @@ def test_converted_from_hf_generates_with_checkpoint_only(tmp_path):
     back = str(tmp_path / "back")
     convert("--from-libai", moved, "--to-hf", back)
     check_hf_export(back, moved, tmp_path)
+
+
+def test_generate_names_a_checkpoint_of_another_model(tmp_path):
+    """A checkpoint of another model (here the MLP recipe's) is refused naming its model, rather
+    than failing inside GPT-2's code with an AttributeError."""
+    out = str(tmp_path / "mlp")
+    train_net(f"train.output_dir={out}", "train.train_iter=2", config=os.path.join(ROOT, "configs", "mlp_classifier.py"))
+    rc, _, stderr = generate("--checkpoint", f"{out}/model_final", "--prompt", "x", check=False)
+    assert rc != 0 and "its model is MLPClassifier; tools/generate.py generates text with GPT-2" in stderr, stderr[-2000:]
