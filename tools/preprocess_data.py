@@ -22,6 +22,11 @@ documents are written under the one --json-keys name (default text: PREFIX_text_
 
     python tools/preprocess_data.py --input books/*.txt --txt-document-per-file \\
         --tokenizer-file tokenizer.json --output-prefix out/books --append-eod
+
+Inputs must be UTF-8 text (not gzipped); a JSON line must be an object holding a string under
+each --json-keys name (null is refused, as a number is). Such an error names the file and the
+line, and the run then writes nothing: the output is renamed into place only at the end, so a
+previous PREFIX_..._document.bin/.idx pair stays as it was.
 """
 import argparse
 import os
@@ -81,17 +86,21 @@ def get_args(argv=None):
 def main(argv=None):
     args = get_args(argv)
     from libai.data.preprocess import preprocess_jsonl
+    from libai.tokenizer.bpe_training import InputFileError
 
     start = time.time()
-    prefixes = preprocess_jsonl(
-        args.input, args.output_prefix,
-        tokenizer_args=dict(tokenizer_name=args.tokenizer_name, vocab_file=args.vocab_file,
-                            merge_file=args.merge_file, tokenizer_file=args.tokenizer_file,
-                            do_lower_case=args.do_lower_case),
-        json_keys=args.json_keys, append_eod=args.append_eod, workers=args.workers,
-        chunk_size=args.chunk_size, dataset_impl=args.dataset_impl, show_progress=not args.no_progress,
-        log_interval=args.log_interval or None, split_sentences=args.split_sentences,
-        keep_newlines=args.keep_newlines, txt_document_per_file=args.txt_document_per_file)
+    try:
+        prefixes = preprocess_jsonl(
+            args.input, args.output_prefix,
+            tokenizer_args=dict(tokenizer_name=args.tokenizer_name, vocab_file=args.vocab_file,
+                                merge_file=args.merge_file, tokenizer_file=args.tokenizer_file,
+                                do_lower_case=args.do_lower_case),
+            json_keys=args.json_keys, append_eod=args.append_eod, workers=args.workers,
+            chunk_size=args.chunk_size, dataset_impl=args.dataset_impl, show_progress=not args.no_progress,
+            log_interval=args.log_interval or None, split_sentences=args.split_sentences,
+            keep_newlines=args.keep_newlines, txt_document_per_file=args.txt_document_per_file)
+    except InputFileError as e:  # names the file, the line and what is wrong; no output was written
+        sys.exit(f"preprocess_data.py: error: {e}")
     for key, prefix in prefixes.items():
         print(f"{key}: {prefix}.bin / {prefix}.idx")
     print(f"done in {time.time() - start:.2f}s")

@@ -5,8 +5,12 @@
     python tools/train_tokenizer.py --type wordpiece --input a.txt --vocab-size 8192 --output-dir DIR
 
 Inputs are plain text files (one document each) or JSONL files (the --json-key field of each
-line, default "text"). BPE writes DIR/vocab.json, DIR/merges.txt and DIR/tokenizer.json with the
-special token <|endoftext|> (GPT-2's eos/bos/unk/end-of-document token). WordPiece writes
+line, default "text"), in UTF-8. A JSONL line that is not an object, lacks the key or holds no
+string under it (null included) is an error naming the file and the line, as are a gzipped file
+and bytes that are not UTF-8; nothing is written then.
+
+BPE writes DIR/vocab.json, DIR/merges.txt and DIR/tokenizer.json with the special token
+<|endoftext|> (GPT-2's eos/bos/unk/end-of-document token). WordPiece writes
 DIR/vocab.txt and DIR/tokenizer.json with [PAD] [UNK] [CLS] [SEP] [MASK] first, lower-cased
 unless --cased.
 
@@ -22,7 +26,7 @@ import warnings
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), os.path.pardir)))
 
 from libai.tokenizer import iter_texts, train_bpe_tokenizer, train_wordpiece_tokenizer  # noqa: E402
-from libai.tokenizer.bpe_training import BERT_SPECIAL_TOKENS, VocabSizeWarning  # noqa: E402
+from libai.tokenizer.bpe_training import BERT_SPECIAL_TOKENS, InputFileError, VocabSizeWarning  # noqa: E402
 
 
 def main(argv=None):
@@ -42,17 +46,24 @@ def main(argv=None):
     if args.cased and args.type != "wordpiece":
         p.error("--cased applies to --type wordpiece (BPE is byte-level and keeps case)")
     texts = iter_texts(args.input, args.json_key)
+    new_dir = not os.path.exists(args.output_dir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", VocabSizeWarning)
-        if args.type == "wordpiece":
-            paths = train_wordpiece_tokenizer(texts, args.vocab_size, args.output_dir,
-                                              min_frequency=args.min_frequency, lowercase=not args.cased,
-                                              special_tokens=args.special_tokens or BERT_SPECIAL_TOKENS,
-                                              show_progress=not args.quiet)
-        else:
-            paths = train_bpe_tokenizer(texts, args.vocab_size, args.output_dir, min_frequency=args.min_frequency,
-                                        special_tokens=args.special_tokens or ["<|endoftext|>"],
-                                        show_progress=not args.quiet)
+        try:
+            if args.type == "wordpiece":
+                paths = train_wordpiece_tokenizer(texts, args.vocab_size, args.output_dir,
+                                                  min_frequency=args.min_frequency, lowercase=not args.cased,
+                                                  special_tokens=args.special_tokens or BERT_SPECIAL_TOKENS,
+                                                  show_progress=not args.quiet)
+            else:
+                paths = train_bpe_tokenizer(texts, args.vocab_size, args.output_dir,
+                                            min_frequency=args.min_frequency,
+                                            special_tokens=args.special_tokens or ["<|endoftext|>"],
+                                            show_progress=not args.quiet)
+        except InputFileError as e:  # names the file, the line and what is wrong; raised before any file is written
+            if new_dir and os.path.isdir(args.output_dir) and not os.listdir(args.output_dir):
+                os.rmdir(args.output_dir)
+            sys.exit(f"train_tokenizer.py: error: {e}")
     for w in caught:
         if issubclass(w.category, VocabSizeWarning):
             print(f"WARNING: {w.message}", file=sys.stderr, flush=True)

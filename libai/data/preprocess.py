@@ -15,10 +15,11 @@ inputs can be mixed, one after another in the order given:
   document's last sentence with `append_eod`), and the index's document boundaries group them,
   so document i (`doc_idx[i]:doc_idx[i + 1]`) is input document i, possibly empty.
 """
-import json
 import multiprocessing
 import os
 import time
+
+from libai.tokenizer.bpe_training import json_line_texts, read_text, read_text_lines
 
 from .indexed_dataset import best_fitting_dtype, data_file_path, index_file_path, make_builder
 from .sentences import split_sentences
@@ -92,20 +93,9 @@ class Encoder:
         if kind == "text":
             out = {self.json_keys[0]: self.encode_text(text)}
         else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where or 'input'}: not a JSON line ({e}); a plain-text corpus must be named "
-                                 f"*.txt (one document per line)") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"{where or 'input'}: a JSON line must be an object with the key(s) "
-                                 f"{self.json_keys}, got {type(data).__name__}")
-            out = {}
-            for key in self.json_keys:
-                if key not in data:
-                    raise KeyError(f"{where + ': ' if where else ''}JSON line has no key {key!r} "
-                                   f"(keys: {sorted(data)})")
-                out[key] = self.encode_text(data[key])
+            texts = json_line_texts(text, self.json_keys, where or "input", "--json-keys",
+                                    "a plain-text corpus must be named *.txt (one document per line)")
+            out = {key: self.encode_text(t) for key, t in zip(self.json_keys, texts)}
         return out, len(text.encode("utf-8"))
 
 
@@ -134,12 +124,11 @@ def _iter_documents(input_files, txt_document_per_file=False):
     for path in input_files:
         path = os.fspath(path)
         text = is_text_file(path)
-        with open(path, encoding="utf-8") as f:
-            if text and txt_document_per_file:
-                yield "text", f.read(), path
-                continue
-            for i, line in enumerate(f, 1):
-                yield ("text", line.rstrip("\r\n"), f"{path}:{i}") if text else ("json", line, f"{path}:{i}")
+        if text and txt_document_per_file:
+            yield "text", read_text(path), path
+            continue
+        for i, line in read_text_lines(path):
+            yield ("text", line.rstrip("\r\n"), f"{path}:{i}") if text else ("json", line, f"{path}:{i}")
 
 
 def preprocess_jsonl(input_files, output_prefix, tokenizer_args, json_keys=("text",), append_eod=False,
@@ -147,7 +136,11 @@ def preprocess_jsonl(input_files, output_prefix, tokenizer_args, json_keys=("tex
                      split_sentences=False, keep_newlines=False, txt_document_per_file=False):
     """Tokenize the JSONL and .txt `input_files` (see the module docstring) into
     `{output_prefix}_{key}_document` mmap datasets (`..._sentence` with `split_sentences`) with
-    `workers` processes (a Pool with chunked imap, order preserved). Returns {key: prefix}."""
+    `workers` processes (a Pool with chunked imap, order preserved). Returns {key: prefix}.
+
+    The files are written under temporary names and renamed at the end: a run that fails (an
+    input error: InputFileError naming the file and line) leaves no output and keeps the files
+    a previous run wrote under the same prefix."""
     check_inputs(input_files, json_keys, txt_document_per_file)
     encoder = Encoder(tokenizer_args, json_keys, append_eod, split_sentences, keep_newlines)
     encoder.initializer()
@@ -156,44 +149,67 @@ def preprocess_jsonl(input_files, output_prefix, tokenizer_args, json_keys=("tex
     os.makedirs(out_dir, exist_ok=True)
     level = "sentence" if split_sentences else "document"
     prefixes = {k: output_prefix_for(output_prefix, k, level) for k in encoder.json_keys}
-    builders = {k: make_builder(data_file_path(p), impl=dataset_impl, vocab_size=vocab_size)
-                for k, p in prefixes.items()}
-    lines = _iter_documents(input_files, txt_document_per_file)
+    # written under temporary names, renamed once all is written: a failed run leaves no file and
+    # keeps a previous pair of the same prefix
+    paths = {k: (data_file_path(p), index_file_path(p)) for k, p in prefixes.items()}
+    tmp = f".tmp{os.getpid()}"
+    builders = {}
     pool = None
-    if workers and workers > 1:
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        pool = multiprocessing.Pool(int(workers), initializer=encoder.initializer)
-        encoded = pool.imap(encoder.encode, lines, int(chunk_size))
-    else:
-        encoded = map(encoder.encode, lines)
+    try:
+        for k, (bin_path, _) in paths.items():
+            builders[k] = make_builder(bin_path + tmp, impl=dataset_impl, vocab_size=vocab_size)
+        lines = _iter_documents(input_files, txt_document_per_file)
+        if workers and workers > 1:
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            pool = multiprocessing.Pool(int(workers), initializer=encoder.initializer)
+            encoded = pool.imap(encoder.encode, lines, int(chunk_size))
+        else:
+            encoded = map(encoder.encode, lines)
+        _write_encoded(encoded, builders, show_progress, log_interval)
+        if pool is not None:
+            pool.close()
+            pool.join()
+        for k, (bin_path, idx_path) in paths.items():
+            builders[k].finalize(idx_path + tmp)
+        for bin_path, idx_path in paths.values():
+            os.replace(bin_path + tmp, bin_path)
+            os.replace(idx_path + tmp, idx_path)
+    except BaseException:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        for builder in builders.values():
+            builder._file.close()
+        for bin_path, idx_path in paths.values():
+            for path in (bin_path + tmp, idx_path + tmp):
+                if os.path.exists(path):
+                    os.remove(path)
+        raise
+    return prefixes
+
+
+def _write_encoded(encoded, builders, show_progress, log_interval):
+    """Add the (document, input bytes) pairs of Encoder.encode to the {key: builder}."""
     from tqdm import tqdm
 
     start = time.time()
     total_bytes = 0
     n_docs = 0
-    try:
-        bar = tqdm(encoded, desc="tokenizing", unit="doc", disable=not show_progress, mininterval=0.5)
-        for doc, nbytes in bar:
-            if doc is None:
-                continue
-            total_bytes += nbytes
-            n_docs += 1
-            for key, sequences in doc.items():
-                for ids in sequences:
-                    builders[key].add_item(ids)
-                builders[key].end_document()
-            if log_interval and n_docs % log_interval == 0:
-                elapsed = max(time.time() - start, 1e-9)
-                bar.write(f"processed {n_docs} documents ({n_docs / elapsed:.1f} docs/s, "
-                          f"{total_bytes / elapsed / 1024 / 1024:.2f} MB/s)")
-        bar.close()
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-    for key, p in prefixes.items():
-        builders[key].finalize(index_file_path(p))
-    return prefixes
+    bar = tqdm(encoded, desc="tokenizing", unit="doc", disable=not show_progress, mininterval=0.5)
+    for doc, nbytes in bar:
+        if doc is None:
+            continue
+        total_bytes += nbytes
+        n_docs += 1
+        for key, sequences in doc.items():
+            for ids in sequences:
+                builders[key].add_item(ids)
+            builders[key].end_document()
+        if log_interval and n_docs % log_interval == 0:
+            elapsed = max(time.time() - start, 1e-9)
+            bar.write(f"processed {n_docs} documents ({n_docs / elapsed:.1f} docs/s, "
+                      f"{total_bytes / elapsed / 1024 / 1024:.2f} MB/s)")
+    bar.close()
 
 
 def write_documents(token_lists, output_prefix, vocab_size=None, dtype=None):
