@@ -203,6 +203,19 @@ def model_settings_hint(cfg, path):
             "(and its tokenizer) to load it")
 
 
+def _huggingface_model_type(path):
+    """model_type of a Hugging Face folder's config.json (None when `path` is not one: a libai
+    checkpoint has no config.json)."""
+    import json
+
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return cfg.get("model_type") if isinstance(cfg, dict) and cfg.get("model_type") else None
+
+
 # keys that say where and how a run starts, not what it computes: a resume may change them
 _RUN_KEYS = ("train.output_dir", "train.resume", "train.overwrite_output_dir", "train.load_weight")
 
@@ -679,6 +692,13 @@ class Checkpointer:
 
     def _model_file(self, path):
         if os.path.isdir(path):
+            hf = _huggingface_model_type(path)
+            if hf is not None:
+                raise CheckpointError(
+                    f"Checkpointer: {path} is a Hugging Face folder (config.json, model_type {hf!r}), not a libai "
+                    f"checkpoint: convert it first (python tools/convert_checkpoint.py --from-hf {path} --to CKPT), "
+                    "then load CKPT; a checkpoint converted with its tokenizer's exact vocabulary needs "
+                    "tokenization.make_vocab_size_divisible_by=1 to match its embedding rows")
             f = os.path.join(path, MODEL_FILE)
             if not os.path.isfile(f):
                 raise FileNotFoundError(f"Checkpointer: {path} has no {MODEL_FILE}")
@@ -735,7 +755,13 @@ class Checkpointer:
             if k in model_sd and tuple(getattr(model_sd[k], "shape", ())) != tuple(v.shape)
         ]
         if mismatched:
-            raise CheckpointError(f"Checkpointer: shape mismatch loading {model_file}:\n  " + "\n  ".join(mismatched))
+            vocab_rows = any("embeddings" in k and len(v.shape) == 2 and tuple(model_sd[k].shape)[1:] == tuple(v.shape)[1:]
+                             for k, v in expected.items() if k in model_sd and tuple(model_sd[k].shape) != tuple(v.shape))
+            hint = ("\n(the vocabulary rows differ: the model pads its tokenizer's vocabulary to a multiple of "
+                    "tokenization.make_vocab_size_divisible_by x tensor_parallel_size; give the value the checkpoint "
+                    "was made with, e.g. 1 for one converted from Hugging Face with its tokenizer)") if vocab_rows else ""
+            raise CheckpointError(f"Checkpointer: shape mismatch loading {model_file}:\n  " + "\n  ".join(mismatched)
+                                  + hint)
         if expected and len(missing) == len(expected):  # nothing would be loaded: a checkpoint of another model
             raise CheckpointError(f"Checkpointer: none of the {len(model_sd)} tensors of {model_file} is a parameter or "
                                   f"buffer of the model ({type(self.model).__name__}: {sorted(expected)[:4]}...; "

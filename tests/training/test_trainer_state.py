@@ -249,3 +249,29 @@ def test_a_resumed_metrics_file_counts_what_it_drops(tmp_path, caplog):
     assert path.read_text() == '{"iteration": 3, "loss": 1}\n{"iteration": 5, "loss": 1}\n'
     assert "dropped 2 record(s) of iterations >= 40" in caplog.text
     assert "dropped 1 line(s) that are not JSON records (line 2)" in caplog.text
+
+
+def test_a_hugging_face_folder_or_another_vocabulary_padding_names_the_fix(tmp_path):
+    import json
+
+    from engine.serialization import CheckpointError
+    from libai.layers import VocabEmbedding
+
+    model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
+    flow.save({"wte.weight": flow.zeros(5, 8)}, str(hf / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"is a Hugging Face folder \(config.json, model_type 'gpt2'\).*"
+                                              r"convert_checkpoint.py --from-hf"):
+        Checkpointer(model, "").load(str(hf), checkpointables=[])
+
+    class Tiny(flow.nn.Module):
+        def __init__(self, rows):
+            super().__init__()
+            self.embeddings = VocabEmbedding(rows, 4)
+
+    path = str(tmp_path / "padded.safetensors")
+    flow.save({"embeddings.weight": flow.zeros(8, 4)}, path)
+    with pytest.raises(CheckpointError, match="the vocabulary rows differ.*make_vocab_size_divisible_by"):
+        Checkpointer(Tiny(6), "").load(path, checkpointables=[])

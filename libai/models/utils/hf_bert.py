@@ -330,11 +330,11 @@ def load_huggingface_bert(model_cls, path, **overrides):
         fresh += ["classifier.weight", "classifier.bias"]
     if target == "classification" and not has_pooler:
         fresh += ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
-    if fresh:
-        logging.getLogger(__name__).info(f"{weights}: no {sorted({k.rsplit('.', 1)[0] for k in fresh})}; "
-                                         f"newly initialised in {model_cls.__name__} (fine-tune them)")
-        for k in fresh:
-            sd[k] = own[k].detach().numpy()
+    for module in sorted({k.rsplit(".", 1)[0] for k in fresh}):
+        logging.getLogger(__name__).info(f"{weights}: no {module}; {model_cls.__name__}.{module} is newly "
+                                         "initialised (fine-tune it)")
+    for k in fresh:
+        sd[k] = own[k].detach().numpy()
     load_logical_state_dict(model, sd)
     model.hf_config = hf_cfg
     return model
