@@ -86,6 +86,14 @@ def _maybe_instantiate(obj):
     return instantiate(obj) if is_lazy_node(obj) else obj
 
 
+def _one_dataset(dataset, mixer=None):
+    """`dataset`, or a sequence of datasets (list, tuple or, as the trainer passes a config's list
+    to a builder instantiated with `_recursive_=False`, a ListConfig) mixed into one by `mixer`
+    (default ConcatDataset); LazyCalls among them are built."""
+    datasets = [_maybe_instantiate(d) for d in _as_list(_maybe_instantiate(dataset))]
+    return datasets[0] if len(datasets) == 1 else (mixer or ConcatDataset)(datasets)
+
+
 def _note_num_workers(num_workers):
     """LiBai's `num_workers` only chooses how batches are loaded, never which: accepted, with one
     log line per process when it asks for worker processes (loading is synchronous here)."""
@@ -101,16 +109,14 @@ _noted_workers = False
 
 def build_train_loader(dataset, train_batch_size, test_batch_size=None, sampler=None, num_workers=0,
                        consumed_samples=0, seed=0, shuffle=True, collate_fn=None):
-    """A training loader over `dataset` (or a list of datasets, concatenated) with a
-    `CyclicSampler` of micro-batches of `train_batch_size`.
+    """A training loader over `dataset` (or a list of datasets, concatenated: a list, tuple or a
+    config's ListConfig) with a `CyclicSampler` of micro-batches of `train_batch_size`.
 
     Returns `(train_loader, None, None)` like LiBai's builders (train, valid, test); the trainer
     accepts that or a single loader. `num_workers` is accepted for LiBai compatibility (loading
     is synchronous)."""
     _note_num_workers(num_workers)
-    dataset = _maybe_instantiate(dataset)
-    if isinstance(dataset, (list, tuple)):
-        dataset = ConcatDataset([_maybe_instantiate(d) for d in dataset])
+    dataset = _one_dataset(dataset)
     if sampler is None:
         sampler = CyclicSampler(len(dataset), train_batch_size, shuffle=shuffle, seed=seed,
                                 consumed_samples=consumed_samples)
@@ -189,8 +195,7 @@ def build_nlp_train_loader(dataset, train_batch_size, test_batch_size=None, samp
     `dataset_mixer`, default ConcatDataset), a data-parallel aware, resumable CyclicSampler of
     micro-batches of `train_batch_size` and `trivial_batch_collator`. Returns (loader, None, None)."""
     _note_num_workers(num_workers)
-    datasets = [_maybe_instantiate(d) for d in _as_list(_maybe_instantiate(dataset))]
-    dataset = datasets[0] if len(datasets) == 1 else (dataset_mixer or ConcatDataset)(datasets)
+    dataset = _one_dataset(dataset, dataset_mixer)
     sampler = _make_sampler(sampler, CyclicSampler, len(dataset), train_batch_size, seed,
                             consumed_samples=consumed_samples, **({} if sampler is not None else {"shuffle": shuffle}))
     return CommonDataLoader(dataset, sampler, collate_fn or trivial_batch_collator), None, None

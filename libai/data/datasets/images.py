@@ -56,7 +56,9 @@ class ImageDataset:
 # ------------------------------------------------------------------ ImageNet-style folder
 class ImageFolder(ImageDataset):
     """`root/<class>/<image>`: classes are the sub-folders in sorted order (class id = position),
-    images every file with an image extension below them, sorted; decoded with Pillow as RGB."""
+    images every file with an image extension below them, sorted; decoded with Pillow as RGB.
+    A class folder without such a file is an error (as torchvision's): counted as a class, it
+    would shift the ids of the classes after it between a train and a val folder."""
 
     def __init__(self, root, transform=None, extensions=IMG_EXTENSIONS, seed=0):
         super().__init__(transform, seed)
@@ -77,6 +79,12 @@ class ImageFolder(ImageDataset):
                         self.samples.append((os.path.join(dirpath, f), self.class_to_idx[c]))
         if not self.samples:
             raise FileNotFoundError(f"ImageFolder: no images with extensions {exts} under {root}")
+        empty = sorted(set(self.classes) - {self.classes[k] for _, k in self.samples})
+        if empty:
+            raise FileNotFoundError(
+                f"ImageFolder: Found no valid file for the classes {', '.join(empty)}. Supported extensions are: "
+                f"{', '.join(exts)} (in {', '.join(os.path.join(root, c) for c in empty)}; remove the folder or "
+                f"add its images: a class folder without images would shift the class ids after it)")
         self.num_classes = len(self.classes)
         self.targets = [s[1] for s in self.samples]
 

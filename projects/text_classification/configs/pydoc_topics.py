@@ -12,13 +12,17 @@ from libai.data import build_nlp_test_loader, build_nlp_train_loader
 from projects.text_classification.dataset.pydoc_topics import build_topic_dataset
 
 from .base import model, optim, tokenization, train  # noqa: F401
+from .task_loaders import MODEL_POSITIONS
 
+task = OmegaConf.create(dict(max_seq_length=64))  # at most model.cfg.max_position_embeddings (checked)
 model.num_labels = 4
 dataloader = OmegaConf.create()
 dataloader.train = LazyCall(build_nlp_train_loader)(
-    dataset=[LazyCall(build_topic_dataset)(split="train", max_seq_length=64)],
+    dataset=[LazyCall(build_topic_dataset)(split="train", max_seq_length="${task.max_seq_length}",
+                                           max_position_embeddings=MODEL_POSITIONS)],
 )
 dataloader.test = [
-    LazyCall(build_nlp_test_loader)(dataset=LazyCall(build_topic_dataset)(split="dev", max_seq_length=64)),
+    LazyCall(build_nlp_test_loader)(dataset=LazyCall(build_topic_dataset)(
+        split="dev", max_seq_length="${task.max_seq_length}", max_position_embeddings=MODEL_POSITIONS)),
 ]
 train.output_dir = "./output/text_classification/pydoc_topics"

@@ -6,6 +6,10 @@ from libai.config import LazyCall
 from libai.data import build_nlp_test_loader, build_nlp_train_loader
 from projects.text_classification.dataset import build_clue_dataset, build_glue_dataset, get_clue_task, get_glue_task
 
+# the model's position table, given to each dataset so that a longer task.max_seq_length fails when
+# the datasets are built, naming both keys (null with model.cfg=null: a HuggingFace folder's model)
+MODEL_POSITIONS = "${oc.select:model.cfg.max_position_embeddings,null}"
+
 
 def task_dataloader(benchmark, task, data_dir, max_seq_length=128):
     """`benchmark` "glue" (data_dir/train.tsv, dev.tsv or MNLI's dev_matched.tsv and
@@ -14,7 +18,8 @@ def task_dataloader(benchmark, task, data_dir, max_seq_length=128):
     dev_splits = spec(task).dev_splits
 
     def dataset(split):
-        return LazyCall(build)(task=task, data_dir=data_dir, split=split, max_seq_length=max_seq_length)
+        return LazyCall(build)(task=task, data_dir=data_dir, split=split, max_seq_length=max_seq_length,
+                               max_position_embeddings=MODEL_POSITIONS)
 
     loaders = OmegaConf.create()
     loaders.train = LazyCall(build_nlp_train_loader)(dataset=[dataset("train")])

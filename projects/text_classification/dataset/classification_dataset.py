@@ -16,7 +16,7 @@ from libai.data.structures import DistTensorData, Instance
 
 from .readers import get_clue_task, get_glue_task
 
-__all__ = ["ClassificationDataset", "build_glue_dataset", "build_clue_dataset"]
+__all__ = ["ClassificationDataset", "build_glue_dataset", "build_clue_dataset", "check_max_seq_length"]
 
 _CHUNK = 2048
 
@@ -111,23 +111,36 @@ def _resolve_tokenizer(tokenizer):
     return tokenizer
 
 
-def _build(spec, data_dir, split, tokenizer, max_seq_length):
-    tokenizer = _resolve_tokenizer(tokenizer)
-    examples = spec.read_split(data_dir, split)
+def check_max_seq_length(max_seq_length, max_position_embeddings):
+    """A ValueError naming both config keys when the samples (`max_seq_length`, the task configs'
+    task.max_seq_length) are longer than the model's position table (model.cfg.max_position_embeddings;
+    None: not known here, e.g. a HuggingFace folder's model, nothing checked)."""
+    if max_position_embeddings is not None and int(max_seq_length) > int(max_position_embeddings):
+        raise ValueError(f"max_seq_length {int(max_seq_length)} (task.max_seq_length) exceeds the model's "
+                         f"max_position_embeddings {int(max_position_embeddings)} "
+                         f"(model.cfg.max_position_embeddings): set task.max_seq_length to at most "
+                         f"{int(max_position_embeddings)}, or fine-tune a model with more positions")
+
+
+def _build(spec, data_dir, split, tokenizer, max_seq_length, max_position_embeddings):
+    check_max_seq_length(max_seq_length, max_position_embeddings)
+    examples = spec.read_split(data_dir, split)  # train and dev files must be labelled
     labelled = any(e.label is not None for e in examples)
     label_list = spec.labels if labelled and not spec.regression else None
-    return ClassificationDataset(examples, tokenizer, max_seq_length, label_list=label_list,
+    return ClassificationDataset(examples, _resolve_tokenizer(tokenizer), max_seq_length, label_list=label_list,
                                  regression=spec.regression and labelled)
 
 
-def build_glue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128):
+def build_glue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128, max_position_embeddings=None):
     """The ClassificationDataset of a GLUE task's split ("train", "dev", MNLI's "dev_matched" /
     "dev_mismatched", "test"...) read from `data_dir`/<split>.tsv. `tokenizer` is a tokenizer, its
-    LazyCall config, or None: the run's (libai.tokenizer.get_tokenizer()). Test files (no label
-    column) give an unlabelled dataset."""
-    return _build(get_glue_task(task), data_dir, split, tokenizer, max_seq_length)
+    LazyCall config, or None: the run's (libai.tokenizer.get_tokenizer()). Train and dev files must
+    have their label column; test files (no label column) give an unlabelled dataset.
+    `max_position_embeddings` (the model's; the task configs interpolate it) refuses a longer
+    `max_seq_length` before anything is read."""
+    return _build(get_glue_task(task), data_dir, split, tokenizer, max_seq_length, max_position_embeddings)
 
 
-def build_clue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128):
+def build_clue_dataset(task, data_dir, split, tokenizer=None, max_seq_length=128, max_position_embeddings=None):
     """As build_glue_dataset, for a CLUE task's `data_dir`/<split>.json."""
-    return _build(get_clue_task(task), data_dir, split, tokenizer, max_seq_length)
+    return _build(get_clue_task(task), data_dir, split, tokenizer, max_seq_length, max_position_embeddings)

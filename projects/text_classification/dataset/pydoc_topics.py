@@ -82,14 +82,17 @@ def build_topic_files(cache_dir=None, seed=0):
     return directory
 
 
-def build_topic_dataset(split, tokenizer=None, max_seq_length=64, data_dir=None, cache_dir=None):
+def build_topic_dataset(split, tokenizer=None, max_seq_length=64, data_dir=None, cache_dir=None,
+                        max_position_embeddings=None):
     """The ClassificationDataset of the task's `split` ("train" or "dev"); `data_dir` None: the
-    files built by build_topic_files. `tokenizer` None: the run's tokenizer."""
-    from .classification_dataset import ClassificationDataset, _resolve_tokenizer
+    files built by build_topic_files. `tokenizer` None: the run's tokenizer. A `max_seq_length`
+    longer than `max_position_embeddings` (the model's) is refused first."""
+    from .classification_dataset import ClassificationDataset, _resolve_tokenizer, check_max_seq_length
     from .readers import read_json_lines
 
+    check_max_seq_length(max_seq_length, max_position_embeddings)
     path = os.path.join(data_dir or build_topic_files(cache_dir), f"{split}.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pydoc topics {split} file not found: {path}")
-    examples = read_json_lines(path, "sentence", label_list=TOPICS)
+    examples = read_json_lines(path, "sentence", label_list=TOPICS, require_label=True)
     return ClassificationDataset(examples, _resolve_tokenizer(tokenizer), max_seq_length, label_list=list(TOPICS))

@@ -4,7 +4,8 @@ Every reader returns a list of `Example(guid, text_a, text_b, label)`: `text_b` 
 single-sentence tasks, `label` a str for classification, a float for regression (STS-B) and None
 for unlabelled test files. A file is checked while it is read, because a bad row found later (at
 tokenization or in the middle of training) no longer says where it came from: each malformed
-row raises ValueError("<path>:<line>: <what is wrong>") with its 1-based line number.
+row raises ValueError("<path>:<line>: <what is wrong>") with its 1-based line number. Train and
+dev files must have their label column (key): only a test split may be unlabelled.
 
     spec = get_glue_task("SST-2")          # or get_clue_task("afqmc")
     examples = spec.read_split(data_dir, "dev")
@@ -32,13 +33,20 @@ class Example:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A task of a benchmark: `reader(path)` reads one of its files, `labels` is its label list
-    (label id = position; None for regression), `splits` maps a split name to its file name."""
+    """A task of a benchmark: `reader(path, require_label=False)` reads one of its files (with
+    `require_label`, a file without the label column or key is an error), `labels` is its label
+    list (label id = position; None for regression), `splits` maps a split name to its file name."""
     name: str
     reader: Callable
     labels: Optional[Tuple[str, ...]]
     splits: dict = field(default_factory=dict)
     regression: bool = False
+
+    @staticmethod
+    def labelled_split(split):
+        """Whether a split's file must carry labels: all but the test splits ("test",
+        "test_matched", ...), which the benchmarks distribute without them."""
+        return not str(split).startswith("test")
 
     @property
     def dev_splits(self):
@@ -54,10 +62,13 @@ class TaskSpec:
         path = self.split_path(data_dir, split)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{self.name} {split} file not found: {path}")
-        return self.reader(path)
+        return self.reader(path, require_label=self.labelled_split(split))
 
 
 # ---------------------------------------------------------------------------------------- checks
+_NEED_LABELS = "a train or dev file must be labelled (only a test file may leave its labels out)"
+
+
 def _bad(path, line, what):
     return ValueError(f"{path}:{line}: {what}")
 
@@ -98,10 +109,12 @@ def _tsv_rows(path):
                 yield reader.line_num, row
 
 
-def read_tsv(path, text_a, text_b=None, label=None, header=True, label_list=None, regression=False):
+def read_tsv(path, text_a, text_b=None, label=None, header=True, label_list=None, regression=False,
+             require_label=False):
     """Read a tab-separated file. With `header`, `text_a`/`text_b`/`label` are column names of the
-    first line (a file without the label column, a test file, gives label None); without, they are
-    column indices. Every row must have as many columns as the first."""
+    first line (a file without the label column, a test file, gives label None; with
+    `require_label`, a train or dev file, it is an error); without, they are column indices.
+    Every row must have as many columns as the first."""
     rows = _tsv_rows(path)
     first = next(rows, None)
     if first is None:
@@ -111,6 +124,8 @@ def read_tsv(path, text_a, text_b=None, label=None, header=True, label_list=None
         missing = [c for c in (text_a, text_b) if c is not None and c not in names]
         if missing:
             raise _bad(path, first[0], f"no column {missing[0]!r} in the header {names}")
+        if require_label and label is not None and label not in names:
+            raise _bad(path, first[0], f"no label column {label!r} in the header {names}: {_NEED_LABELS}")
         cols = [names.index(c) if c in names else None for c in (text_a, text_b, label)]
         width, body = len(names), rows
     else:
@@ -137,17 +152,21 @@ def _chain(first, rest):
 
 def _columns(text_a, text_b, label, labels=None, regression=False):
     """A GLUE reader that finds its columns by header name."""
-    def reader(path):
-        return read_tsv(path, text_a, text_b, label, label_list=labels, regression=regression)
+    def reader(path, require_label=False):
+        return read_tsv(path, text_a, text_b, label, label_list=labels, regression=regression,
+                        require_label=require_label)
     return reader
 
 
-def _read_cola(path, labels):
+def _read_cola(path, labels, require_label=False):
     """CoLA's train/dev files have no header (source, label, notation, sentence); its test file
     has the header `index<TAB>sentence`."""
     with open(path, encoding="utf-8-sig") as f:
         first = f.readline().rstrip("\r\n").split("\t")
     if first[:2] == ["index", "sentence"]:
+        if require_label:
+            raise _bad(path, 1, f"no label column: the header {first} is CoLA's test file's (train and dev files "
+                                f"have no header: source, label, notation, sentence); {_NEED_LABELS}")
         return read_tsv(path, "sentence", label_list=labels)
     return read_tsv(path, 3, None, 1, header=False, label_list=labels)
 
@@ -167,7 +186,7 @@ _NLI = ("contradiction", "entailment", "neutral")
 _RTE = ("entailment", "not_entailment")
 
 GLUE_TASKS = {
-    "cola": _glue("CoLA", lambda p: _read_cola(p, _BINARY), _BINARY),
+    "cola": _glue("CoLA", lambda p, require_label=False: _read_cola(p, _BINARY, require_label), _BINARY),
     "sst-2": _glue("SST-2", ("sentence", None, "label"), _BINARY),
     "mrpc": _glue("MRPC", ("#1 String", "#2 String", "Quality"), _BINARY),
     "sts-b": _glue("STS-B", ("sentence1", "sentence2", "score"), None, regression=True),
@@ -183,11 +202,12 @@ GLUE_TASKS = {
 
 
 # ---------------------------------------------------------------------------------- CLUE JSON lines
-def read_json_lines(path, text_a_key, text_b_key=None, label_key="label", label_list=None, skip_labels=()):
+def read_json_lines(path, text_a_key, text_b_key=None, label_key="label", label_list=None, skip_labels=(),
+                    require_label=False):
     """Read one JSON object per line. The file is labelled when its first object has `label_key`
-    (CLUE test files have none), and then every object must have it. Rows whose label is in
-    `skip_labels` are dropped (CMNLI/OCNLI mark rows without annotator agreement "-"). A list
-    value (CSL's keywords) is joined with spaces."""
+    (CLUE test files have none) or with `require_label` (a train or dev file), and then every
+    object must have it. Rows whose label is in `skip_labels` are dropped (CMNLI/OCNLI mark rows
+    without annotator agreement "-"). A list value (CSL's keywords) is joined with spaces."""
     stem = os.path.splitext(os.path.basename(path))[0]
     examples, labelled = [], None
     with open(path, encoding="utf-8-sig") as f:
@@ -201,10 +221,11 @@ def read_json_lines(path, text_a_key, text_b_key=None, label_key="label", label_
             if not isinstance(obj, dict):
                 raise _bad(path, line, f"expected a JSON object, got {type(obj).__name__}")
             if labelled is None:
-                labelled = label_key in obj
+                labelled = require_label or label_key in obj
             for key in (text_a_key, text_b_key, label_key if labelled else None):
                 if key is not None and key not in obj:
-                    raise _bad(path, line, f"missing key {key!r} (keys: {sorted(obj)})")
+                    hint = f": {_NEED_LABELS}" if require_label and key == label_key else ""
+                    raise _bad(path, line, f"missing key {key!r} (keys: {sorted(obj)}){hint}")
             label = obj[label_key] if labelled else None
             if label is not None and str(label) in skip_labels:
                 continue
@@ -223,8 +244,9 @@ def _text(value):
 def _clue(name, text_a, text_b, labels, skip_labels=()):
     labels = tuple(labels)
 
-    def reader(path):
-        return read_json_lines(path, text_a, text_b, label_list=labels, skip_labels=skip_labels)
+    def reader(path, require_label=False):
+        return read_json_lines(path, text_a, text_b, label_list=labels, skip_labels=skip_labels,
+                               require_label=require_label)
     return TaskSpec(name, reader, labels, {"train": "train.json", "dev": "dev.json", "test": "test.json"})
 
 
