@@ -646,9 +646,13 @@ class DefaultTrainer(TrainerBase):
             return None
         from libai.data.corpus import apply_default_corpus
 
+        divisible = try_get_key(cfg, "tokenization.make_vocab_size_divisible_by", default=1)
+        if divisible is not None and (isinstance(divisible, bool) or not isinstance(divisible, int) or divisible < 1):
+            raise ValueError(f"tokenization.make_vocab_size_divisible_by must be a positive integer (1: no padding), "
+                             f"got {divisible!r}")
+        divisible = int(divisible or 1)
         apply_default_corpus(cfg)
         tokenizer = instantiate(cfg.tokenization.tokenizer)
-        divisible = int(try_get_key(cfg, "tokenization.make_vocab_size_divisible_by", default=1) or 1)
         tp = cfg.train.dist.tensor_parallel_size
         padded = tokenizer.padded_vocab_size(divisible, tp)
         tokenizer.padded_vocab = padded

@@ -267,6 +267,9 @@ class BestCheckpointer(HookBase):
         self.best_metric, self.best_iter = state["best_metric"], state["best_iter"]
 
     def _better(self, value):
+        if math.isnan(value):  # never the best (e.g. a Pearson correlation of constant scores)
+            logging.getLogger(__name__).warning(f"{self._val_metric} is NaN: not a candidate for {self._file_prefix}")
+            return False
         if self.best_metric is None or math.isnan(self.best_metric):
             return True
         return value > self.best_metric if self._mode == "max" else value < self.best_metric

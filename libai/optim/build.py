@@ -54,6 +54,9 @@ def get_default_optimizer_params(
     if weight_decay is not None:
         defaults["weight_decay"] = weight_decay
     if clip_grad_max_norm is not None:
+        if not float(clip_grad_max_norm) > 0:  # a negative norm would flip the gradients, 0 zero them
+            raise ValueError(f"optim.params.clip_grad_max_norm must be positive (None: no clipping), "
+                             f"got {clip_grad_max_norm!r}")
         defaults["clip_grad_max_norm"] = float(clip_grad_max_norm)
         defaults["clip_grad_norm_type"] = float(2.0 if clip_grad_norm_type is None else clip_grad_norm_type)
     if weight_decay_bias is not None:

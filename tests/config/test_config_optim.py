@@ -135,3 +135,10 @@ def test_build_optimizer_without_params_config():
     model = Net()
     optimizer = build_optimizer(LazyCall(flow.optim.SGD)(lr=0.1), model)
     assert len(optimizer.param_groups) == 1 and len(optimizer.param_groups[0]["params"]) == 7
+
+
+def test_a_clip_norm_that_is_not_positive_is_refused():
+    """A negative max norm would flip every clipped gradient, 0 zero them: refused naming the key."""
+    for bad in (-1.0, 0):
+        with pytest.raises(ValueError, match=f"optim.params.clip_grad_max_norm must be positive .*got {bad}"):
+            get_default_optimizer_params(Net(), clip_grad_max_norm=bad)

@@ -195,3 +195,14 @@ def test_engine_and_tools_read_train_keys_without_inline_defaults():
             with open(path) as f:
                 src = f.read()
             assert not re.search(r"try_get_key\([^)]*[\"']train\.", src), path
+
+
+def test_a_vocabulary_padding_that_is_not_positive_is_refused():
+    from libai.config import LazyConfig
+    from libai.engine import DefaultTrainer
+
+    cfg = LazyConfig.load(os.path.join(ROOT, "configs", "gpt2_pretrain.py"))
+    for bad in (0, -128):
+        LazyConfig.apply_overrides(cfg, [f"tokenization.make_vocab_size_divisible_by={bad}"])
+        with pytest.raises(ValueError, match=f"make_vocab_size_divisible_by must be a positive integer .*got {bad}"):
+            DefaultTrainer.build_tokenizer(cfg)

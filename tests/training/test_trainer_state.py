@@ -275,3 +275,11 @@ def test_a_hugging_face_folder_or_another_vocabulary_padding_names_the_fix(tmp_p
     flow.save({"embeddings.weight": flow.zeros(8, 4)}, path)
     with pytest.raises(CheckpointError, match="the vocabulary rows differ.*make_vocab_size_divisible_by"):
         Checkpointer(Tiny(6), "").load(path, checkpointables=[])
+
+
+def test_a_nan_metric_is_never_the_best(caplog):
+    hook = hooks.BestCheckpointer(5, checkpointer=None, val_metric="Pearson", mode="max")
+    with caplog.at_level(logging.WARNING):
+        assert not hook._better(float("nan"))
+    assert "Pearson is NaN: not a candidate for model_best" in caplog.text
+    assert hook._better(0.5)
