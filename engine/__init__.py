@@ -3,7 +3,10 @@
 numpy computes on the CPU, CuPy on CUDA devices; global tensors (placement + SBP) extend the same
 API to many processes (engine.distributed).
 """
+import operator
+
 from . import backend
+from .backend import parallel as _parallel
 from .backend import device, is_cuda_available
 from .backend.dtypes import (
     dtype, bool_ as bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
@@ -14,6 +17,10 @@ from .tensor import Tensor, Size
 from . import autograd
 from .autograd import no_grad, enable_grad, set_grad_enabled, is_grad_enabled, inference_mode
 from . import ops
+from .ops.conversion import (  # noqa: F401
+    finfo, iinfo, FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor, LongTensor, IntTensor, ShortTensor,
+    CharTensor, ByteTensor, BoolTensor,
+)
 from .ops.creation import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
 from .ops.unary import *  # noqa: F401,F403
@@ -80,6 +87,21 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     from .nn.module import Module
 
     return OptimizedModule(model) if isinstance(model, Module) else Compiled(model)
+
+
+def set_num_threads(n):
+    """Threads of the engine's CPU kernels (the ENGINE_NUM_THREADS setting), as torch.set_num_threads."""
+    try:
+        n = operator.index(n)  # a Python or numpy integer
+    except TypeError:
+        raise RuntimeError(f"set_num_threads expects an int, but got {type(n).__name__}") from None
+    if n <= 0:
+        raise RuntimeError("set_num_threads expects a positive integer")
+    _parallel.set_num_threads(n)
+
+
+def get_num_threads():
+    return _parallel.get_num_threads()
 
 
 def is_tensor(obj):

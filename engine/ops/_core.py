@@ -5,7 +5,7 @@ import numbers
 import numpy as np
 
 from ..backend import check_dtype_on, device_of, dtypes, parallel, xp_of
-from ..tensor import Tensor, tensor_method
+from ..tensor import Tensor, _check_dim, tensor_method
 from . import cast_cache
 from .op import Op, set_autocast_cast
 
@@ -80,6 +80,24 @@ def contiguous(self, memory_format=None):
 @tensor_method()
 def is_contiguous(self, memory_format=None):
     return bool(self._data.flags.c_contiguous)
+
+
+@tensor_method()
+def stride(self, dim=None):
+    """Strides in elements, as torch's: a contiguous tensor (and a global one, whose logical
+    layout is contiguous) has the row-major strides of its shape, size-0 and size-1 dims counted
+    as 1; a view has its array's strides (0 along broadcast dims)."""
+    shape = tuple(self.shape)
+    a = self._data
+    if self._global is not None or a.flags.c_contiguous:
+        strides, step = [], 1
+        for s in reversed(shape):
+            strides.append(step)
+            step *= max(s, 1)
+        strides = tuple(reversed(strides))
+    else:
+        strides = tuple(s // a.itemsize for s in a.strides)
+    return strides if dim is None else strides[_check_dim(dim, len(shape))]
 
 
 # ------------------------------------------------------------------ broadcast and its adjoint
@@ -357,6 +375,15 @@ def replicated(t):
     if g is None or all(s.is_broadcast for s in g.sbp):
         return t
     return t.to_global(sbp=g.constant(g.shape).sbp)  # every mesh axis broadcast
+
+
+def constant_like(array, like):
+    """A constant tensor computed whole on every rank (an index vector, a mask) on `like`'s device;
+    beside a global `like` it is broadcast on like's placement."""
+    t = Tensor._make(array, like._device)
+    if like._global is not None:
+        t._global = like._global.constant(array.shape)
+    return t
 
 
 def const_like(array, like, shape=None):

@@ -13,7 +13,8 @@ from ._core import (binary_op, broadcast_shapes, is_scalar, promote_operands, re
 from .op import Op
 from .indexing import nonzero
 
-__all__ = ["eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "isclose", "maximum", "minimum", "where"]
+__all__ = ["eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "isclose", "maximum", "minimum", "where",
+           "isin"]
 
 
 class _Compare(Op):
@@ -159,6 +160,27 @@ def minimum(input, other):
     require_tensor(input, "minimum")
     require_tensor(other, "minimum", "other", 2)
     return binary_op(Minimum, input, other)
+
+
+# ------------------------------------------------------------------ isin
+class IsIn(Op):
+    """Whether each element of `elements` equals some element of `test` (any shape); `invert`
+    negates. Values compare after promotion to a common dtype; NaN matches nothing."""
+
+    name = "IsIn"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, elements, test, invert):
+        return xp_of(elements).isin(elements, test, invert=invert)
+
+
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError(f"isin() received an invalid combination of arguments - got "
+                        f"({type(elements).__name__}, {type(test_elements).__name__}): one of them must be a Tensor")
+    a, b = promote_operands(elements, test_elements)  # a Python scalar becomes a 0-dim tensor
+    return IsIn.apply(a, b, invert=bool(invert))
 
 
 # ------------------------------------------------------------------ Tensor methods

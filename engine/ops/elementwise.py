@@ -9,7 +9,7 @@ from ..tensor import Tensor, tensor_method
 from . import inplace
 from ._core import (binary_op, broadcast_shapes, cast, float_dtype_for, is_scalar, promote_operands, reflected,
                     require_tensor, sum_to)
-from ._kernels import ignore_fp_errors, rsqrt_array
+from ._kernels import LOW_PRECISION, ignore_fp_errors, rsqrt_array
 from .comparison import eq, ge, where
 from .creation import zeros_like
 from .logical import logical_and
@@ -17,7 +17,8 @@ from .op import Op
 from .unary import log
 
 __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide",
-           "floor_divide", "remainder", "fmod", "neg", "negative", "reciprocal", "square", "pow", "lerp"]
+           "floor_divide", "remainder", "fmod", "neg", "negative", "reciprocal", "square", "pow", "lerp",
+           "atan2", "arctan2", "addcmul", "addcdiv"]
 
 
 def _ufunc(ufunc, a, b):
@@ -309,6 +310,134 @@ def lerp(input, end, weight):
     return input + weight * (end - input)
 
 
+# ------------------------------------------------------------------ atan2, addcmul, addcdiv
+class Atan2(Op):
+    """atan2(a, b), the angle of the point (b, a); d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2),
+    both 0 at the origin."""
+
+    name = "Atan2"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, a, b):
+        xp = xp_of(a)
+        with ignore_fp_errors(xp):
+            return xp.arctan2(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        denom = a * a + b * b
+        at_origin = eq(denom, 0)  # torch: no gradient where a^2 + b^2 is 0 (underflow included)
+        scale = where(at_origin, 0.0, g / where(at_origin, 1.0, denom))
+        ga = sum_to(scale * b, a.shape) if ctx.needs_input_grad[0] else None
+        gb = sum_to(-scale * a, b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+def atan2(input, other):
+    require_tensor(input, "atan2")
+    require_tensor(other, "atan2", "other", 2)
+    return binary_op(Atan2, *_to_float_operands(input, other))
+
+
+arctan2 = atan2
+
+
+class _Addc(Op):
+    """input + value * (tensor1 <op> tensor2) in one pass, the operands already cast to the result
+    dtype (broadcast). The backward is torch's formula, whose factors are formed in each tensor's
+    own dtype (`own`): a 16-bit tensor1 beside a float64 result gives tensor2 the gradient
+    g * (tensor1 * value) with that product rounded to 16 bits, as torch does."""
+
+    save_inputs = (1, 2)
+
+    @classmethod
+    def forward(cls, ctx, x, a, b, value, own):
+        ctx.shape, ctx.value, ctx.own = x.shape, value, own
+        xp = xp_of(x)
+        dt = x.dtype
+        if dt in LOW_PRECISION:  # computed in float32 and rounded once, as torch's opmath
+            x, a, b = (t.astype(np.float32) for t in (x, a, b))
+        with ignore_fp_errors(xp):
+            t = cls.combine(a, b)
+            out = x + (t if value == 1 else t * t.dtype.type(value))
+        return out.astype(dt, copy=False)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        a, b = ctx.saved_tensors
+        need_x, need_a, need_b = ctx.needs_input_grad
+        own_a, own_b = (cast(t, d) for t, d in zip((a, b), ctx.own))
+        ga, gb = cls.factors(own_a, own_b, ctx.value)
+        return (sum_to(g, ctx.shape) if need_x else None,
+                sum_to(g * cast(ga, g.dtype), a.shape) if need_a else None,
+                sum_to(g * cast(gb, g.dtype), b.shape) if need_b else None)
+
+
+def _rounded(fn, t):
+    """fn(t) (t with a Python scalar) in t's dtype; a 16-bit t computed in float32 and rounded once,
+    as torch's kernels do (the engine's own op rounds the scalar to 16 bits first)."""
+    if t.dtype not in (dtypes.float16, dtypes.bfloat16):
+        return fn(t)
+    return cast(fn(cast(t, dtypes.float32)), t.dtype)
+
+
+class Addcmul(_Addc):
+    name = "Addcmul"
+    combine = staticmethod(lambda a, b: a * b)
+
+    @staticmethod
+    def factors(a, b, value):
+        """d/da = value * b, d/db = value * a, each product in the factor's own dtype."""
+        return _rounded(lambda t: t * value, b), _rounded(lambda t: t * value, a)
+
+
+class Addcdiv(_Addc):
+    name = "Addcdiv"
+    combine = staticmethod(lambda a, b: a / b)
+
+    @staticmethod
+    def factors(a, b, value):
+        """d/da = value / b, d/db = -(value * a) / (b * b), the pieces in the tensors' own dtypes
+        (torch's `value / b` rounds value to b's dtype first, its `value * a` does not)."""
+        v = float(np.asarray(value).astype(b.dtype.np)) if b.dtype in (dtypes.float16, dtypes.bfloat16) else value
+        return _rounded(lambda t: v / t, b), -_rounded(lambda t: t * value, a) / (b * b)
+
+
+def _addc(op_cls, input, tensor1, tensor2, value):
+    name = op_cls.name.lower()
+    for i, t in enumerate((input, tensor1, tensor2)):
+        require_tensor(t, name, ("input", "tensor1", "tensor2")[i], i + 1)
+    if not is_scalar(value):
+        raise TypeError(f"{name}(): argument 'value' must be a Number, not {type(value).__name__}")
+    ts = (input, tensor1, tensor2)
+    res = dtypes.result_type([t.dtype for t in ts if t.ndim], [t.dtype for t in ts if not t.ndim])
+    if res is dtypes.bool_:
+        raise RuntimeError(f"{name}: not implemented for 'Bool' tensors")
+    x, a, b = (cast(t, res) for t in ts)
+    broadcast_shapes(x.shape, a.shape, b.shape)
+    value = value if res.is_floating_point else int(value)  # an integer result truncates it, as torch's cast
+    return op_cls.apply(x, a, b, value=value, own=(tensor1.dtype, tensor2.dtype))
+
+
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 * tensor2, broadcast, in the operands' common dtype."""
+    return _addc(Addcmul, input, tensor1, tensor2, value)
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """input + value * tensor1 / tensor2; integer tensor1 and tensor2 are refused, as by torch."""
+    if not (tensor1.is_floating_point() or tensor2.is_floating_point()):
+        raise RuntimeError(
+            "Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform a "
+            "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as "
+            "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as "
+            "(input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior is just the latter "
+            "implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+    return _addc(Addcdiv, input, tensor1, tensor2, value)
+
+
 # ------------------------------------------------------------------ Tensor methods
 tensor_method("add", "__add__")(add)
 tensor_method("__radd__")(reflected(add))
@@ -329,6 +458,9 @@ tensor_method("square")(square)
 tensor_method("pow", "__pow__")(pow)
 tensor_method("__rpow__")(reflected(pow))
 tensor_method("lerp")(lerp)
+tensor_method("atan2", "arctan2")(atan2)
+tensor_method("addcmul")(addcmul)
+tensor_method("addcdiv")(addcdiv)
 Tensor.__pos__ = lambda self: self
 
 
@@ -367,3 +499,8 @@ Tensor.__ipow__ = pow_
 @tensor_method()
 def neg_(self):
     return self.mul_(-1)
+
+
+for _name, _fn in (("atan2_", atan2), ("arctan2_", atan2), ("addcmul_", addcmul), ("addcdiv_", addcdiv),
+                   ("lerp_", lerp)):
+    setattr(Tensor, _name, inplace.inplace_method(_name, _fn))

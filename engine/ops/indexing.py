@@ -21,11 +21,11 @@ from ..backend import dtypes, host_checks, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
-from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, reshape, scalar_tensor, shape_str,
-                    sum_to)
+from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, replicated, reshape, scalar_tensor,
+                    shape_str, sum_to)
 
-__all__ = ["gather", "scatter", "scatter_add", "index_select", "index_add", "masked_fill",
-           "masked_select", "take_along_dim", "one_hot", "embedding", "nonzero"]
+__all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "index_put",
+           "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "one_hot", "embedding", "nonzero"]
 
 
 # ------------------------------------------------------------------ key normalisation
@@ -229,22 +229,77 @@ def _as_value_tensor(value, like):
 
 
 def _setitem(self, key, value):
-    inplace.check_inplace_allowed(self, "index_put_")
     items, basic = _normalize_key(key, self)
-    v = _as_value_tensor(value, self)
+    _put(self, items, basic, _as_value_tensor(value, self), False, "index_put_")
+
+
+def _indexed_shape(x, items, basic):
+    """The logical shape of x[items] (a global x's too)."""
+    return tuple(Index.apply(x.detach(), key=items, basic=basic).shape)
+
+
+def _shape_mismatch(v, x, items, basic):
+    return RuntimeError(f"shape mismatch: value tensor of shape {shape_str(v.shape)} cannot be broadcast to "
+                        f"indexing result of shape {shape_str(_indexed_shape(x, items, basic))}")
+
+
+def _put(self, items, basic, v, accumulate, op):
+    """`self[items] = v` (`+=` with `accumulate`, repeated indices adding up) under the in-place
+    rule: written into the storage, or recorded out of place and rebound."""
+    inplace.check_inplace_allowed(self, op)
     if inplace.records(self, v):
-        inplace.rebind(self, IndexPut.apply(self, v, key=items, basic=basic), "index_put_")
-        return
+        return inplace.rebind(self, _index_put(self, items, basic, v, accumulate), op)
+    write = _add_at if accumulate else _store
     try:
-        _store(self._data, items, v._data)
+        write(self._data, items, v._data)
         if _grad_state.tracer is not None:  # nn.Graph is capturing this step
-            _grad_state.tracer.call(_store, (self._data, items, v._data), None, "index_put_ (in place)")
+            _grad_state.tracer.call(write, (self._data, items, v._data), None, f"{op} (in place)")
     except ValueError:
-        target = self._data[items].shape
-        raise RuntimeError(
-            f"shape mismatch: value tensor of shape {shape_str(v.shape)} cannot be broadcast to "
-            f"indexing result of shape {shape_str(target)}") from None
+        raise _shape_mismatch(v, self, items, basic) from None
     self._bump_version()
+    return self
+
+
+def _index_put(x, items, basic, v, accumulate):
+    """Out of place `x[items] = v`, or with `accumulate` x plus v scatter-added at `items`."""
+    if not accumulate:
+        try:
+            return IndexPut.apply(x, v, key=items, basic=basic)
+        except ValueError:
+            raise _shape_mismatch(v, x, items, basic) from None
+    try:
+        v = broadcast_to(v, _indexed_shape(x, items, basic))
+    except RuntimeError:
+        raise _shape_mismatch(v, x, items, basic) from None
+    return x + IndexBackward.apply(v, shape=tuple(x.shape), key=items, basic=basic)
+
+
+def _put_args(input, indices, values, op):
+    """torch's argument checks of index_put: a tuple of index tensors, values of the same dtype."""
+    if not isinstance(indices, (tuple, list)):
+        raise TypeError(f"{op}(): argument 'indices' must be tuple of Tensors, not {type(indices).__name__}")
+    for i, k in enumerate(indices):
+        if not isinstance(k, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(k).__name__}")
+    if not isinstance(values, Tensor):
+        raise TypeError(f"{op}(): argument 'values' (position 2) must be Tensor, not {type(values).__name__}")
+    if values.dtype != input.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got {input.dtype.name} "
+                           f"for the destination and {values.dtype.name} for the source.")
+    return _normalize_key(tuple(indices), input)
+
+
+def index_put(input, indices, values, accumulate=False):
+    """`input` with `input[indices] = values` (a new tensor); `accumulate=True` adds instead,
+    repeated indices adding up."""
+    items, basic = _put_args(input, indices, values, "index_put")
+    return _index_put(input, items, basic, _as_value_tensor(values, input), accumulate)
+
+
+@tensor_method()
+def index_put_(self, indices, values, accumulate=False):
+    items, basic = _put_args(self, indices, values, "index_put_")
+    return _put(self, items, basic, _as_value_tensor(values, self), accumulate, "index_put_")
 
 
 Tensor.__setitem__ = _setitem
@@ -418,8 +473,14 @@ def _scatter_args(input, dim, index, src, value, op):
 
 
 def scatter(input, dim, index, src=None, value=None, *, reduce=None):
+    """`reduce="add"`/`"multiply"` combines with the values in place (scatter_reduce's sum/prod)."""
     if reduce is not None:
-        raise NotImplementedError("scatter: reduce= is not supported; use scatter_add")
+        if reduce not in ("add", "multiply"):
+            raise RuntimeError("reduce argument must be either add or multiply.")
+        dim, src = _scatter_args(input, dim, index, src, value, "scatter")
+        if src.ndim == 0 and index.ndim:
+            src = broadcast_to(src, tuple(index.shape))
+        return _scatter_reduce(input, dim, index, src, "sum" if reduce == "add" else "prod", True)
     dim, src = _scatter_args(input, dim, index, src, value, "scatter")
     return Scatter.apply(input, index, src, dim=dim, add=False)
 
@@ -447,13 +508,156 @@ def _inplace_scatter(self, dim, index, src, value, add, op):
 @tensor_method()
 def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
     if reduce is not None:
-        raise NotImplementedError("scatter_: reduce= is not supported; use scatter_add_")
+        return inplace.apply_inplace(self, scatter, "scatter_", dim, index, src, value, reduce=reduce)
     return _inplace_scatter(self, dim, index, src, value, False, "scatter_")
 
 
 @tensor_method()
 def scatter_add_(self, dim, index, src):
     return _inplace_scatter(self, dim, index, src, None, True, "scatter_add_")
+
+
+# ------------------------------------------------------------------ scatter_reduce
+_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+_AT = {"sum": "add", "mean": "add", "amax": "maximum", "amin": "minimum"}
+
+
+def _identity(reduce, dtype):
+    """The value a reduction starts from where `include_self=False` leaves the input out."""
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if dtype.kind == "f" or dtype == dtypes.bfloat16.np:
+        return -np.inf if reduce == "amax" else np.inf
+    info = np.iinfo(dtype) if dtype != np.bool_ else None
+    return (info.min if reduce == "amax" else info.max) if info is not None else reduce == "amin"
+
+
+def _multiply_at(xp, out, mesh, src):
+    """out[mesh] *= src with repeated targets multiplying in turn (numpy's multiply.at). CuPy has
+    no multiply.at: the products go in rounds, each touching a target at most once."""
+    if xp is np:
+        np.multiply.at(out, mesh, src)
+        return
+    lin = xp.ravel_multi_index(tuple(xp.broadcast_to(m, src.shape) for m in mesh), out.shape).reshape(-1)
+    if not lin.size:
+        return
+    order = xp.argsort(lin)
+    lin, vals = lin[order], src.reshape(-1)[order]
+    first = xp.ones(lin.shape, dtype=np.bool_)
+    first[1:] = lin[1:] != lin[:-1]
+    rank = xp.arange(lin.size) - xp.flatnonzero(first)[xp.cumsum(first) - 1]  # position within its target
+    flat = out.reshape(-1)
+    for r in range(int(rank.max()) + 1):
+        sel = rank == r
+        flat[lin[sel]] *= vals[sel]
+
+
+class ScatterReduce(Op):
+    """`x` with `src` combined into the positions `index` names along `dim` by `reduce` (sum,
+    prod, mean, amax, amin), x's own values included unless not `include_self` (integer means
+    round down). The backward is torch's scatter_reduce_backward: tied maxima share the gradient
+    evenly, a product's factors are divided out (zeros handled exactly)."""
+
+    name = "ScatterReduce"
+    save_inputs = (0, 1, 2)
+    save_outputs = (0,)
+
+    @staticmethod
+    def forward(ctx, x, index, src, dim, reduce, include_self):
+        ctx.dim, ctx.reduce, ctx.include_self, ctx.src_shape = dim, reduce, include_self, src.shape
+        xp = xp_of(x)
+        out = x.copy()
+        mesh = along_index(index, dim)
+        s = _crop(src, index.shape)
+        if not include_self:
+            out[mesh] = _identity(reduce, x.dtype)
+        if reduce == "prod":
+            _multiply_at(xp, out, mesh, s)
+        else:
+            getattr(xp, _AT[reduce]).at(out, mesh, s)
+        if reduce == "mean":
+            count = xp.full(x.shape, int(include_self), dtype=np.int64)
+            xp.add.at(count, mesh, 1)
+            ctx.count = count = xp.maximum(count, 1)
+            out = (out / count if out.dtype.kind == "f" else xp.floor_divide(out, count)).astype(x.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, index, src, out = ctx.saved_tensors
+        dim, reduce = ctx.dim, ctx.reduce
+        xp = xp_of(g._data)
+        s = src if tuple(src.shape) == tuple(index.shape) else src[tuple(slice(0, n) for n in index.shape)]
+        mesh = along_index(index._data, dim)
+
+        def const(a):
+            return Tensor._make(a, g._device)
+
+        zero = const(xp.zeros((), dtype=g._data.dtype))
+        if reduce == "sum":
+            gx = g
+            gs = Gather.apply(g, index, dim=dim)
+        elif reduce == "mean":
+            gx = g / const(ctx.count.astype(g._data.dtype))
+            gs = Gather.apply(gx, index, dim=dim)
+        elif reduce in ("amax", "amin"):
+            x_is, s_is = x._data == out._data, s._data == out._data[mesh]
+            n = x_is.astype(g._data.dtype)
+            xp.add.at(n, mesh, s_is.astype(n.dtype))
+            spread = g / const(n)
+            gx = MaskedFill.apply(spread, const(~x_is), zero)
+            gs = MaskedFill.apply(Gather.apply(spread, index, dim=dim), const(~s_is), zero)
+        else:
+            gx, gs = _prod_grads(g, x, index, s, out, dim, ctx.include_self, mesh, const, zero)
+        if not ctx.include_self:
+            gx = ScatterFill.apply(gx, index, dim=dim)
+        if tuple(gs.shape) != tuple(ctx.src_shape):
+            gs = Pad.apply(gs, shape=ctx.src_shape)
+        return gx, None, gs
+
+
+def _prod_grads(g, x, index, s, out, dim, include_self, mesh, const, zero):
+    """The gradients of a scatter product (torch's formulas): each factor's is the product of the
+    others, computed with the zeros masked out so that a single zero gets its exact gradient."""
+    xp = xp_of(g._data)
+    one = const(xp.ones((), dtype=g._data.dtype))
+    attrs = dict(dim=dim, reduce="prod", include_self=include_self)
+    x_zero, s_zero = x._data == 0, s._data == 0
+    masked_x = MaskedFill.apply(x, const(x_zero), one)
+    gx = g * ScatterReduce.apply(masked_x, index, s, **attrs) / masked_x
+    zeros_at = xp.zeros(x.shape, dtype=np.int64)
+    xp.add.at(zeros_at, mesh, s_zero.astype(np.int64))
+    single = s_zero & (zeros_at[mesh] == 1)  # the only zero scattered to its target
+    others = ScatterReduce.apply(x, index, MaskedFill.apply(s, const(single), one), **attrs)
+    at_single = Gather.apply(g * others, index, dim=dim)
+    elsewhere = Gather.apply(g * out, index, dim=dim) / MaskedFill.apply(s, const(s_zero), one)
+    gs = MaskedFill.apply(at_single, const(~single), zero) + MaskedFill.apply(elsewhere, const(single), zero)
+    return gx, gs
+
+
+def _scatter_reduce(input, dim, index, src, reduce, include_self):
+    if input.ndim == 0:  # a scalar is a one-element vector here, as in torch
+        flat = [t.reshape(1) if t.ndim == 0 else t for t in (input, index, src)]
+        return _scatter_reduce(*flat[:1], 0, *flat[1:], reduce, include_self).reshape(())
+    return ScatterReduce.apply(input, index, src, dim=dim, reduce=reduce, include_self=bool(include_self))
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    reduce = {"max": "amax", "min": "amin"}.get(reduce, reduce)  # torch's older names, still accepted
+    if reduce not in _REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if not isinstance(src, Tensor):
+        raise TypeError(f"scatter_reduce(): argument 'src' (position 3) must be Tensor, not {type(src).__name__}")
+    dim, src = _scatter_args(input, dim, index, src, None, "scatter_reduce")
+    return _scatter_reduce(input, dim, index, src, reduce, include_self)
+
+
+@tensor_method()
+def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+    return inplace.apply_inplace(self, scatter_reduce, "scatter_reduce_", dim, index, src, reduce,
+                                 include_self=include_self)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -511,6 +715,8 @@ class IndexAddTo(Op):
 
 
 def _add_along(out, dim, index, src):
+    if not index.size:  # nothing to add (and no row length to infer from an empty src)
+        return
     if dim == 0 and out.flags.c_contiguous:
         add_rows(out.reshape(out.shape[0], -1), index, src.reshape(src.shape[0], -1))
     else:
@@ -566,6 +772,11 @@ def index_add(input, dim, index, source, *, alpha=1):
     if input.dim() == 0:  # a scalar is a one-element vector here, as in torch
         return index_add(input.reshape(1), 0, index, source.reshape(-1), alpha=alpha).reshape(())
     return IndexAdd.apply(input, index, source, dim=dim, alpha=alpha)
+
+
+@tensor_method()
+def index_add_(self, dim, index, source, *, alpha=1):
+    return inplace.apply_inplace(self, index_add, "index_add_", dim, index, source, alpha=alpha)
 
 
 # ------------------------------------------------------------------ masks
@@ -655,6 +866,32 @@ def masked_select(input, mask):
     if not shape:  # a 0-dim pair selects from a one-element vector, as torch
         x, m = x.reshape(1), m.reshape(1)
     return x[m]
+
+
+def masked_scatter(input, mask, source):
+    """`input` with the positions where `mask` is True (input and mask broadcast together) taken
+    from the consecutive elements of `source`, in row-major order: `x[mask] = source[:k]`."""
+    if not isinstance(mask, Tensor) or mask.dtype is not dtypes.bool_:
+        got = mask.dtype.name if isinstance(mask, Tensor) else type(mask).__name__
+        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype {got}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got "
+                           f"{input.dtype.name} and {source.dtype.name}")
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    m = replicated(mask)._data
+    m = xp_of(m).broadcast_to(m, shape)
+    count = int(m.sum())  # a read back, as torch's
+    if count > source.numel():
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    return IndexPut.apply(broadcast_to(input, shape), reshape(source, -1)[:count], key=(m,), basic=False)
+
+
+@tensor_method()
+def masked_scatter_(self, mask, source):
+    if isinstance(mask, Tensor) and broadcast_shapes(tuple(self.shape), tuple(mask.shape)) != tuple(self.shape):
+        raise RuntimeError(f"masked_scatter_: mask of shape {shape_str(mask.shape)} cannot be broadcast to the "
+                           f"tensor's shape {shape_str(self.shape)}")
+    return inplace.apply_inplace(self, masked_scatter, "masked_scatter_", mask, source)
 
 
 class Nonzero(Op):
@@ -990,6 +1227,9 @@ def copy_(self, src, non_blocking=False):
 tensor_method("gather")(gather)
 tensor_method("scatter")(scatter)
 tensor_method("scatter_add")(scatter_add)
+tensor_method("scatter_reduce")(scatter_reduce)
+tensor_method("index_put")(index_put)
+tensor_method("masked_scatter")(masked_scatter)
 tensor_method("index_select")(index_select)
 tensor_method("index_add")(index_add)
 tensor_method("masked_fill")(masked_fill)

@@ -126,4 +126,20 @@ def apply_inplace(t, fn, op, *args, **kwargs):
     check_inplace_allowed(t, op)
     if records(t, *args, *kwargs.values()):
         return rebind(t, fn(t, *args, **kwargs), op)
-    return write(t, fn(t, *args, **kwargs)._data, op)
+    res = fn(t, *args, **kwargs)
+    g = t._global
+    if g is not None and res._global is not None and tuple(res._global.sbp) != tuple(g.sbp):
+        res = res.to_global(sbp=g.sbp)  # t's shard is what gets written: the result in t's layout
+    return write(t, res._data, op)
+
+
+def inplace_method(name, fn):
+    """A Tensor method `name` (e.g. "erfinv_") storing `fn(t, *args, **kwargs)` into t under the
+    in-place rule; it belongs to fn's module (engine/tensor.pyi lists it there)."""
+
+    def method(self, *args, **kwargs):
+        return apply_inplace(self, fn, name, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__module__ = fn.__module__
+    return method

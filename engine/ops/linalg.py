@@ -1,4 +1,5 @@
-"""Matrix products: matmul (and `@`), mm, bmm, addmm, baddbmm, dot, outer, einsum and linear.
+"""Matrix products: matmul (and `@`), mm, bmm, mv, addmm, baddbmm, dot, outer, tensordot, einsum,
+linear, and pairwise distances (cdist).
 
 These are the hot path of a transformer, so each forward is one BLAS call (`xp.matmul`) on
 float32 arrays that are C- or F-contiguous (a plain transpose is passed as a view: BLAS reads it
@@ -13,12 +14,13 @@ import numpy as np
 
 from .op import Op, autocast_lowers, autocast_unifies
 from ..backend import xp_of
-from ..tensor import Tensor, tensor_method
+from ..tensor import Tensor, _check_dim, tensor_method
 from ._core import broadcast_shapes, broadcast_to, cast, reshape, shape_str, sum_to
 from ._kernels import matmul as _matmul
 from .indexing import IndexZero
+from .shape import cat
 
-__all__ = ["matmul", "mm", "bmm", "addmm", "baddbmm", "dot", "outer", "einsum", "linear"]
+__all__ = ["matmul", "mm", "bmm", "mv", "addmm", "baddbmm", "dot", "outer", "tensordot", "einsum", "linear", "cdist"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -155,6 +157,16 @@ def bmm(input, mat2):
     return Matmul.apply(input, mat2)
 
 
+def mv(input, vec):
+    if input.ndim != 2 or vec.ndim != 1:
+        raise RuntimeError(f"vector + matrix @ vector expected, got 1, {input.ndim}, {vec.ndim}")
+    if input.shape[1] != vec.shape[0]:
+        raise RuntimeError(f"size mismatch, got input ({input.shape[0]}), mat ({input.shape[0]}x{input.shape[1]}), "
+                           f"vec ({vec.shape[0]})")
+    _same_dtype(input, vec, "mv")
+    return Matmul.apply(input, vec)
+
+
 def _add_scaled(input, prod, beta, alpha):
     """beta * input + alpha * prod; beta == 0 ignores input (NaNs included), as PyTorch does."""
     if alpha != 1:
@@ -186,6 +198,90 @@ def outer(input, vec2):
     if input.ndim != 1 or vec2.ndim != 1:
         raise RuntimeError(f"outer: 1D tensors expected, but got {input.ndim}D and {vec2.ndim}D tensors")
     return reshape(input, (input.shape[0], 1)) * reshape(vec2, (1, vec2.shape[0]))
+
+
+def tensordot(a, b, dims=2):
+    """Sum over the last `dims` dims of a and the first `dims` of b, or over the paired dim lists
+    `dims=([a dims], [b dims])`: one matrix product of the permuted, flattened operands (a
+    contracted dim of size 1 on one side broadcasts, as in torch)."""
+    if isinstance(dims, Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        if dims > a.ndim or dims > b.ndim:
+            raise RuntimeError(f"tensordot expects dims < ndim_a or ndim_b, but got dims={dims}")
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    if len(dims_a) != len(dims_b):
+        raise RuntimeError("both dimension lists should have same length")
+    if a.dtype != b.dtype:
+        raise RuntimeError("both inputs should have same dtype")
+    dims_a = [_check_dim(d, a.ndim) for d in dims_a]
+    dims_b = [_check_dim(d, b.ndim) for d in dims_b]
+    for i, j in zip(dims_a, dims_b):
+        if b.shape[j] == 1 and a.shape[i] != 1:  # a size-1 side broadcasts: the other is summed right away
+            a = a.sum(i, keepdim=True)
+        elif a.shape[i] == 1 and b.shape[j] != 1:
+            b = b.sum(j, keepdim=True)
+        elif a.shape[i] != b.shape[j]:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {a.shape[i]} in dim {i} "
+                               f"and second has size {b.shape[j]} in dim {j}")
+    free_a = [i for i in range(a.ndim) if i not in dims_a]
+    free_b = [j for j in range(b.ndim) if j not in dims_b]
+    k = math.prod(a.shape[i] for i in dims_a)
+    out_a, out_b = tuple(a.shape[i] for i in free_a), tuple(b.shape[j] for j in free_b)
+    a2 = reshape(a.permute(*free_a, *dims_a), (math.prod(out_a), k))
+    b2 = reshape(b.permute(*dims_b, *free_b), (k, math.prod(out_b)))
+    return reshape(Matmul.apply(a2, b2), out_a + out_b)
+
+
+# ------------------------------------------------------------------ cdist
+_CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+_TORCH_NAMES = {"float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double", "int64": "Long",
+                "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool"}
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """The p-norm distance of every row of x1 [..., P, M] to every row of x2 [..., R, M], batch
+    dims broadcast: [..., P, R]. For p=2 with more than 25 rows on a side (or when
+    `compute_mode` asks) it uses torch's matrix-product form |a|^2 + |b|^2 - 2 a.b, otherwise
+    the norm of the differences (whose gradient is 0 at zero distance, as torch's)."""
+    for name, t in (("X1", x1), ("X2", x2)):
+        if t.ndim < 2:
+            raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: {t.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    for name, t in (("X1", x1), ("X2", x2)):
+        if not t.is_floating_point():
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {_TORCH_NAMES[t.dtype.name]}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"expected scalar type {_TORCH_NAMES[x1.dtype.name]} but found "
+                           f"{_TORCH_NAMES[x2.dtype.name]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    if compute_mode is None:
+        compute_mode = _CDIST_MODES[0]
+    if compute_mode not in _CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
+    batch = broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
+    x1 = broadcast_to(x1, batch + tuple(x1.shape[-2:]))
+    x2 = broadcast_to(x2, batch + tuple(x2.shape[-2:]))
+    rows1, rows2 = x1.shape[-2], x2.shape[-2]
+    if p == 2 and (compute_mode == _CDIST_MODES[1] or (compute_mode == _CDIST_MODES[0] and max(rows1, rows2) > 25)):
+        return _euclidean_dist(x1, x2)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    return diff.norm(p, dim=-1)
+
+
+def _euclidean_dist(x1, x2):
+    """torch's _euclidean_dist: one product of [-2 x1, |x1|^2, 1] and [x2, 1, |x2|^2]."""
+    n1 = (x1 * x1).sum(-1, keepdim=True)
+    n2 = (x2 * x2).sum(-1, keepdim=True)
+    a = cat([x1 * -2, n1, n1.new_ones(tuple(n1.shape))], -1)
+    b = cat([x2, n2.new_ones(tuple(n2.shape)), n2], -1)
+    return matmul(a, _mT(b)).clamp_min(1e-30).sqrt()
 
 
 # ------------------------------------------------------------------ linear
@@ -406,4 +502,5 @@ tensor_method("bmm")(bmm)
 tensor_method("addmm")(addmm)
 tensor_method("baddbmm")(baddbmm)
 tensor_method("dot")(dot)
+tensor_method("mv")(mv)
 tensor_method("outer", "ger")(outer)

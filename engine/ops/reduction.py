@@ -1,5 +1,6 @@
-"""Reductions and scans: sum/mean/var/std/prod, max/min/amax/amin/argmax/argmin, logsumexp, norm,
-all/any/count_nonzero, cumsum/cumprod, topk/sort/argsort.
+"""Reductions and scans: sum/mean/var/std/prod, max/min/amax/amin/argmax/argmin, median, logsumexp,
+norm, all/any/count_nonzero, cumsum/cumprod/logcumsumexp, topk/sort/argsort, and the sorted-order
+queries unique, searchsorted/bucketize and bincount.
 
 Conventions shared by every reduction here (PyTorch's):
   * `dim` is an int, a tuple of ints, or None (= every dim); negative dims count from the end;
@@ -12,22 +13,26 @@ differentiable gather along a dim, whose backward is a scatter into the original
 import math
 from collections import namedtuple
 
+import ml_dtypes
 import numpy as np
 
 from .op import Op
-from ..backend import dtypes, xp_of
-from .unary import exp
+from ..backend import dtypes, host_checks, xp_of
+from .comparison import gt, lt, where
+from .unary import exp, log
 from ..tensor import Tensor, _check_dim, tensor_method
-from ._core import along_index, broadcast_to, cast, const_like, replicated, require_tensor, reshape, shape_str
+from ._core import (along_index, broadcast_to, cast, const_like, replicated, require_tensor, reshape, scalar_tensor,
+                    shape_str)
 
 __all__ = ["sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "max", "min", "amax",
            "amin", "argmax", "argmin", "logsumexp", "norm", "all", "any", "count_nonzero", "cumsum",
-           "cumprod", "topk", "sort", "argsort"]
+           "cumprod", "topk", "sort", "argsort", "median", "logcumsumexp", "unique", "searchsorted", "bucketize",
+           "bincount"]
 
 _builtin_sum, _builtin_max, _builtin_min, _builtin_all, _builtin_any = sum, max, min, all, any
 
 # results that are both a namedtuple (.values/.indices) and a 2-tuple, like torch.return_types
-_ret = {n: namedtuple(n, ["values", "indices"]) for n in ("max", "min", "topk", "sort")}
+_ret = {n: namedtuple(n, ["values", "indices"]) for n in ("max", "min", "topk", "sort", "median")}
 
 
 # ------------------------------------------------------------------ helpers
@@ -82,6 +87,10 @@ def _arr(xp, a, dtype=None):
     if dtype is not None and a.dtype != dtype:
         return xp.asarray(a).astype(dtype)
     return xp.asarray(a)
+
+
+def _is_float(np_dtype):
+    return np_dtype.kind == "f" or np_dtype == dtypes.bfloat16.np
 
 
 def _int_sum_dtype(t, dtype):
@@ -791,6 +800,265 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return _ret["topk"](values, const_like(idx, input))
 
 
+# ------------------------------------------------------------------ median
+class Median(Op):
+    """The lower median of all elements (NaN if any is NaN). The gradient is shared evenly by the
+    elements equal to it, as torch's (median along a dim picks one index instead)."""
+
+    name = "Median"
+    save_inputs, save_outputs = (0,), (0,)
+
+    @staticmethod
+    def forward(ctx, x):
+        flat, floating, xp = x.reshape(-1), _is_float(x.dtype), xp_of(x)
+        if not flat.size:
+            return xp.full((), np.nan if floating else np.iinfo(x.dtype).min, dtype=x.dtype)
+        k = (flat.size - 1) // 2
+        out = xp.partition(flat, k)[k]
+        if floating:
+            out = xp.where(xp.isnan(flat).any(), xp.asarray(np.nan, dtype=x.dtype), out)
+        return xp.asarray(out, dtype=x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        xa, oa = x._data, out._data
+        xp = xp_of(xa)
+        hit = (xa == oa) | (xp.isnan(xa) & xp.isnan(oa))
+        hit = hit.astype(xa.dtype)
+        hit /= hit.sum()
+        return broadcast_to(reshape(g, (1,) * xa.ndim), xa.shape) * _const(hit, x)
+
+
+def median(input, dim=None, keepdim=False):
+    """median(x): the lower median of all elements; median(x, dim, keepdim): (values, indices)
+    along dim, the index being the median's position in a stable sort (a slice with a NaN gives
+    NaN and the index of its first NaN), as torch's CPU kernel."""
+    if dim is None:
+        return Median.apply(input)
+    input = replicated(input)
+    n = input._data.ndim
+    d = _check_dim(dim, n)
+    xp = xp_of(input._data)
+    if n == 0:
+        return _ret["median"](input, const_like(xp.zeros((), dtype=np.int64), input))
+    size = input._data.shape[d]
+    if size == 0:
+        raise IndexError(f"median(): Expected reduction dim {d} to have non-zero size.")
+    a = input._data
+    order = _sort_index(a, d, False)  # NaN sorts last
+    k = xp.full(_kept_shape(a.shape, (d,)), (size - 1) // 2, dtype=np.int64)
+    if _is_float(a.dtype):
+        nans = xp.isnan(a).sum(axis=d, keepdims=True)
+        k = xp.where(nans > 0, size - nans, k)  # the first NaN: a NaN anywhere makes the median NaN
+    idx = xp.take_along_axis(order, k, axis=d)
+    values = GatherAlong.apply(input, index=idx, dim=d, squeeze=not keepdim)
+    return _ret["median"](values, const_like(idx if keepdim else idx.reshape(values._data.shape), input))
+
+
+# ------------------------------------------------------------------ logcumsumexp
+class LogCumSumExp(Op):
+    """log(cumsum(exp(x))) along `dim` (`reverse`: from the end), stably: each step is logaddexp
+    of the running value and the next element (numpy's logaddexp.accumulate; on CUDA a log-depth
+    scan of the same). The backward is torch's logcumsumexp_backward, written with this op."""
+
+    name = "LogCumSumExp"
+    save_inputs = (0,)
+    save_outputs = (0,)
+
+    @staticmethod
+    def forward(ctx, x, dim, reverse=False):
+        ctx.dim, ctx.reverse = dim, reverse
+        xp = xp_of(x)
+        if x.ndim == 0:
+            return x.copy()
+        a = x.astype(_acc_dtype(x.dtype))
+        if reverse:
+            a = xp.flip(a, dim)
+        if xp is np:
+            with np.errstate(all="ignore"):
+                out = np.logaddexp.accumulate(a, axis=dim)
+        else:  # Hillis-Steele: out[i] = logaddexp(out[i], out[i - step]) for step = 1, 2, 4, ...
+            out, n, step = a, a.shape[dim], 1
+            while step < n:
+                head = [slice(None)] * a.ndim
+                tail = list(head)
+                head[dim], tail[dim] = slice(step, None), slice(0, n - step)
+                nxt = out.copy()
+                nxt[tuple(head)] = xp.logaddexp(out[tuple(head)], out[tuple(tail)])
+                out, step = nxt, step * 2
+        if reverse:
+            out = xp.flip(out, dim)
+        return xp.ascontiguousarray(out.astype(x.dtype, copy=False))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        if x.ndim == 0 or not x.numel():
+            return g
+        lowest = float(ml_dtypes.finfo(g._data.dtype).min)
+        log_g = log(g.abs())
+        back = dict(dim=ctx.dim, reverse=not ctx.reverse)
+        pos = (LogCumSumExp.apply(where(gt(g, 0), log_g, lowest) - out, **back) + x).exp()
+        neg = (LogCumSumExp.apply(where(lt(g, 0), log_g, lowest) - out, **back) + x).exp()
+        return pos - neg
+
+
+def logcumsumexp(input, dim):
+    if not input.is_floating_point():
+        raise NotImplementedError(f'"logcumsumexp" not implemented for \'{input.dtype.name}\'')
+    return LogCumSumExp.apply(input, dim=_check_dim(dim, input._data.ndim))
+
+
+# ------------------------------------------------------------------ unique, searchsorted, bincount
+class Unique(Op):
+    """The sorted distinct values (of the flattened input, or the distinct slices along `dim`),
+    with the inverse indices and the counts; NaNs stay distinct, as in torch."""
+
+    name = "Unique"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, x, dim):
+        xp = xp_of(x)
+        kw = dict(return_inverse=True, return_counts=True)
+        if x.dtype.kind == "f":  # (numpy's own floats: bfloat16 has no NaN folding to turn off)
+            kw["equal_nan"] = False
+        if dim is None:
+            values, inverse, counts = xp.unique(x.reshape(-1), **kw)
+            inverse = inverse.reshape(x.shape)
+        else:
+            values, inverse, counts = _unique_slices(xp, x, dim)
+        return values, inverse.astype(np.int64), counts.astype(np.int64)
+
+
+def _unique_slices(xp, x, dim):
+    """unique along `dim`: the distinct slices in lexicographic order, each slice's group and each
+    group's size (a lexsort of the flattened slices: numpy's unique(axis=) needs structured
+    dtypes, which CuPy has not)."""
+    moved = xp.moveaxis(x, dim, 0)
+    n = moved.shape[0]
+    rows = moved.reshape(n, -1)
+    if rows.dtype == np.bool_:
+        rows = rows.astype(np.int8)
+    if rows.shape[1]:
+        order = xp.lexsort(xp.ascontiguousarray(rows.T[::-1]))  # the first column is the primary key
+    else:
+        order = xp.arange(n)
+    ordered = rows[order]
+    first = xp.ones(n, dtype=np.bool_)
+    if n:
+        first[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    group = xp.cumsum(first) - 1
+    inverse = xp.empty(n, dtype=np.int64)
+    inverse[order] = group
+    starts = xp.flatnonzero(first)
+    counts = xp.diff(xp.concatenate([starts, xp.asarray([n], dtype=starts.dtype)]))
+    values = xp.moveaxis(moved[order[starts]], 0, dim)
+    return xp.ascontiguousarray(values), inverse, counts
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    input = replicated(input)
+    d = None if dim is None else _check_dim(dim, input._data.ndim)
+    values, inverse, counts = Unique.apply(input, dim=d)
+    extra = ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
+    return (values,) + extra if extra else values
+
+
+class SearchSorted(Op):
+    """For each value, the index at which it would be inserted into the sorted last dim of `seq`
+    (the leftmost, or with `right` the rightmost): one sequence for all values, or one row per
+    row of values."""
+
+    name = "SearchSorted"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, seq, values, right, out_dtype):
+        xp = xp_of(seq)
+        side = "right" if right else "left"
+        if seq.ndim == 1:
+            out = xp.searchsorted(seq, values, side=side)
+        else:
+            rows = seq.reshape(-1, seq.shape[-1])
+            vals = values.reshape(rows.shape[0], -1)
+            out = xp.empty(vals.shape, dtype=np.int64)
+            for i in range(rows.shape[0]):
+                out[i] = xp.searchsorted(rows[i], vals[i], side=side)
+        return xp.asarray(out).reshape(values.shape).astype(out_dtype.np)
+
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of left "
+                               "while right was True")
+        right = side == "right"
+    seq = sorted_sequence
+    if seq.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+                           "dimension")
+    if not isinstance(input, Tensor):
+        if seq.ndim != 1:
+            raise RuntimeError("torch.searchsorted(): input value can be a scalar only when boundaries tensor "
+                               f"dimension is 1, but we got boundaries tensor dim({seq.ndim})")
+        input = scalar_tensor(input, dtypes.result_type([seq.dtype], scalars=[input]), seq)
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(input.shape[:-1]):
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+                           "dimensions of boundaries tensor and input value tensor must match, but we got "
+                           f"boundaries tensor {shape_str(seq.shape)} and input value tensor {shape_str(input.shape)}")
+    if sorter is not None:
+        if tuple(sorter.shape) != tuple(seq.shape) or sorter._data.dtype.kind not in "iu":
+            raise RuntimeError("torch.searchsorted(): sorter must be a long tensor of the boundaries' shape, got "
+                               f"{sorter.dtype.name} {shape_str(sorter.shape)}")
+        seq = GatherAlong.apply(replicated(seq), index=replicated(sorter)._data.astype(np.int64), dim=seq.ndim - 1,
+                                squeeze=False)
+    return SearchSorted.apply(seq, input, right=bool(right), out_dtype=dtypes.int32 if out_int32 else dtypes.int64)
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False):
+    """The bucket of each value: boundaries[i-1] < v <= boundaries[i] (with `right`, <= and <)."""
+    if boundaries.ndim != 1:
+        raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+class Bincount(Op):
+    """Occurrences of each non-negative integer (summed `weights` where given), at least
+    `minlength` bins."""
+
+    name = "Bincount"
+    differentiable = False
+
+    @staticmethod
+    def forward(ctx, x, weights, minlength, out_dtype):
+        xp = xp_of(x)
+        out = xp.bincount(x, weights=weights, minlength=minlength)
+        return out.astype(out_dtype.np, copy=False)
+
+
+def bincount(input, weights=None, minlength=0):
+    if input._data.dtype.kind not in "iu":
+        raise NotImplementedError(f'"bincount" not implemented for \'{input.dtype.name}\'')
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    ids = replicated(input)._data
+    if input.ndim != 1 or (ids.size and host_checks(ids) and int(ids.min()) < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and (weights.ndim != 1 or weights.shape[0] != input.shape[0]):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    if weights is None:
+        out_dtype = dtypes.int64
+    else:
+        out_dtype = dtypes.float32 if weights.dtype is dtypes.float32 else dtypes.float64
+        weights = replicated(weights)
+    return Bincount.apply(replicated(input), weights, minlength=int(minlength), out_dtype=out_dtype)
+
+
 # ------------------------------------------------------------------ Tensor methods
 for _name in __all__:
-    tensor_method(_name)(globals()[_name])
+    if _name not in ("searchsorted", "bucketize"):
+        tensor_method(_name)(globals()[_name])

@@ -1,5 +1,6 @@
-"""Shape and layout ops: view/reshape, transpose/permute, squeeze/unsqueeze, expand/repeat,
-narrow/split/chunk/unbind, cat/stack, tril/triu, roll, flip.
+"""Shape and layout ops: view/reshape, transpose/permute, squeeze/unsqueeze, expand/repeat/tile,
+repeat_interleave, meshgrid, narrow/split/chunk/unbind, unfold, cat/stack, tril/triu, diagonals
+(diagonal, diag, diag_embed), roll, flip, clone.
 
 Kernels return numpy (or CuPy) *views* wherever the backend can (permute, transpose, expand,
 narrow, split, flip), so these ops cost no copy; each backward is the inverse layout op written in
@@ -13,15 +14,17 @@ are not seen by the original; call `.contiguous()` first when that matters.
 import numpy as np
 
 from .op import Op
-from ..backend import dtypes, parallel, xp_of
+from ..backend import dtypes, parallel, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import _core
-from ._core import cast, infer_shape, shape_str
+from ._core import cast, clone, constant_like, infer_shape, replicated, shape_str
+from .indexing import index_select
 
 __all__ = ["reshape", "flatten", "unflatten", "transpose", "swapaxes", "swapdims", "permute", "t",
            "movedim", "moveaxis", "squeeze", "unsqueeze", "broadcast_to", "narrow", "chunk", "split",
            "unbind", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "tril", "triu",
-           "roll", "flip", "fliplr", "flipud"]
+           "roll", "flip", "fliplr", "flipud", "clone", "meshgrid", "repeat_interleave", "tile", "diagonal", "diag",
+           "diag_embed"]
 
 
 def _shape_args(args):
@@ -299,6 +302,100 @@ def repeat(self, *sizes):
     return Repeat.apply(self, reps=reps)
 
 
+def tile(input, dims):
+    """`repeat` with `dims` padded by leading 1s to the input's rank (torch.tile)."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return repeat(input, (1,) * (input.ndim - len(dims)) + dims)
+
+
+@tensor_method("tile")
+def _tile_method(self, *dims):
+    return tile(self, _shape_args(dims))
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Each element (or slice along `dim`) repeated `repeats` times in place: an int or a tensor
+    of one count per slice. `dim=None` works on the flattened input. With a single tensor
+    argument, `repeat_interleave(r)` is the index vector `[0]*r[0] + [1]*r[1] + ...`."""
+    if repeats is None:  # repeat_interleave(repeats): arange(len(repeats)) repeated
+        counts = _repeat_counts(input, input.numel() if input.ndim else 1)
+        base = constant_like(xp_of(input._data).arange(counts.size, dtype=np.int64), input)
+        return repeat_interleave(base, input.reshape(-1), 0, output_size=output_size)
+    if dim is None:
+        input, dim = reshape(input, -1), 0
+    d = _check_dim(dim, max(input.ndim, 1))
+    if input.ndim == 0:
+        input = reshape(input, 1)
+    n = input.shape[d]
+    if isinstance(repeats, Tensor) and repeats.numel() != 1:
+        counts = _repeat_counts(repeats, n)
+        total = int(counts.sum())
+        _check_output_size(output_size, total)
+        idx = np.repeat(np.arange(n, dtype=np.int64), counts)
+        return index_select(input, d, constant_like(to_device(idx, input._device), input))
+    r = int(_repeat_counts(repeats, 1)[0]) if isinstance(repeats, Tensor) else int(repeats)
+    if r < 0:
+        raise RuntimeError("Repeats must be non-negative")
+    _check_output_size(output_size, n * r)
+    shape = tuple(input.shape)
+    wide = expand(unsqueeze(input, d + 1), shape[:d + 1] + (r,) + shape[d + 1:])
+    return reshape(wide, shape[:d] + (n * r,) + shape[d + 1:])
+
+
+def _repeat_counts(repeats, n):
+    """The host values of a repeats tensor, checked as torch checks them."""
+    if repeats.ndim > 1:
+        raise RuntimeError("repeats must be 0-dim or 1-dim tensor")
+    if repeats._data.dtype.kind not in "iu":
+        raise NotImplementedError(f'"repeat_interleave_cpu" not implemented for \'{repeats.dtype.name}\'')
+    counts = replicated(repeats)._host().reshape(-1).astype(np.int64)
+    if counts.size != n:
+        raise RuntimeError(f"repeats must have the same size as input along dim, but got repeats.size(0) = "
+                           f"{counts.size} and input.size(0) = {n}")
+    if counts.size and counts.min() < 0:
+        raise RuntimeError("repeats can not be negative")
+    return counts
+
+
+def _check_output_size(output_size, total):
+    if output_size is not None and output_size != total:
+        raise RuntimeError(f"repeat_interleave: Invalid output_size, expected {total} but got {output_size}")
+
+
+def meshgrid(*tensors, indexing=None):
+    """Coordinate grids of 0-D/1-D tensors (varargs or one list): with indexing "ij" (the
+    default) output i varies along axis i; with "xy" the first two axes are swapped. Outputs are
+    broadcast views, so their gradients sum back."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing is None:
+        indexing = "ij"
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
+    for t in tensors:
+        if t.ndim > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t}")
+        if t.dtype != tensors[0].dtype:
+            raise RuntimeError("meshgrid expects all tensors to have the same dtype")
+        if t.device != tensors[0].device:
+            raise RuntimeError("meshgrid expects all tensors to have the same device")
+    sizes = [t.numel() if t.ndim else 1 for t in tensors]
+    axes = list(range(len(tensors)))
+    if indexing == "xy" and len(tensors) > 1:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(tensors)
+    for a, s in zip(axes, sizes):
+        shape[a] = s
+    out = []
+    for t, a, s in zip(tensors, axes, sizes):
+        lone = [1] * len(tensors)
+        lone[a] = s
+        out.append(expand(reshape(t, lone), shape))
+    return tuple(out)
+
+
 # ------------------------------------------------------------------ slicing along one dim
 class Split(Op):
     """Views of consecutive pieces of `x` along `dim`; backward concatenates the gradients
@@ -428,6 +525,30 @@ def unbind(input, dim=0):
     return out if isinstance(out, tuple) else (out,)
 
 
+@tensor_method("unfold")
+def unfold(self, dimension, size, step):
+    """Tensor.unfold: the windows of `size` elements every `step` along `dimension`, as a new last
+    dim. The windows are gathered with index_select (a copy where torch gives a strided view);
+    its backward adds overlapping windows' gradients."""
+    n = self.ndim
+    d = _check_dim(dimension, max(n, 1))
+    x = self if n else reshape(self, 1)
+    length = x.shape[d]
+    if size < 0:
+        raise RuntimeError(f"size is {size} but must be >= 0")
+    if size > length:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {length} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    count = (length - size) // step + 1
+    xp = xp_of(x._data)
+    idx = (xp.arange(count, dtype=np.int64)[:, None] * step + xp.arange(size, dtype=np.int64)).reshape(-1)
+    windows = index_select(x, d, constant_like(idx, x))
+    shape = tuple(x.shape)
+    out = movedim(reshape(windows, shape[:d] + (count, size) + shape[d + 1:]), d + 1, -1)
+    return reshape(out, (size,)) if n == 0 else out
+
+
 # ------------------------------------------------------------------ cat / stack
 class Cat(Op):
     """Concatenation along `dim`. `skip[i]` marks a 1-D empty input that PyTorch's legacy rule
@@ -547,6 +668,90 @@ def vstack(tensors):
     return cat(tensors, 0)
 
 
+# ------------------------------------------------------------------ diagonals
+def _diagonal_view(xp, a, offset, d1, d2):
+    """The diagonal `offset` of `a` over dims (d1, d2) as a strided view (writes go to `a`): the
+    other dims in order, then the diagonal."""
+    rows, cols = a.shape[d1], a.shape[d2]
+    r0, c0 = max(-offset, 0), max(offset, 0)
+    length = max(0, min(rows - r0, cols - c0))
+    start = [slice(None)] * a.ndim
+    start[d1], start[d2] = slice(min(r0, rows), None), slice(min(c0, cols), None)
+    keep = [i for i in range(a.ndim) if i not in (d1, d2)]
+    shape = tuple(a.shape[i] for i in keep) + (length,)
+    strides = tuple(a.strides[i] for i in keep) + (a.strides[d1] + a.strides[d2],)
+    return xp.lib.stride_tricks.as_strided(a[tuple(start)], shape=shape, strides=strides)
+
+
+class Diagonal(Op):
+    """A diagonal of `x` over dims (d1, d2), a view (as torch's); the backward places the gradient
+    on the same diagonal of zeros (DiagonalEmbed, whose backward is this op)."""
+
+    name = "Diagonal"
+
+    @staticmethod
+    def forward(ctx, x, offset, d1, d2):
+        ctx.shape, ctx.where = x.shape, (offset, d1, d2)
+        return _diagonal_view(xp_of(x), x, offset, d1, d2)
+
+    @staticmethod
+    def backward(ctx, g):
+        offset, d1, d2 = ctx.where
+        return DiagonalEmbed.apply(g, shape=ctx.shape, offset=offset, d1=d1, d2=d2)
+
+
+class DiagonalEmbed(Op):
+    """Zeros of `shape` with `r` written on the diagonal `offset` over dims (d1, d2)."""
+
+    name = "DiagonalEmbed"
+
+    @staticmethod
+    def forward(ctx, r, shape, offset, d1, d2):
+        ctx.where = (offset, d1, d2)
+        xp = xp_of(r)
+        out = xp.zeros(shape, dtype=r.dtype)
+        _diagonal_view(xp, out, offset, d1, d2)[...] = r
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        offset, d1, d2 = ctx.where
+        return Diagonal.apply(g, offset=offset, d1=d1, d2=d2)
+
+
+def _diag_dims(dim1, dim2, n):
+    d1, d2 = _check_dim(dim1, n), _check_dim(dim2, n)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return d1, d2
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    d1, d2 = _diag_dims(dim1, dim2, input.ndim)
+    return Diagonal.apply(input, offset=int(offset), d1=d1, d2=d2)
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """A tensor whose diagonal `offset` over the new dims (dim1, dim2) holds the last dim of
+    `input` (zeros elsewhere)."""
+    n = input.ndim + 1
+    d1, d2 = _diag_dims(dim1, dim2, n)
+    size = input.shape[-1] + abs(int(offset))
+    rest = iter(input.shape[:-1])
+    shape = tuple(size if i in (d1, d2) else next(rest) for i in range(n))
+    return DiagonalEmbed.apply(input, shape=shape, offset=int(offset), d1=d1, d2=d2)
+
+
+def diag(input, diagonal=0):
+    """A 1-D input: the square matrix with it on diagonal `diagonal`; a 2-D input: that diagonal
+    (a new tensor)."""
+    if input.ndim == 1:
+        return diag_embed(input, diagonal, 0, 1)
+    if input.ndim != 2:
+        raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {input.ndim}D")
+    return Diagonal.apply(input, offset=int(diagonal), d1=0, d2=1).clone()
+
+
 # ------------------------------------------------------------------ triangles, roll, flip
 class Tril(Op):
     name = "Tril"
@@ -648,7 +853,8 @@ def flipud(input):
 # ------------------------------------------------------------------ Tensor methods
 for _name in ("reshape", "flatten", "unflatten", "transpose", "swapaxes", "swapdims", "permute",
               "t", "movedim", "moveaxis", "squeeze", "unsqueeze", "broadcast_to", "narrow", "chunk",
-              "split", "unbind", "tril", "triu", "roll", "flip", "fliplr", "flipud"):
+              "split", "unbind", "tril", "triu", "roll", "flip", "fliplr", "flipud", "repeat_interleave",
+              "diagonal", "diag", "diag_embed"):
     tensor_method(_name)(globals()[_name])
 
 

@@ -22,6 +22,7 @@ Why the kernels look the way they do:
 """
 import math
 
+import ml_dtypes
 import numpy as np
 
 from .op import Op
@@ -31,16 +32,16 @@ from ..backend import dtypes, jit, mkl, xp_of
 from ..tensor import Tensor, tensor_method
 from . import inplace
 from ._core import broadcast_shapes, cast, scalar_tensor, sum_to
-from .comparison import ge, gt, le, lt, where
+from .comparison import eq, ge, gt, le, lt, where
 from .creation import zeros_like
 from .logical import logical_and, logical_or
 from ..kernels import gelu as gelu_kernels
 
 __all__ = [
     # math
-    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "abs",
-    "sign", "floor", "ceil", "round", "trunc", "erf", "clamp", "clip", "clamp_min",
-    "clamp_max", "isnan", "isinf", "isfinite",
+    "exp", "log", "log1p", "log2", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "abs",
+    "sign", "floor", "ceil", "round", "trunc", "erf", "erfinv", "clamp", "clip", "clamp_min",
+    "clamp_max", "isnan", "isinf", "isfinite", "nan_to_num",
     # activations
     "relu", "relu_", "gelu", "silu", "softplus", "leaky_relu", "hardtanh",
 ]
@@ -323,6 +324,15 @@ class Log1p(_Pointwise):
     grad = staticmethod(lambda g, x: g / (x + 1))
 
 
+class Log2(_Pointwise):
+    """Its own kernel rather than log(x) / log(2): log2 of a power of two is exact (log2(8) == 3,
+    where the quotient gives 2.9999999999999996 and floor() of it 2)."""
+
+    name = "Log2"
+    fn = staticmethod(lambda xp, x: xp.log2(x))
+    grad = staticmethod(lambda g, x: g / (x * math.log(2)))
+
+
 class Expm1(_Pointwise):
     name = "Expm1"
     fn = staticmethod(lambda xp, x: xp.expm1(x))
@@ -359,16 +369,31 @@ class Abs(_Pointwise):
     grad = staticmethod(lambda g, x: g * sign(x))
 
 
-def _k_erf(xp, x):
-    if x.dtype in LOW_PRECISION:
-        return _special(xp).erf(x.astype(np.float32)).astype(x.dtype)
-    return _special(xp).erf(x)
+def _k_special(name):
+    """x -> scipy.special.<name>(x) (cupyx.scipy.special on CUDA); 16-bit floats in float32."""
+
+    def kernel(xp, x):
+        fn = getattr(_special(xp), name)
+        if x.dtype in LOW_PRECISION:
+            return fn(x.astype(np.float32)).astype(x.dtype)
+        return fn(x)
+
+    return staticmethod(kernel)
 
 
 class Erf(_Pointwise):
     name = "Erf"
-    fn = staticmethod(_k_erf)
+    fn = _k_special("erf")
     grad = staticmethod(lambda g, x: g * exp(x * x * -1.0) * (2 / math.sqrt(math.pi)))
+
+
+class Erfinv(_Pointwise):
+    """The inverse of erf on (-1, 1) (+-inf at +-1, NaN outside); d/dx = sqrt(pi)/2 exp(erfinv(x)^2),
+    recomputed from the saved input so that it stays differentiable."""
+
+    name = "Erfinv"
+    fn = _k_special("erfinv")
+    grad = staticmethod(lambda g, x: g * exp(erfinv(x) ** 2) * (math.sqrt(math.pi) / 2))
 
 
 class _Piecewise(_Pointwise):
@@ -428,6 +453,10 @@ def log1p(input):
     return Log1p.apply(_float(input))
 
 
+def log2(input):
+    return Log2.apply(_float(input))
+
+
 def expm1(input):
     return Expm1.apply(_float(input))
 
@@ -450,6 +479,10 @@ def cos(input):
 
 def erf(input):
     return Erf.apply(_float(input))
+
+
+def erfinv(input):
+    return Erfinv.apply(_float(input))
 
 
 def abs(input):
@@ -650,6 +683,23 @@ def isinf(input):
 
 def isfinite(input):
     return IsFinite.apply(input)
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (by default the dtype's largest
+    and lowest finite values); integer and bool tensors are copied unchanged. The gradient passes
+    where the input is finite and is zero elsewhere, as torch's."""
+    if not input.is_floating_point():
+        return input.clone()
+    dt = input._data.dtype
+    info = ml_dtypes.finfo(dt)  # numpy's finfo, and bfloat16's
+    fills = []
+    for v in (nan, info.max if posinf is None else posinf, info.min if neginf is None else neginf):
+        with np.errstate(over="ignore"):  # a replacement beyond the dtype's range rounds to +-inf
+            fills.append(scalar_tensor(np.asarray(v, dtype=np.float64).astype(dt)[()], input.dtype, input))
+    nan_v, hi, lo = fills
+    neg_inf = eq(input, -math.inf)  # (an equality test: quiet on NaN, where < warns)
+    return where(isfinite(input), input, where(isnan(input), nan_v, where(neg_inf, lo, hi)))
 
 
 # ====================================================================== activations
@@ -938,9 +988,9 @@ _inplace_apply = inplace.apply_inplace
 
 
 # ====================================================================== Tensor methods
-for _name in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
-              "sign", "floor", "ceil", "trunc", "erf", "isnan", "isinf", "isfinite", "relu",
-              "clamp_min", "clamp_max"):
+for _name in ("exp", "log", "log1p", "log2", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+              "sign", "floor", "ceil", "trunc", "erf", "erfinv", "isnan", "isinf", "isfinite", "relu",
+              "clamp_min", "clamp_max", "nan_to_num"):
     setattr(Tensor, _name, globals()[_name])
 tensor_method("abs", "__abs__", "absolute")(abs)
 tensor_method("round", "__round__")(round)
@@ -948,17 +998,9 @@ tensor_method("clamp", "clip")(clamp)
 
 
 # ---------------------------------------------------------------------- in-place methods
-def _inplace_method(name, fn):
-    def method(self, *args, **kwargs):
-        return _inplace_apply(self, fn, name, *args, **kwargs)
-
-    method.__name__ = name
-    return method
-
-
-for _name in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
-              "abs", "sign", "floor", "ceil", "trunc", "round", "erf"):
-    setattr(Tensor, _name + "_", _inplace_method(_name + "_", globals()[_name]))
+for _name in ("exp", "log", "log1p", "log2", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
+              "abs", "sign", "floor", "ceil", "trunc", "round", "erf", "erfinv", "nan_to_num"):
+    setattr(Tensor, _name + "_", inplace.inplace_method(_name + "_", globals()[_name]))
 
 
 @tensor_method("clamp_", "clip_")

@@ -1,4 +1,7 @@
-"""Parity cases for engine/ops/comparison.py: comparisons, equal/isclose/allclose, maximum/minimum, where."""
+"""Parity cases for engine/ops/comparison.py: comparisons, equal/isclose/allclose, maximum/minimum, where,
+isin."""
+import numpy as np
+
 from harness import Input as I, OpCase
 
 F = I((3, 4))
@@ -47,4 +50,19 @@ CASES += [
     OpCase("allclose", lambda m, a: a.allclose(a + 1e-3, rtol=0, atol=1e-4), [F], name="far"),
     OpCase("isclose", lambda m, a, b: m.isclose(a, b, rtol=0.5), [F, I((4,))]),
     OpCase("isclose", lambda m, a: m.isclose(m.log(a), m.log(a), equal_nan=True), [F], name="nan"),
+]
+
+# ---------------------------------------------------------------- isin
+CASES += [
+    OpCase("isin", lambda m, a, b: m.isin(a, b), [I((3, 5), "int64", "int", 0, 8), I((4,), "int64", "int", 0, 8)]),
+    OpCase("isin", lambda m, a, b: m.isin(a, b, invert=True), [I((7,), "int64", "int", 0, 5), I((2, 3), "int64", "int", 0, 5)],
+           name="invert-2d-test"),
+    OpCase("isin", lambda m, a: m.isin(a, 2), [I((2, 3), "int64", "int", 0, 4)], name="scalar-test"),
+    OpCase("isin", lambda m, b: m.isin(3, b), [I((5,), "int64", "int", 0, 6)], name="scalar-elements"),
+    OpCase("isin", lambda m, a, b: m.isin(a, b), [I(value=np.array([1.0, 2.5, np.nan, 4.0])), I(value=np.array([2.5, np.nan, 1.0]))],
+           name="float-nan"),
+    OpCase("isin", lambda m, a, b: m.isin(a, b, assume_unique=True), [I((4,), "int64", "int", 0, 6), I(value=np.array([2.0, 3.5]))],
+           name="promote"),
+    OpCase("isin", lambda m, a, b: m.isin(a, b), [I((0, 3), "int64", "int", 0, 5), I((3,), "int64", "int", 0, 5)], name="empty"),
+    OpCase("isin", lambda m, a, b: m.isin(a, b), [I((), "int64", "int", 0, 3), I((0,), "int64", "int", 0, 3)], name="0d-empty-test"),
 ]

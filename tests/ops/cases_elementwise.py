@@ -1,4 +1,5 @@
-"""Parity cases for engine/ops/elementwise.py (arithmetic with broadcasting and promotion, pow, lerp)."""
+"""Parity cases for engine/ops/elementwise.py (arithmetic with broadcasting and promotion, pow, lerp,
+atan2, addcmul/addcdiv and their in-place forms)."""
 from harness import Input as I, OpCase
 
 F = I((3, 4))
@@ -67,4 +68,54 @@ CASES += [
 CASES += [
     OpCase("lerp", lambda m, a, b: m.lerp(a, b, 0.3), [F, F]),
     OpCase("lerp", lambda m, a, b, w: m.lerp(a, b, w), [I((3, 4)), I((4,)), I((3, 1), kind="unit")], name="tensor-weight"),
+]
+CASES += [
+    OpCase("lerp", lambda m, a, b: a.clone().lerp_(b, 0.7), [F, I((4,))], name="inplace"),
+    OpCase("lerp", lambda m, a, b, w: a.clone().lerp_(b, w), [F, F, I((3, 4), kind="unit")], name="inplace-tensor-weight"),
+]
+
+# ---------------------------------------------------------------- atan2
+CASES += [
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [F, F]),
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [I((2, 1, 4)), I((3, 1), noncontig=True)], name="bcast"),
+    OpCase("atan2", lambda m, a, b: a.atan2(b), [I((3, 4), "float64"), I((), "float32")], name="zerodim-promote"),
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [I((5,), "int64", "int", -3, 4), I((5,), "int64", "int", 1, 4)], name="int"),
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [I((5,), "int64", "int", -3, 4), I((5,))], name="promote"),
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [I(()), I(())], name="0d"),
+    OpCase("atan2", lambda m, a, b: m.atan2(a, b), [I((0, 4)), I((4,))], name="empty", gradcheck=False),
+    OpCase("arctan2", lambda m, a, b: m.arctan2(a, b), [F, F]),
+    OpCase("arctan2", lambda m, a, b: a.arctan2(b), [F, F], name="method"),
+    OpCase("atan2", lambda m, a, b: a.clone().atan2_(b), [F, I((4,))], name="inplace"),
+    OpCase("arctan2", lambda m, a, b: a.clone().arctan2_(b), [F, F], name="inplace"),
+]
+
+# ---------------------------------------------------------------- addcmul / addcdiv
+POS4 = I((4,), kind="positive")
+for op, t2 in (("addcmul", F), ("addcdiv", POS)):
+    CASES += [
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b), [F, F, t2]),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b, value=-0.5), [I((3, 1)), I((1, 4), noncontig=True), POS4],
+               name="bcast-value"),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(x, op)(a, b, value=2), [F, I((2, 3, 4)), POS4], name="method-grow"),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b), [I(()), I(()), I((), kind="positive")], name="0d"),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b, value=3),
+               [I((3, 4), "int64", "int", -5, 5), F, t2], name="promote"),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b),
+               [I((3, 4), "float64"), I((), "float32"), t2], name="zerodim-promote"),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(m, op)(x, a, b), [I((0, 4)), I((4,)), POS4], name="empty",
+               gradcheck=False),
+        OpCase(op, lambda m, x, a, b, op=op: getattr(x.clone(), op + "_")(a, b, value=0.25), [F, I((4,)), t2],
+               name="inplace"),
+    ]
+CASES += [
+    # a float16 factor beside a float64 result: torch forms value * tensor1 in float16 for tensor2's gradient
+    OpCase("addcmul", lambda m, x, a, b: m.addcmul(x, a, b, value=3.14), [I((3, 4), "float64"), I((3, 4), "float16"), F],
+           name="mixed-half", gradcheck=False),
+    OpCase("addcdiv", lambda m, x, a, b: m.addcdiv(x, a, b, value=-2.7), [I((3, 4), "float64"), F, I((4,), "float16", "positive")],
+           name="mixed-half", gradcheck=False),
+    OpCase("addcmul", lambda m, x, a, b: m.addcmul(x, a, b, value=1.5),
+           [I((4,), "int64", "int", -5, 5), I((4,), "int64", "int", -5, 5), I((4,), "int64", "int", -5, 5)], name="int-truncated-value"),
+    OpCase("addcdiv", lambda m, x, a, b: m.addcdiv(x, a, b, value=2),
+           [I((4,), "int64", "int", -5, 5), F, I((3, 1), "int64", "int", 1, 5)], name="int-divisor",
+           backward=False),  # torch's backward fails casting the divisor's gradient to int
 ]

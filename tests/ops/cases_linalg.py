@@ -1,5 +1,8 @@
 """Parity cases for engine/ops/linalg.py: matmul in all of torch's shape regimes (1-D, batched,
-broadcast batch dims, non-contiguous), mm/bmm/addmm/baddbmm, dot/outer, einsum, F.linear."""
+broadcast batch dims, non-contiguous), mm/bmm/mv/addmm/baddbmm, dot/outer, tensordot, einsum, F.linear,
+cdist."""
+import math
+
 from harness import Input as I, OpCase
 
 CASES = []
@@ -69,3 +72,38 @@ _EIN = [
 for eq, shapes, name in _EIN:
     CASES.append(OpCase("einsum", lambda m, *ts, eq=eq: m.einsum(eq, *ts), [I(s) for s in shapes], name=name))
 CASES.append(OpCase("einsum", lambda m, a, b: m.einsum("ij,jk->ik", [a, b]), [I((3, 4), noncontig=True), I((4, 2))], name="list-noncontig"))
+
+# ---------------------------------------------------------------- mv, tensordot
+CASES += [
+    OpCase("mv", lambda m, a, v: m.mv(a, v), [I((3, 4)), I((4,))]),
+    OpCase("mv", lambda m, a, v: a.mv(v), [I((5, 3), noncontig=True), I((3,))], name="method-noncontig"),
+    OpCase("mv", lambda m, a, v: m.mv(a, v), [I((3, 4), "float64"), I((4,), "float64")], name="float64"),
+    OpCase("mv", lambda m, a, v: m.mv(a, v), [I((3, 4), "int64", "int", -3, 4), I((4,), "int64", "int", -3, 4)], name="int"),
+    OpCase("mv", lambda m, a, v: m.mv(a, v), [I((0, 4)), I((4,))], name="empty", gradcheck=False),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b), [I((3, 4, 5)), I((4, 5, 2))]),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=([0, 2], [2, 1])), [I((3, 4, 5), noncontig=True), I((2, 5, 3))],
+           name="pairs"),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=1), [I((2, 3)), I((3, 4, 2))], name="one"),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=0), [I((2, 3)), I((3,))], name="outer"),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=([1], [0])), [I((2, 3)), I((3,))], name="to-vector"),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=2), [I((2, 3)), I((2, 3))], name="full"),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=1), [I((2, 0)), I((0, 3))], name="empty-contraction",
+           gradcheck=False),
+    OpCase("tensordot", lambda m, a, b: m.tensordot(a, b, dims=([0], [1])), [I((3, 2), "int64", "int", -3, 4), I((2, 3), "int64", "int", -3, 4)],
+           name="int"),
+]
+
+# ---------------------------------------------------------------- cdist
+for p in (2.0, 1.0, math.inf, 3.0, 0.0, 0.5):
+    CASES.append(OpCase("cdist", lambda m, a, b, p=p: m.cdist(a, b, p=p), [I((4, 3)), I((5, 3))], name=f"p{p:g}"))
+CASES += [
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((2, 1, 4, 3)), I((3, 5, 3), noncontig=True)], name="batch-bcast"),
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((30, 3)), I((4, 3))], name="mm-path"),
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b, compute_mode="use_mm_for_euclid_dist"), [I((3, 4)), I((2, 4))], name="mm-forced"),
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), [I((30, 2)), I((3, 2))],
+           name="mm-refused"),
+    OpCase("cdist", lambda m, a: m.cdist(a, a), [I((3, 2))], name="self-zero-distance", gradcheck=False),  # kink at 0
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((3, 4), "float64"), I((2, 4), "float64")], name="float64"),
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((0, 3)), I((2, 3))], name="empty", gradcheck=False),
+    OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((2, 0)), I((3, 0))], name="no-columns", gradcheck=False),
+]

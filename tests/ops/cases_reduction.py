@@ -1,5 +1,7 @@
-"""Parity cases for engine/ops/reduction.py (reductions, scans, selections)."""
+"""Parity cases for engine/ops/reduction.py (reductions, scans, selections, unique/searchsorted/bincount)."""
 import math
+
+import numpy as np
 
 from harness import Input as I, OpCase
 
@@ -129,4 +131,88 @@ CASES = [
     OpCase("argsort", lambda m, a: m.argsort(a), [D]),
     OpCase("argsort", lambda m, a: a.argsort(0, descending=True), [DNC], name="desc"),
     OpCase("argsort", lambda m, a: a.argsort(), [BOOL], name="bool"),
+]
+
+# ---------------------------------------------------------------- median
+NANS = I(value=np.array([[1.0, np.nan, 2.0, 0.5], [3.0, 1.0, -1.0, 2.0], [np.nan, 0.0, np.nan, 1.0]], dtype=np.float32))
+CASES += [
+    OpCase("median", lambda m, a: m.median(a), [D]),
+    OpCase("median", lambda m, a: a.median(), [I((2, 3), kind="distinct", noncontig=True)], name="even-count"),
+    OpCase("median", lambda m, a: m.median(a, 1), [DNC], name="dim"),
+    OpCase("median", lambda m, a: a.median(-1, keepdim=True), [I((3, 4), kind="distinct")], name="keepdim-even"),
+    OpCase("median", lambda m, a: a.median(0).values, [D], name="values"),
+    OpCase("median", lambda m, a: a.median(), [INT], name="int"),
+    OpCase("median", lambda m, a: a.median(1), [INT], name="int-dim"),
+    OpCase("median", lambda m, a: a.median(), [I((7,), value=[1.0, 3.0, 3.0, -2.0, 3.0, 0.0, 3.0])], name="ties", gradcheck=False),
+    OpCase("median", lambda m, a: a.median(0), [I((7,), value=[1.0, 3.0, 3.0, -2.0, 3.0, 0.0, 3.0])], name="ties-dim",
+           gradcheck=False),
+    OpCase("median", lambda m, a: a.median(), [NANS], name="nan", gradcheck=False),
+    OpCase("median", lambda m, a: a.median(1), [NANS], name="nan-dim", gradcheck=False),
+    OpCase("median", lambda m, a: a.median(), [I(())], name="0d"),
+    OpCase("median", lambda m, a: a.median(0), [I(())], name="0d-dim"),
+    OpCase("median", lambda m, a: a.median(), [I((0,))], name="empty"),
+    OpCase("median", lambda m, a: a.median(0), [I((2, 0))], name="empty-other-dim"),
+]
+
+# ---------------------------------------------------------------- logcumsumexp
+CASES += [
+    OpCase("logcumsumexp", lambda m, a: m.logcumsumexp(a, 1), [F]),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(-1), [NC], name="neg-noncontig"),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0), [I((9, 2), kind="uniform", low=-60, high=60)], name="wide-range"),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0), [I(value=np.array([-1000.0, 0.0, -np.inf, 2.0], dtype=np.float32))],
+           name="extremes", gradcheck=False),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(1), [I((2, 5), "float64")], name="float64"),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0), [I(())], name="0d"),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0), [I((0, 3))], name="empty", gradcheck=False),
+    OpCase("logcumsumexp", lambda m, a: a.logcumsumexp(0).logcumsumexp(0), [I((5,))], name="twice"),
+]
+
+# ---------------------------------------------------------------- unique, searchsorted, bucketize, bincount
+DUP = I((3, 4), "int64", "int", 0, 4)
+SEQ = I(value=np.array([-1.0, 0.0, 0.0, 1.5, 3.0]))
+CASES += [
+    OpCase("unique", lambda m, a: m.unique(a), [DUP]),
+    OpCase("unique", lambda m, a: a.unique(return_inverse=True, return_counts=True), [DUP], name="inverse-counts"),
+    OpCase("unique", lambda m, a: m.unique(a, sorted=True, return_counts=True), [I(value=np.array([2.0, np.nan, 2.0, np.nan, -1.0]), requires_grad=False)],
+           name="float-nan"),
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True, dim=0),
+           [I(dtype="int64", value=np.array([[1, 2], [0, 5], [1, 2], [0, 5], [0, 1]]))], name="dim0"),
+    OpCase("unique", lambda m, a: m.unique(a, return_counts=True, dim=1), [I(dtype="int64", value=np.array([[1, 1, 0], [2, 2, 3]]))], name="dim1"),
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True, return_counts=True, dim=1),
+           [I(value=np.array([[[1.0, 2.0], [0.5, 2.0], [1.0, 2.0]], [[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]]), requires_grad=False)],
+           name="dim-3d"),
+    OpCase("unique", lambda m, a: m.unique(a, dim=-1), [I((2, 6), "bool", "bool")], name="dim-bool"),
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True), [I((), requires_grad=False)], name="0d"),
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True, return_counts=True), [I((0, 2), requires_grad=False)], name="empty"),
+    OpCase("unique", lambda m, a: m.unique(a), [BOOL], name="bool"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [SEQ, I((2, 3), kind="uniform", low=-2, high=4)]),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v, right=True), [SEQ, I(value=np.array([0.0, 3.0, 5.0, -4.0]))],
+           name="right-ties"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v, side="right", out_int32=True), [SEQ, I(value=np.array([0.0, 1.5]))],
+           name="side-int32"),
+    OpCase("searchsorted", lambda m, s: m.searchsorted(s, 1.0), [SEQ], name="scalar"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v),
+           [I(value=np.array([[0.0, 1.0, 2.0], [-3.0, -1.0, 5.0]])), I(value=np.array([[1.0, 2.5, -1.0, 0.0], [0.0, 5.0, -3.0, 9.0]]))],
+           name="batched"),
+    OpCase("searchsorted", lambda m, s, v, o: m.searchsorted(s, v, sorter=o),
+           [I(value=np.array([3.0, -1.0, 2.0, 0.5])), I(value=np.array([1.0, -2.0, 2.0])), I(dtype="int64", value=np.array([1, 3, 2, 0]))],
+           name="sorter"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [I(dtype="int64", value=np.array([0, 2, 4, 6])), I((5,), "int64", "int", -1, 8)],
+           name="int"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [I(dtype="int64", value=np.array([0, 2, 4])), I(value=np.array([1.5, 4.0]))],
+           name="promote"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [SEQ, I((0,))], name="empty"),
+    OpCase("bucketize", lambda m, v, b: m.bucketize(v, b), [I((3, 4), kind="uniform", low=-2, high=4), SEQ]),
+    OpCase("bucketize", lambda m, v, b: m.bucketize(v, b, right=True, out_int32=True),
+           [I(value=np.array([[0.0, 3.0], [-1.0, 9.0]])), SEQ], name="right-int32"),
+    OpCase("bucketize", lambda m, b: m.bucketize(1.5, b), [SEQ], name="scalar"),
+    OpCase("bucketize", lambda m, v, b: m.bucketize(v, b), [I((), requires_grad=False), SEQ], name="0d"),
+    OpCase("bincount", lambda m, a: m.bincount(a), [I((10,), "int64", "int", 0, 6)]),
+    OpCase("bincount", lambda m, a: a.bincount(minlength=9), [I((10,), "int64", "int", 0, 6)], name="minlength"),
+    OpCase("bincount", lambda m, a, w: m.bincount(a, w), [I((6,), "int64", "int", 0, 4), I((6,), requires_grad=False)], name="weights"),
+    OpCase("bincount", lambda m, a, w: m.bincount(a, weights=w), [I((6,), "int32", "int", 0, 4), I((6,), "float64", requires_grad=False)],
+           name="weights-float64"),
+    OpCase("bincount", lambda m, a, w: m.bincount(a, weights=w), [I((5,), "int64", "int", 0, 4), I((5,), "int64", "int", -3, 3)],
+           name="int-weights"),
+    OpCase("bincount", lambda m, a: m.bincount(a, minlength=3), [I((0,), "int64", "int", 0, 3)], name="empty"),
 ]

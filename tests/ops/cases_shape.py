@@ -1,4 +1,7 @@
-"""Parity cases for engine/ops/shape.py (layout ops: views, permutations, joins and splits)."""
+"""Parity cases for engine/ops/shape.py (layout ops: views, permutations, joins and splits, tile and
+repeat_interleave, meshgrid, diagonals, clone)."""
+import numpy as np
+
 from harness import Input as I, OpCase
 
 F = I((2, 3, 4))
@@ -106,4 +109,70 @@ CASES = [
     OpCase("flip", lambda m, a: a.flip(0), [I((3,), "bool", "bool")], name="bool"),
     OpCase("fliplr", lambda m, a: m.fliplr(a), [F]),
     OpCase("flipud", lambda m, a: m.flipud(a), [NC]),
+]
+
+
+def Idx(value):
+    return I(dtype="int64", value=np.array(value, dtype=np.int64))
+
+
+# ---------------------------------------------------------------- clone, tile, repeat_interleave, meshgrid
+CASES += [
+    OpCase("clone", lambda m, a: m.clone(a), [F]),
+    OpCase("clone", lambda m, a: a.clone(), [NC], name="method-noncontig"),
+    OpCase("clone", lambda m, a: m.clone(a), [INT], name="int"),
+    OpCase("clone", lambda m, a: m.clone(a), [I(())], name="0d"),
+    OpCase("clone", lambda m, a: m.clone(a), [I((0, 3))], name="empty", gradcheck=False),
+    OpCase("tile", lambda m, a: m.tile(a, (2,)), [F], name="fewer-dims"),
+    OpCase("tile", lambda m, a: m.tile(a, (2, 1, 3, 1)), [NC], name="more-dims"),
+    OpCase("tile", lambda m, a: a.tile(3, 2), [I((2, 3))], name="method-varargs"),
+    OpCase("tile", lambda m, a: m.tile(a, ()), [F], name="empty-dims"),
+    OpCase("tile", lambda m, a: m.tile(a, (3,)), [I(())], name="0d"),
+    OpCase("tile", lambda m, a: m.tile(a, (2, 0)), [INT], name="zero-rep"),
+    OpCase("tile", lambda m, a: m.tile(a, (2, 2)), [I((0, 3))], name="empty", gradcheck=False),
+    OpCase("repeat_interleave", lambda m, a: m.repeat_interleave(a, 2), [F], name="flat"),
+    OpCase("repeat_interleave", lambda m, a: a.repeat_interleave(3, dim=1), [NC], name="dim"),
+    OpCase("repeat_interleave", lambda m, a: a.repeat_interleave(2, -1, output_size=8), [F], name="output_size"),
+    OpCase("repeat_interleave", lambda m, a, r: m.repeat_interleave(a, r, dim=0), [I((3, 2)), Idx([2, 0, 3])], name="tensor"),
+    OpCase("repeat_interleave", lambda m, a, r: a.repeat_interleave(r, dim=-1), [NC, Idx([1, 2, 1, 3])], name="tensor-neg-dim"),
+    OpCase("repeat_interleave", lambda m, a, r: m.repeat_interleave(a, r, dim=1), [F, Idx([2])], name="one-count"),
+    OpCase("repeat_interleave", lambda m, a, r: m.repeat_interleave(a, r), [I((2, 2)), Idx([1, 0, 2, 1])], name="tensor-flat"),
+    OpCase("repeat_interleave", lambda m, r: m.repeat_interleave(r), [Idx([2, 0, 3, 1])], name="counts-only"),
+    OpCase("repeat_interleave", lambda m, a: m.repeat_interleave(a, 3), [I(())], name="0d"),
+    OpCase("repeat_interleave", lambda m, a: m.repeat_interleave(a, 0, dim=0), [F], name="zero", gradcheck=False),
+    OpCase("repeat_interleave", lambda m, a: m.repeat_interleave(a, 2, dim=1), [INT], name="int"),
+    OpCase("repeat_interleave", lambda m, a: m.repeat_interleave(a, 2, dim=0), [I((0, 3))], name="empty", gradcheck=False),
+    OpCase("meshgrid", lambda m, a, b: m.meshgrid(a, b, indexing="ij"), [I((3,)), I((4,))]),
+    OpCase("meshgrid", lambda m, a, b, c: m.meshgrid([a, b, c], indexing="xy"), [I((3,)), I((2,)), I((5,))], name="xy-list"),
+    OpCase("meshgrid", lambda m, a, b: m.meshgrid(a, b, indexing="xy"), [I(()), I((3,))], name="0d"),
+    OpCase("meshgrid", lambda m, a: m.meshgrid(a, indexing="ij"), [I((4,))], name="single"),
+    OpCase("meshgrid", lambda m, a, b: m.meshgrid(a, b, indexing="ij"), [I((3,), "int64", "int", 0, 9), I((2,), "int64", "int", 0, 9)],
+           name="int"),
+    OpCase("meshgrid", lambda m, a, b: m.meshgrid(a, b, indexing="ij"), [I((0,)), I((2,))], name="empty", gradcheck=False),
+]
+
+# ---------------------------------------------------------------- diagonals
+SQ = I((4, 4))
+CASES += [
+    OpCase("diagonal", lambda m, a: m.diagonal(a), [SQ]),
+    OpCase("diagonal", lambda m, a: a.diagonal(1), [I((3, 5))], name="offset"),
+    OpCase("diagonal", lambda m, a: a.diagonal(-2), [I((5, 3), noncontig=True)], name="neg-offset-noncontig"),
+    OpCase("diagonal", lambda m, a: m.diagonal(a, 1, 0, 2), [F], name="dims"),
+    OpCase("diagonal", lambda m, a: m.diagonal(a, -1, dim1=-1, dim2=0), [NC], name="neg-dims"),
+    OpCase("diagonal", lambda m, a: m.diagonal(a, 7), [I((3, 4))], name="off-the-end"),
+    OpCase("diagonal", lambda m, a: m.diagonal(a), [I((3, 3), "int64", "int", 0, 9)], name="int"),
+    OpCase("diagonal", lambda m, a: m.diagonal(a, 0, 1, 2), [I((2, 0, 3))], name="empty", gradcheck=False),
+    OpCase("diagonal", lambda m, a: a.diagonal() * 2, [SQ], name="view-chain"),
+    OpCase("diag", lambda m, a: m.diag(a), [I((4,))], name="vector"),
+    OpCase("diag", lambda m, a: m.diag(a, 2), [I((3,))], name="vector-offset"),
+    OpCase("diag", lambda m, a: a.diag(-1), [I((3,))], name="vector-neg-offset"),
+    OpCase("diag", lambda m, a: m.diag(a), [I((3, 5), noncontig=True)], name="matrix"),
+    OpCase("diag", lambda m, a: m.diag(a, -1), [I((4, 3))], name="matrix-offset"),
+    OpCase("diag", lambda m, a: m.diag(a), [I((3,), "int64", "int", 0, 9)], name="int"),
+    OpCase("diag", lambda m, a: m.diag(a), [I((0,))], name="empty", gradcheck=False),
+    OpCase("diag_embed", lambda m, a: m.diag_embed(a), [I((2, 3))]),
+    OpCase("diag_embed", lambda m, a: m.diag_embed(a, 1, 0, 2), [I((2, 3), noncontig=True)], name="dims-offset"),
+    OpCase("diag_embed", lambda m, a: a.diag_embed(-2, dim1=-1, dim2=0), [I((4,))], name="vector-neg"),
+    OpCase("diag_embed", lambda m, a: m.diag_embed(a), [I((2, 3), "int64", "int", 0, 9)], name="int"),
+    OpCase("diag_embed", lambda m, a: m.diag_embed(a), [I((2, 0))], name="empty", gradcheck=False),
 ]

@@ -1,4 +1,6 @@
-"""Parity cases for engine/ops/unary.py: pointwise math, clamp, isnan & co, activations."""
+"""Parity cases for engine/ops/unary.py: pointwise math, clamp, isnan & co, nan_to_num, activations."""
+import numpy as np
+
 from harness import Input as I, OpCase
 
 F = I((3, 4))
@@ -19,7 +21,8 @@ def _F(m):
 # ---------------------------------------------------------------- unary math
 for op, kind in (("exp", "normal"), ("log", "positive"), ("log1p", "positive"), ("expm1", "normal"),
                  ("sqrt", "positive"), ("rsqrt", "positive"), ("sin", "normal"), ("cos", "normal"),
-                 ("tanh", "normal"), ("sigmoid", "normal"), ("abs", "normal"), ("erf", "normal")):
+                 ("tanh", "normal"), ("sigmoid", "normal"), ("abs", "normal"), ("erf", "normal"),
+                 ("log2", "positive"), ("erfinv", "unit")):
     CASES += [
         OpCase(op, _fn(op), [I((3, 4), kind=kind)]),
         OpCase(op, lambda m, x, op=op: getattr(x, op)(), [I((4, 1, 3), kind=kind, noncontig=True)], name="method-noncontig"),
@@ -76,6 +79,31 @@ for op in ("isnan", "isinf", "isfinite"):
         OpCase(op, lambda m, x, op=op: getattr(x, op)(), [I((5,), "int64", "int", -5, 5)], name="int"),
         OpCase(op, lambda m, x, op=op: getattr(m, op)(x / 0.0), [I((6,), kind="uniform", low=-1, high=1)], name="inf"),
     ]
+
+# ---------------------------------------------------------------- log2, erfinv, nan_to_num
+SPECIAL = np.array([[1.5, np.nan, np.inf], [-np.inf, -2.0, 0.25], [np.nan, 3.0, -np.inf]], dtype=np.float32)
+CASES += [
+    OpCase("log2", _fn("log2"), [I(dtype="int64", value=np.array([1, 8, 1024, 3]))], name="int-exact"),
+    OpCase("log2", lambda m, x: x.clone().log2_(), [POS], name="inplace"),
+    OpCase("log2", _fn("log2"), [I((3, 4), "float64", "positive")], name="float64"),
+    OpCase("erfinv", lambda m, x: x.clone().erfinv_(), [I((3, 4), kind="unit")], name="inplace"),
+    OpCase("erfinv", _fn("erfinv"), [I(value=np.array([-1.0, 1.0, 1.5, 0.0], dtype=np.float32))], name="edges",
+           backward=False, gradcheck=False),  # +-inf and NaN outside (-1, 1)
+    OpCase("erfinv", _fn("erfinv"), [I((3, 4), "float64", "unit")], name="float64"),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I(value=SPECIAL)], gradcheck=False),  # inf/NaN: no finite differences
+    OpCase("nan_to_num", lambda m, x: m.nan_to_num(x, nan=1.5, posinf=2, neginf=-3.0), [I(value=SPECIAL)], name="values",
+           gradcheck=False),
+    OpCase("nan_to_num", lambda m, x: x.nan_to_num(posinf=1e300), [I(value=SPECIAL)], name="overflow", gradcheck=False),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I(value=SPECIAL.astype(np.float64))], name="float64", gradcheck=False),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I(value=SPECIAL.astype(np.float16), dtype="float16")], name="float16",
+           gradcheck=False),
+    OpCase("nan_to_num", lambda m, x: x.clone().nan_to_num_(neginf=0.0), [I(value=SPECIAL)], name="inplace",
+           gradcheck=False),
+    OpCase("nan_to_num", _fn("nan_to_num"), [NC], name="finite-noncontig"),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I((5,), "int64", "int", -5, 5)], name="int"),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I(())], name="0d"),
+    OpCase("nan_to_num", _fn("nan_to_num"), [I((0, 2))], name="empty", gradcheck=False),
+]
 
 # ---------------------------------------------------------------- activations
 CASES += [

@@ -8,4 +8,4 @@ sbp_rule(elementwise.Neg, elementwise.Add, elementwise.Sub)(Pointwise(linear=Tru
 sbp_rule(elementwise.Mul)(Pointwise(scales=(0, 1)))
 sbp_rule(elementwise.Div)(Pointwise(scales=(0,)))
 sbp_rule(elementwise.FloorDivide, elementwise.Fmod, elementwise.Remainder, elementwise.Pow,
-         elementwise.PowScalar)(Pointwise())
+         elementwise.PowScalar, elementwise.Atan2, elementwise.Addcmul, elementwise.Addcdiv)(Pointwise())

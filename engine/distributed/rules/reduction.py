@@ -10,7 +10,7 @@ from .patterns import AlongAxes, Reduce
 sbp_rule(reduction.Sum)(Reduce(P, linear=True))
 sbp_rule(reduction.Mean, reduction.Amax, reduction.Var, reduction.Std, reduction.LogSumExp)(Reduce())
 sbp_rule(reduction.Cumsum)(AlongAxes("dim", linear=True))
-sbp_rule(reduction.Cumprod)(AlongAxes("dim"))
+sbp_rule(reduction.Cumprod, reduction.LogCumSumExp)(AlongAxes("dim"))
 
 
 @sbp_rule(reduction.ArgMax)
