@@ -26,6 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 __all__ = ["instantiate", "locate", "InstantiationError", "is_lazy_node"]
 
 _RESERVED = ("_target_", "_recursive_")
+UNSERIALIZABLE = "<unserializable "  # how LazyConfig.save writes a value YAML cannot hold
 
 
 class InstantiationError(RuntimeError):
@@ -165,6 +166,12 @@ def _instantiate(node, path, overrides=None, recursive=None):
         overrides = overrides or {}
         kwargs = {}
         for k, v in raw.items():
+            if isinstance(v, str) and v.startswith(UNSERIALIZABLE):
+                raise InstantiationError(
+                    f"config node '{_join_path(path, k)}' holds {v!r}: a value its saved config.yaml could not "
+                    "hold (a function or object defined in a config file); run the original .py config, or "
+                    "make the value importable (a function of a module) so that it saves as a dotted path",
+                    _join_path(path, k), name if isinstance(name, str) else None)
             if k not in overrides:  # an overridden argument is never built from the config
                 kwargs[k] = _instantiate(v, _join_path(path, k)) if recursive else v
         if overrides:

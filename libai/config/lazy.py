@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from .instantiate import locate
+from .instantiate import UNSERIALIZABLE, locate
 from .pyformat import config_to_py
 
 __all__ = ["LazyCall", "LazyConfig", "ConfigKeyError"]
@@ -236,7 +236,7 @@ def _to_plain(node, path, problems, convert_callables=True):
                 problems.append((path, node, f"stored as the string {s!r}"))
             return s
     problems.append((path, node, None))
-    return f"<unserializable {type(node).__name__}: {node!r}>"
+    return f"{UNSERIALIZABLE}{type(node).__name__}: {node!r}>"
 
 
 def _flat_keys(node, prefix=""):

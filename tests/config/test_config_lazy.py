@@ -285,3 +285,22 @@ def test_yaml_of_a_plain_config_is_reused_only_for_the_same_config():
     texts = [plain_to_yaml(p) for p in configs]
     assert texts == [fresh(p) for p in configs]
     assert len({texts[i] for i in (0, 2, 3, 4, 5, 6, 7)}) == 7
+
+
+def test_a_value_the_saved_yaml_could_not_hold_is_named_when_instantiated(tmp_path):
+    """A function defined in a config file is saved as a placeholder string; building from the
+    saved config.yaml names the key instead of failing later with "'str' object is not callable"."""
+    import warnings
+
+    from libai.config import InstantiationError, LazyCall, instantiate
+
+    def local_collate(batch):
+        return batch
+
+    cfg = OmegaConf.create({"loader": LazyCall(dict)(collate_fn=local_collate, size=3)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        LazyConfig.save(cfg, str(tmp_path / "config.yaml"))
+    back = LazyConfig.load(str(tmp_path / "config.yaml"))
+    with pytest.raises(InstantiationError, match=r"config node 'loader.collate_fn' holds '<unserializable function"):
+        instantiate(back.loader)
