@@ -421,3 +421,35 @@ def test_a_backward_hook_returning_the_wrong_count_is_an_error():
         lin(flow.randn(3, 2, requires_grad=True)).sum().backward()
     with pytest.warns(FutureWarning, match="register_backward_hook is deprecated"):
         flow.nn.Linear(2, 2).register_backward_hook(lambda *a: None)
+
+
+def test_backward_hooks_with_namedtuple_dict_and_partly_used_outputs():
+    """A namedtuple output keeps its type; when no gradient passes through the wrapped outputs (a
+    dict output, an LSTM whose (h, c) alone is used) the full hook does not run, as in torch."""
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+
+    class TwoHeads(flow.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = flow.nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return Pair(y, y * 2)
+
+    seen = []
+    m = TwoHeads()
+    m.register_full_backward_hook(lambda mod, gi, go: seen.append(len(go)))
+    out = m(flow.randn(4, 3, requires_grad=True))
+    assert isinstance(out, Pair)
+    (out.a.sum() + out.b.sum()).backward()
+    assert seen == [2]
+
+    lstm = flow.nn.LSTM(3, 4, batch_first=True)
+    lstm.register_full_backward_hook(lambda mod, gi, go: seen.append(go))
+    x = flow.randn(2, 5, 3, requires_grad=True)
+    _, (h, c) = lstm(x)
+    h.sum().backward()
+    assert seen == [2] and x.grad is not None

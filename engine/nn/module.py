@@ -674,7 +674,9 @@ class _BackwardHooks:
         new = list(outs)
         for i, t in zip(where, wrapped):
             new[i] = t
-        return new[0] if single else type(outs)(new)
+        if single:
+            return new[0]
+        return type(outs)(*new) if hasattr(outs, "_fields") else type(outs)(new)  # namedtuples keep their type
 
     def _on_grad_output(self, grads):
         grads = tuple(grads)
@@ -688,6 +690,8 @@ class _BackwardHooks:
         return grads
 
     def _on_grad_input(self, grads):
+        if self.grad_output is None:  # no gradient came through the outputs' wrapper (a dict, a nested
+            return grads              # output): torch runs no hook then either
         return self._run_hooks(tuple(grads))
 
     def _run_hooks(self, grad_input):

@@ -250,10 +250,12 @@ def config_changes(cfg, path, limit=6):
     "key: saved -> now; ..." (the run's location keys left out), or "" when it carries none or
     they agree."""
     try:
-        saved = load_checkpoint_config(path)
-        if saved is None:
+        f = checkpoint_config_file(path)  # as saved: load_checkpoint_config relocates tokenizer files
+        if f is None:
             return ""
-        ours, theirs = _flat_settings(cfg), _flat_settings(saved)
+        from libai.config import LazyConfig
+
+        ours, theirs = _flat_settings(cfg), _flat_settings(LazyConfig.load(f))
     except Exception:  # a hint must never hide what it completes
         return ""
     differ = [f"{k}: {theirs.get(k, '(absent)')!r} -> {ours.get(k, '(absent)')!r}"

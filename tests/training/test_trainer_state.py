@@ -283,3 +283,22 @@ def test_a_nan_metric_is_never_the_best(caplog):
         assert not hook._better(float("nan"))
     assert "Pearson is NaN: not a candidate for model_best" in caplog.text
     assert hook._better(0.5)
+
+
+def test_a_relative_tokenizer_path_is_no_config_change(tmp_path):
+    """load_checkpoint_config points relative tokenizer files at the checkpoint's copies; the
+    resume's comparison reads the config as saved, so an unchanged run reports no change."""
+    from omegaconf import OmegaConf
+
+    from libai.config import LazyConfig
+    from libai.utils.checkpoint import config_changes
+
+    cfg = OmegaConf.create({"tokenization": {"tokenizer": {"vocab_file": "vocabdir/vocab.txt"}},
+                            "train": {"train_iter": 5}})
+    ckpt = tmp_path / "model_0000004"
+    ckpt.mkdir()
+    LazyConfig.save(cfg, str(ckpt / "config.yaml"))
+    (ckpt / "vocab.txt").write_text("[PAD]\n")
+    assert config_changes(cfg, str(ckpt)) == ""
+    cfg.train.train_iter = 7
+    assert config_changes(cfg, str(ckpt)) == "train.train_iter: 5 -> 7"
