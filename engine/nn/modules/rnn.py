@@ -254,41 +254,50 @@ class RNNBase(Module):
             return h, None
         return h, (c0[k] if c0 is not None else zeros(batch, self.hidden_size, dtype=like.dtype, device=like.device))
 
+    def _layers(self, layer_input, hx, cx, batch, run_direction, feature_dim):
+        """The layers and directions of `_run` and `_run_packed`: per layer and direction, the
+        initial state, the input projection of all steps at once, then
+        `run_direction(projected, h, c, w, step, direction) -> (output, h_last, c_last)`; the
+        directions' outputs joined on `feature_dim`, dropout between layers. Returns the last
+        layer's output, h_n and c_n (None for stateless modes)."""
+        step, _, fold_b_hh = _STEPS[self.mode]
+        num_directions = 2 if self.bidirectional else 1
+        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
+        h0 = unbind(hx, 0) if hx is not None else None
+        c0 = unbind(cx, 0) if cx is not None else None
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            outputs = []
+            for direction in range(num_directions):
+                h, c = self._initial_state(h0, c0, layer * num_directions + direction, batch, real_hidden_size,
+                                           layer_input)
+                w = self._weights(layer, direction)
+                out, h, c = run_direction(_input_projection(layer_input, w, fold_b_hh), h, c, w, step, direction)
+                outputs.append(out)
+                h_n.append(h)
+                c_n.append(c)
+            layer_input = outputs[0] if num_directions == 1 else cat(outputs, feature_dim)
+            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
+                layer_input = _dropout(layer_input, self.dropout, True)
+        return layer_input, stack(h_n, 0), (stack(c_n, 0) if self.mode == "LSTM" else None)
+
     def _run(self, x, hx, cx):
         """x: (seq, batch, features) time-major; hx/cx: (layers*directions, batch, size) or None
         for zeros. Returns output (seq, batch, directions*real_hidden), h_n and c_n (None for
         stateless modes)."""
-        step, _, fold_b_hh = _STEPS[self.mode]
-        num_directions = 2 if self.bidirectional else 1
-        batch = x.shape[1]
-        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
-        h0 = unbind(hx, 0) if hx is not None else None
-        c0 = unbind(cx, 0) if cx is not None else None
-        lstm = self.mode == "LSTM"
-        h_n, c_n = [], []
-        layer_input = x
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(num_directions):
-                k = layer * num_directions + direction
-                h, c = self._initial_state(h0, c0, k, batch, real_hidden_size, x)
-                w = self._weights(layer, direction)
-                steps = unbind(_input_projection(layer_input, w, fold_b_hh), 0)
-                if direction == 1:
-                    steps = steps[::-1]
-                hs = []
-                for xg in steps:
-                    h, c = step(xg, h, c, w)
-                    hs.append(h)
-                if direction == 1:
-                    hs.reverse()
-                outputs.append(stack(hs, 0))
-                h_n.append(h)
-                c_n.append(c)
-            layer_input = outputs[0] if num_directions == 1 else cat(outputs, 2)
-            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
-                layer_input = _dropout(layer_input, self.dropout, True)
-        return layer_input, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
+        def run_direction(projected, h, c, w, step, direction):
+            steps = unbind(projected, 0)
+            if direction == 1:
+                steps = steps[::-1]
+            hs = []
+            for xg in steps:
+                h, c = step(xg, h, c, w)
+                hs.append(h)
+            if direction == 1:
+                hs.reverse()
+            return stack(hs, 0), h, c
+
+        return self._layers(x, hx, cx, x.shape[1], run_direction, 2)
 
     def _forward(self, input, hx, cx, is_batched):
         """Run on a checked 3-D input, converting batch_first and unbatched layouts on both ends."""
@@ -306,55 +315,39 @@ class RNNBase(Module):
         """data: (sum of lengths, features), the rows of time step t at offsets[t] ... + batch_sizes[t],
         sequences sorted by decreasing length; hx/cx as in `_run`, in the sorted order. Returns
         the output rows (same layout), h_n and c_n (each sequence's state after its last step)."""
-        step, _, fold_b_hh = _STEPS[self.mode]
-        num_directions = 2 if self.bidirectional else 1
         sizes = [int(n) for n in (batch_sizes.tolist() if isinstance(batch_sizes, Tensor) else batch_sizes)]
-        batch = sizes[0]
-        real_hidden_size = self.proj_size if self.proj_size > 0 else self.hidden_size
-        h0 = unbind(hx, 0) if hx is not None else None
-        c0 = unbind(cx, 0) if cx is not None else None
         lstm = self.mode == "LSTM"
-        h_n, c_n = [], []
-        layer_input = data
-        for layer in range(self.num_layers):
-            outputs = []
-            for direction in range(num_directions):
-                k = layer * num_directions + direction
-                h, c = self._initial_state(h0, c0, k, batch, real_hidden_size, data)
-                w = self._weights(layer, direction)
-                steps = split(_input_projection(layer_input, w, fold_b_hh), sizes, 0)
-                hs = []
-                if direction == 0:
-                    ended = []  # (h, c) of the sequences that ended, the shortest (last rows) first
-                    for n, xg in zip(sizes, steps):
-                        if n < h.shape[0]:
-                            ended.append((h[n:], c[n:] if lstm else None))
-                            h, c = h[:n], (c[:n] if lstm else None)
-                        h, c = step(xg, h, c, w)
-                        hs.append(h)
-                    ended.append((h, c))
-                    h_last = cat([e[0] for e in reversed(ended)], 0) if len(ended) > 1 else h
-                    c_last = None
-                    if lstm:
-                        c_last = cat([e[1] for e in reversed(ended)], 0) if len(ended) > 1 else c
-                else:
-                    h_init, c_init = h, c
-                    h, c = h_init[:sizes[-1]], (c_init[:sizes[-1]] if lstm else None)
-                    for n, xg in zip(reversed(sizes), reversed(steps)):
-                        if n > h.shape[0]:  # sequences that start (from their end) at this step
-                            h = cat([h, h_init[h.shape[0]:n]], 0)
-                            c = cat([c, c_init[c.shape[0]:n]], 0) if lstm else None
-                        h, c = step(xg, h, c, w)
-                        hs.append(h)
-                    hs.reverse()
-                    h_last, c_last = h, c
-                outputs.append(cat(hs, 0) if len(hs) > 1 else hs[0])
-                h_n.append(h_last)
-                c_n.append(c_last)
-            layer_input = outputs[0] if num_directions == 1 else cat(outputs, 1)
-            if self.training and self.dropout > 0 and layer < self.num_layers - 1:
-                layer_input = _dropout(layer_input, self.dropout, True)
-        return layer_input, stack(h_n, 0), (stack(c_n, 0) if lstm else None)
+
+        def run_direction(projected, h, c, w, step, direction):
+            steps = split(projected, sizes, 0)
+            hs = []
+            if direction == 0:
+                ended = []  # (h, c) of the sequences that ended, the shortest (last rows) first
+                for n, xg in zip(sizes, steps):
+                    if n < h.shape[0]:
+                        ended.append((h[n:], c[n:] if lstm else None))
+                        h, c = h[:n], (c[:n] if lstm else None)
+                    h, c = step(xg, h, c, w)
+                    hs.append(h)
+                ended.append((h, c))
+                h_last = cat([e[0] for e in reversed(ended)], 0) if len(ended) > 1 else h
+                c_last = None
+                if lstm:
+                    c_last = cat([e[1] for e in reversed(ended)], 0) if len(ended) > 1 else c
+            else:
+                h_init, c_init = h, c
+                h, c = h_init[:sizes[-1]], (c_init[:sizes[-1]] if lstm else None)
+                for n, xg in zip(reversed(sizes), reversed(steps)):
+                    if n > h.shape[0]:  # sequences that start (from their end) at this step
+                        h = cat([h, h_init[h.shape[0]:n]], 0)
+                        c = cat([c, c_init[c.shape[0]:n]], 0) if lstm else None
+                    h, c = step(xg, h, c, w)
+                    hs.append(h)
+                hs.reverse()
+                h_last, c_last = h, c
+            return (cat(hs, 0) if len(hs) > 1 else hs[0]), h_last, c_last
+
+        return self._layers(data, hx, cx, sizes[0], run_direction, 1)
 
     def _forward_packed(self, packed, hx, cx):
         """torch's packed path: the states given in the batch's order are permuted to the sorted
