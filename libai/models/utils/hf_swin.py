@@ -21,9 +21,9 @@ transformers 5 names some of these differently in memory (`attention.q_proj`, `m
 """
 import numpy as np
 
-from .hf_bert import check_problem_type, qkv_hf_to_libai
+from .hf_bert import qkv_hf_to_libai
 from .hf_gpt2 import HFConfigError
-from .hf_vit import TensorReader, hf_size, load_huggingface_classifier
+from .hf_vit import TensorReader, hf_num_classes, hf_size, load_huggingface_classifier
 
 __all__ = ["swin_kwargs_from_hf_config", "hf_to_libai_swin", "load_huggingface_swin"]
 
@@ -38,8 +38,7 @@ def swin_kwargs_from_hf_config(hf):
     patch_size = hf_size(hf, "patch_size", 4)
     if not isinstance(patch_size, int):
         raise HFConfigError(f"unsupported config: patch_size={hf['patch_size']!r} (square patches only)")
-    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
-    check_problem_type(hf, num_classes)
+    num_classes = hf_num_classes(hf)
     return dict(img_size=hf_size(hf, "image_size", 224), patch_size=patch_size,
                 in_chans=int(hf.get("num_channels", 3)), embed_dim=int(hf.get("embed_dim", 96)),
                 depths=tuple(hf.get("depths", (2, 2, 6, 2))), num_heads=tuple(hf.get("num_heads", (3, 6, 12, 24))),

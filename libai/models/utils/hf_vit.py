@@ -54,8 +54,7 @@ def vit_kwargs_from_hf_config(hf):
             raise HFConfigError(f"config is missing {key!r}")
     hidden = int(hf["hidden_size"])
     inter = int(hf.get("intermediate_size", 4 * hidden))
-    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
-    check_problem_type(hf, num_classes)
+    num_classes = hf_num_classes(hf)
     image, patch = hf_size(hf, "image_size"), hf_size(hf, "patch_size")
     pairs = zip(*((s, s) if isinstance(s, int) else s for s in (image, patch)))
     if any(i % p for i, p in pairs):
@@ -69,6 +68,14 @@ def vit_kwargs_from_hf_config(hf):
                 layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
                 initializer_range=float(hf.get("initializer_range", 0.02)),
                 num_classes=num_classes)
+
+
+def hf_num_classes(hf):
+    """The classifier width of a HF image-classification config (its labels, else num_labels),
+    its problem type checked (libai.models.utils.hf_bert.check_problem_type)."""
+    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+    check_problem_type(hf, num_classes)
+    return num_classes
 
 
 def hf_size(hf, key, default=None):
