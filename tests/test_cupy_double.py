@@ -88,3 +88,35 @@ def test_device_addresses_resolve_to_the_memory(cuda_double):
     assert float(a[3]) == 30
     with pytest.raises(ValueError, match="runs past"):
         cuda_double._double.view(a.data.ptr, np.float32, 11)
+
+
+def test_cublas_routines_are_refused_inside_a_stream_capture(cuda_double):
+    """CuPy's cuBLAS wrappers raise while a stream captures; a two-operand einsum is one of them
+    (it reaches cupy.matmul), a one-operand einsum is a reduction and runs."""
+    a = cuda_double.ones((2, 3), dtype=np.float32)
+    stream = cuda_double.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            for call in (lambda: cuda_double.einsum("ij,ij->i", a, a), lambda: cuda_double.matmul(a, a.T)):
+                with pytest.raises(NotImplementedError, match="calling cuBLAS API during stream capture"):
+                    call()
+            assert cuda_double.einsum("ij->i", a).shape == (2,)
+        finally:
+            stream.end_capture()
+    assert cuda_double.einsum("ij,ij->i", a, a).get().tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("ufunc", ["maximum", "minimum"])
+def test_float64_maximum_and_minimum_at_round_through_float32_as_cupy(cuda_double, ufunc):
+    """CuPy 14's atomicMax/atomicMin for double compare with fmaxf/fminf (cupy/atomics.cuh): what
+    ufunc.at and scatter_max/min write is rounded to float32 (seen on an H200). Float32 is exact."""
+    x = 1 + 1e-12
+    for dtype, want in ((np.float64, float(np.float32(x))), (np.float32, float(np.float32(x)))):
+        out = cuda_double.zeros(2, dtype=dtype) + (-10.0 if ufunc == "maximum" else 10.0)
+        getattr(cuda_double, ufunc).at(out, cuda_double.asarray([0, 0]), cuda_double.asarray([x, x], dtype=dtype))
+        assert out.get()[0] == want
+        other = cuda_double.zeros(2, dtype=dtype) + (-10.0 if ufunc == "maximum" else 10.0)
+        getattr(other, "scatter_max" if ufunc == "maximum" else "scatter_min")(
+            cuda_double.asarray([1]), cuda_double.asarray([x], dtype=dtype))
+        assert other.get()[1] == want

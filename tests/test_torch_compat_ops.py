@@ -222,3 +222,25 @@ def test_argument_checks_raise_torchs_exception_type(name):
         call(flow)
     assert isinstance(got.value, type(expected.value)), (
         f"{name}: engine raises {type(got.value).__name__}({got.value}), torch {type(expected.value).__name__}")
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "int64"])
+def test_scatter_reduce_extremes_on_cuda_equal_the_cpu_exactly(cuda_double, reduce, dtype):
+    """Many repeated targets, ties and NaN: CUDA (which cannot use CuPy's maximum/minimum.at for
+    floats: its float64 atomics round to float32, modelled by the double) writes what the CPU's
+    numpy maximum/minimum.at writes, NaN where they put NaN."""
+    rng = np.random.default_rng(3)
+    x, src = rng.standard_normal((5, 7)), rng.standard_normal((40, 7))
+    idx = rng.integers(0, 5, (40, 7))
+    src[4], idx[4] = src[3], idx[3]  # ties on the same targets
+    if dtype.startswith("float"):
+        src[7, 2] = src[11, 5] = np.nan
+    else:
+        x, src = np.round(x * 3), np.round(src * 3)
+    for include_self in (True, False):
+        out = [flow.scatter_reduce(flow.tensor(x.astype(dtype), device=dev), 0, flow.tensor(idx, device=dev),
+                                   flow.tensor(src.astype(dtype), device=dev), reduce, include_self=include_self)
+               for dev in ("cpu", "cuda")]
+        assert out[1].device.type == "cuda"
+        np.testing.assert_array_equal(out[1].cpu().numpy(), out[0].numpy())

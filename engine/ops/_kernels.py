@@ -66,9 +66,11 @@ def row_max(a):
 
 
 def row_dot(a, b, axis):
-    """sum(a * b) over `axis`, keepdims, without materialising a * b on the last axis."""
+    """sum(a * b) over `axis`, keepdims, without materialising a * b on the last axis (numpy's
+    einsum). Not on CuPy: its two-operand einsum calls cuBLAS, which a CUDA graph capture refuses
+    (found on an H200 in Swin's attention backward)."""
     xp = xp_of(a)
-    if axis == a.ndim - 1 and a.shape == b.shape:
+    if xp is np and axis == a.ndim - 1 and a.shape == b.shape:
         return xp.einsum("...i,...i->...", a, b)[..., None]
     return (a * b).sum(axis=axis, keepdims=True, dtype=a.dtype)
 

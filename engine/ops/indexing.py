@@ -534,17 +534,48 @@ def _identity(reduce, dtype):
     return (info.min if reduce == "amax" else info.max) if info is not None else reduce == "amin"
 
 
+def _flat_targets(xp, out, mesh, src):
+    """(the flat position in `out` of each element of `src` that `mesh` scatters, src flattened)."""
+    lin = xp.ravel_multi_index(tuple(xp.broadcast_to(m, src.shape) for m in mesh), out.shape).reshape(-1)
+    return lin, src.reshape(-1)
+
+
+def _extreme_at(xp, reduce, out, mesh, src):
+    """out[mesh] = max (amax) or min (amin) of out[mesh] and src, repeated targets included
+    (numpy's maximum.at / minimum.at; NaN wins, as there).
+
+    Not CuPy's ufunc.at for floats: CuPy 14's atomicMax/atomicMin for double compare through
+    fmaxf/fminf (cupy/atomics.cuh), rounding every value they write to float32 (found on an
+    H200), and it has none for float16. There each target's extreme is the last of its run once
+    the values are sorted by (target, value): NaN sorts last, and amin sorts the negated values."""
+    if xp is np or out.dtype.kind != "f":
+        getattr(xp, _AT[reduce]).at(out, mesh, src)
+        return
+    lin, vals = _flat_targets(xp, out, mesh, src)
+    if not lin.size:
+        return
+    key = vals if reduce == "amax" else -vals
+    order = xp.argsort(key, kind="stable")
+    order = order[xp.argsort(lin[order], kind="stable")]
+    lin, key = lin[order], key[order]
+    last = xp.ones(lin.shape, dtype=np.bool_)
+    last[:-1] = lin[1:] != lin[:-1]
+    targets, extreme = lin[last], key[last]
+    flat = out.reshape(-1)  # out is a fresh contiguous copy: a view
+    flat[targets] = xp.maximum(flat[targets], extreme) if reduce == "amax" else xp.minimum(flat[targets], -extreme)
+
+
 def _multiply_at(xp, out, mesh, src):
     """out[mesh] *= src with repeated targets multiplying in turn (numpy's multiply.at). CuPy has
     no multiply.at: the products go in rounds, each touching a target at most once."""
     if xp is np:
         np.multiply.at(out, mesh, src)
         return
-    lin = xp.ravel_multi_index(tuple(xp.broadcast_to(m, src.shape) for m in mesh), out.shape).reshape(-1)
+    lin, vals = _flat_targets(xp, out, mesh, src)
     if not lin.size:
         return
     order = xp.argsort(lin)
-    lin, vals = lin[order], src.reshape(-1)[order]
+    lin, vals = lin[order], vals[order]
     first = xp.ones(lin.shape, dtype=np.bool_)
     first[1:] = lin[1:] != lin[:-1]
     rank = xp.arange(lin.size) - xp.flatnonzero(first)[xp.cumsum(first) - 1]  # position within its target
@@ -575,6 +606,8 @@ class ScatterReduce(Op):
             out[mesh] = _identity(reduce, x.dtype)
         if reduce == "prod":
             _multiply_at(xp, out, mesh, s)
+        elif reduce in ("amax", "amin"):
+            _extreme_at(xp, reduce, out, mesh, s)
         else:
             getattr(xp, _AT[reduce]).at(out, mesh, s)
         if reduce == "mean":

@@ -383,16 +383,27 @@ class ndarray:
     def scatter_max(self, slices, value):
         k, _ = unwrap_index(slices, self._dev)
         v, dst = unwrap(value, self._dev, "scatter_max"), self._a
-        np.maximum.at(dst, k, v)
+        _extreme_at(np.maximum, dst, k, v)
         stats.launches += 1
-        record(lambda: np.maximum.at(dst, k, v))
+        record(lambda: _extreme_at(np.maximum, dst, k, v))
 
     def scatter_min(self, slices, value):
         k, _ = unwrap_index(slices, self._dev)
         v, dst = unwrap(value, self._dev, "scatter_min"), self._a
-        np.minimum.at(dst, k, v)
+        _extreme_at(np.minimum, dst, k, v)
         stats.launches += 1
-        record(lambda: np.minimum.at(dst, k, v))
+        record(lambda: _extreme_at(np.minimum, dst, k, v))
+
+
+def _extreme_at(np_ufunc, dst, k, v):
+    """np.maximum/minimum.at as CuPy 14 computes them: its atomicMax/atomicMin for double compare
+    through fmaxf/fminf (cupy/atomics.cuh), so every float64 value they write is rounded to
+    float32 (seen on an H200: the finite-difference checks of scatter_reduce amax failed)."""
+    np_ufunc.at(dst, k, v)
+    if dst.dtype == np.float64:
+        touched = np.zeros(dst.shape, bool)
+        touched[k] = True
+        dst[touched] = dst[touched].astype(np.float32)
 
 
 def _from_host(host, dev):
@@ -551,7 +562,7 @@ def routine(name, fn, scope="cupy"):
     def call(*args, **kwargs):
         stats.names.add(f"{scope}.{name}")
         if stats.capturing and (name in _CUBLAS_ROUTINES or scope == "cupy.linalg") and not (
-                name == "einsum" and len(list(_arrays_in(args[1:]))) < 2):  # a one-operand einsum reduces
+                name == "einsum" and sum(isinstance(x, ndarray) for x in args[1:]) < 2):  # one operand: a reduction
             raise NotImplementedError(f"cupy.{name}: calling cuBLAS API during stream capture is currently "
                                       "unsupported (as CuPy's cuBLAS wrappers)")
         dev = current_device()
@@ -604,9 +615,11 @@ class ufunc:
         dev = current_device()
         k, _ = unwrap_index(indices, dev)
         args = (unwrap(a, dev, "at"), k) + (() if b is None else (unwrap(b, dev, "at"),))
-        self._u.at(*args)
+        at = (lambda: _extreme_at(self._u, *args)) if self._u in (np.maximum, np.minimum) else \
+            (lambda: self._u.at(*args))
+        at()
         stats.launches += 1
-        record(lambda: self._u.at(*args))
+        record(at)
 
     def __repr__(self):
         return f"<ufunc 'cupy_double.{self.name}'>"
