@@ -9,8 +9,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICE_AWARE = ["ops/test_parity.py", "test_optim.py", "test_clip_grad.py", "test_nn_ops_errors.py",
-                "test_fused_kernels_gpu.py",
-                "test_indexing_errors.py"]
+                "test_fused_kernels_gpu.py", "test_indexing_errors.py", "test_torch_compat_ops.py", "test_nn_rnn.py",
+                "test_distributions.py"]
 
 
 def test_device_aware_tests_pass_on_cuda_through_the_double(tmp_path):

@@ -6,6 +6,7 @@ the outputs, final states and the gradients of the input, the initial states and
 are compared for the same inputs and upstream gradients (one random upstream gradient per output,
 so every output contributes to the backward)."""
 import math
+import os
 import warnings
 from collections import OrderedDict
 
@@ -15,6 +16,7 @@ import torch
 
 import engine as flow
 
+DEVICE = os.environ.get("ENGINE_TEST_DEVICE", "cpu")  # "cuda": the parity checks (_check*) run ours on CuPy
 TOL = {"float64": dict(rtol=1e-10, atol=1e-12), "float32": dict(rtol=1e-5, atol=1e-6)}
 T_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 SEQ, BATCH, IN, HID = 4, 3, 3, 5  # odd sizes on purpose
@@ -26,11 +28,12 @@ def _to_engine(tm, em):
     assert list(esd) == list(tsd)
     assert [tuple(v.shape) for v in esd.values()] == [tuple(v.shape) for v in tsd.values()]
     assert [n for n, _ in em.named_parameters()] == [n for n, _ in tm.named_parameters()]
-    em.load_state_dict(OrderedDict((k, flow.tensor(v.detach().numpy())) for k, v in tsd.items()))
+    em.load_state_dict(OrderedDict((k, flow.tensor(v.detach().cpu().numpy())) for k, v in tsd.items()))
+    em.to(DEVICE)
 
 
 def _pair(a):
-    return torch.tensor(a, requires_grad=True), flow.tensor(a, requires_grad=True)
+    return torch.tensor(a, requires_grad=True), flow.tensor(a, requires_grad=True, device=DEVICE)
 
 
 def _flatten_out(out):
@@ -63,17 +66,17 @@ def _check(make, x, states=(), *, dtype="float64", train=False, seed=0):
     for t, e in zip(touts, eouts):
         assert tuple(e.shape) == tuple(t.shape)
         assert e.dtype.name == dtype
-        np.testing.assert_allclose(e.detach().numpy(), t.detach().numpy(), **tol)
+        np.testing.assert_allclose(e.detach().cpu().numpy(), t.detach().cpu().numpy(), **tol)
         g = rng.standard_normal(tuple(t.shape)).astype(dtype)
         tloss = tloss + (t * torch.from_numpy(g)).sum()
-        eloss = eloss + (e * flow.tensor(g)).sum()
+        eloss = eloss + (e * flow.tensor(g, device=DEVICE)).sum()
     tloss.backward()
     eloss.backward()
     for t, e in zip((tx,) + tuple(tstates), (ex,) + tuple(estates)):
-        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **tol)
+        np.testing.assert_allclose(e.grad.cpu().numpy(), t.grad.cpu().numpy(), **tol)
     tparams = dict(tm.named_parameters())
     for name, p in em.named_parameters():
-        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **tol)
+        np.testing.assert_allclose(p.grad.cpu().numpy(), tparams[name].grad.cpu().numpy(), err_msg=name, **tol)
     return tm, em
 
 
@@ -134,7 +137,7 @@ def test_single_step_and_empty_batch(cls):
     tm, em = getattr(torch.nn, cls)(IN, HID, num_layers=2), getattr(flow.nn, cls)(IN, HID, num_layers=2)
     _to_engine(tm, em)
     x = _randn(SEQ, 0, IN, dtype="float32")
-    tout, eout = _flatten_out(tm(torch.tensor(x))), _flatten_out(em(flow.tensor(x)))
+    tout, eout = _flatten_out(tm(torch.tensor(x))), _flatten_out(em(flow.tensor(x, device=DEVICE)))
     assert [tuple(e.shape) for e in eout] == [tuple(t.shape) for t in tout]
 
 
@@ -158,13 +161,13 @@ def test_init_is_uniform_within_one_over_sqrt_hidden(cls):
     hidden = 64
     m = getattr(flow.nn, cls)(32, hidden)
     bound = 1 / math.sqrt(hidden)
-    values = np.concatenate([p.detach().numpy().ravel() for p in m.parameters()])
+    values = np.concatenate([p.detach().cpu().numpy().ravel() for p in m.parameters()])
     assert np.abs(values).max() <= bound
     assert np.abs(values).max() > 0.99 * bound
     # U(-b, b) has mean 0 and std b/sqrt(3); with ~20k samples both are within a few percent
     assert abs(values.mean()) < 0.02 * bound
     assert abs(values.std() / (bound / math.sqrt(3)) - 1) < 0.02
-    first = [p.detach().numpy().ravel()[:8] for p in m.parameters()]
+    first = [p.detach().cpu().numpy().ravel()[:8] for p in m.parameters()]
     assert not any(np.array_equal(first[0], f) for f in first[1:])  # each parameter drawn separately
 
 
@@ -197,11 +200,11 @@ def test_dropout_applies_in_train_mode_only(cls):
     flow.manual_seed(4)
     out3 = _flatten_out(m(flow.tensor(x)))
     for a, b in zip(out1, out2):  # the same seed gives the same masks
-        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
-    assert not np.allclose(out1[0].detach().numpy(), ref[0].detach().numpy())  # layer 1 saw dropped inputs
-    assert not np.allclose(out1[0].detach().numpy(), out3[0].detach().numpy())  # new seed, new masks
+        np.testing.assert_array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
+    assert not np.allclose(out1[0].detach().cpu().numpy(), ref[0].detach().cpu().numpy())  # layer 1 saw dropped inputs
+    assert not np.allclose(out1[0].detach().cpu().numpy(), out3[0].detach().cpu().numpy())  # new seed, new masks
     # layer 0's final state never goes through dropout
-    np.testing.assert_allclose(out1[1].detach().numpy()[0], ref[1].detach().numpy()[0], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out1[1].detach().cpu().numpy()[0], ref[1].detach().cpu().numpy()[0], rtol=1e-12, atol=1e-14)
 
 
 def test_dropout_with_one_layer_warns_like_torch():
@@ -251,11 +254,11 @@ def test_cell_unrolled_over_time_and_empty_batch(cls):
         eouts.append(es[0] if isinstance(es, tuple) else es)
     torch.stack(touts).square().sum().backward()
     flow.stack(eouts).square().sum().backward()
-    np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), **TOL["float64"])
+    np.testing.assert_allclose(ex.grad.cpu().numpy(), tx.grad.cpu().numpy(), **TOL["float64"])
     tparams = dict(tm.named_parameters())
     for name, p in em.named_parameters():
-        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **TOL["float64"])
-    out = em(flow.zeros(0, IN, dtype=flow.float64))
+        np.testing.assert_allclose(p.grad.cpu().numpy(), tparams[name].grad.cpu().numpy(), err_msg=name, **TOL["float64"])
+    out = em(flow.zeros(0, IN, dtype=flow.float64, device=DEVICE))
     assert [tuple(o.shape) for o in _flatten_out(out)] == [(0, HID)] * len(_flatten_out(out))
 
 
@@ -397,7 +400,7 @@ def _padded_input(lengths, batch_first, dtype="float64", feat=IN, seed=1):
 
 def _same_packed(tp, ep, dtype="float64"):
     assert isinstance(ep, ernn.PackedSequence)
-    np.testing.assert_allclose(ep.data.detach().numpy(), tp.data.detach().numpy(), **TOL[dtype])
+    np.testing.assert_allclose(ep.data.detach().cpu().numpy(), tp.data.detach().cpu().numpy(), **TOL[dtype])
     assert ep.batch_sizes.tolist() == tp.batch_sizes.tolist()
     assert ep.batch_sizes.dtype == flow.int64 and ep.batch_sizes.device.type == "cpu"
     for t, e in ((tp.sorted_indices, ep.sorted_indices), (tp.unsorted_indices, ep.unsorted_indices)):
@@ -412,10 +415,10 @@ def _backward_both(touts, eouts, dtype, seed=5):
     tloss, eloss = 0, 0
     for t, e in zip(touts, eouts):
         assert tuple(e.shape) == tuple(t.shape)
-        np.testing.assert_allclose(e.detach().numpy(), t.detach().numpy(), **TOL[dtype])
+        np.testing.assert_allclose(e.detach().cpu().numpy(), t.detach().cpu().numpy(), **TOL[dtype])
         g = rng.standard_normal(tuple(t.shape)).astype(dtype)
         tloss = tloss + (t * torch.from_numpy(g)).sum()
-        eloss = eloss + (e * flow.tensor(g)).sum()
+        eloss = eloss + (e * flow.tensor(g, device=DEVICE)).sum()
     tloss.backward()
     eloss.backward()
 
@@ -444,10 +447,10 @@ def _check_packed(make, lengths, *, batch_first=False, enforce_sorted=False, wit
     assert elen.tolist() == tlen.tolist() == list(lengths)
     _backward_both([tpad] + _flatten_out(tout[1]), [epad] + _flatten_out(eout[1]), dtype)
     for t, e in zip((tx,) + tuple(tstates), (ex,) + tuple(estates)):
-        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL[dtype])
+        np.testing.assert_allclose(e.grad.cpu().numpy(), t.grad.cpu().numpy(), **TOL[dtype])
     tparams = dict(tm.named_parameters())
     for name, p in em.named_parameters():
-        np.testing.assert_allclose(p.grad.numpy(), tparams[name].grad.numpy(), err_msg=name, **TOL[dtype])
+        np.testing.assert_allclose(p.grad.cpu().numpy(), tparams[name].grad.cpu().numpy(), err_msg=name, **TOL[dtype])
 
 
 def _packed_state_shapes(cls, kw, batch):
@@ -502,7 +505,7 @@ def test_packed_sequence_final_state_is_each_sequences_own_last_step():
     _, h_n = m(ernn.pack_padded_sequence(flow.tensor(x), UNSORTED, enforce_sorted=False))
     for b, n in enumerate(UNSORTED):
         out, h = m(flow.tensor(x[:n, b:b + 1]))
-        np.testing.assert_allclose(h_n.detach().numpy()[:, b], h.detach().numpy()[:, 0], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(h_n.detach().cpu().numpy()[:, b], h.detach().cpu().numpy()[:, 0], rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -523,7 +526,7 @@ def test_pack_pad_round_trip_and_gradients(lengths, enforce_sorted, batch_first,
         assert elen.tolist() == tlen.tolist() and elen.dtype == flow.int64
         # the packed data and the padded result both carry gradients back to the input
         _backward_both([tpad, tp.data], [epad, ep.data], dtype)
-        np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), **TOL[dtype])
+        np.testing.assert_allclose(ex.grad.cpu().numpy(), tx.grad.cpu().numpy(), **TOL[dtype])
 
 
 def test_pack_padded_sequence_of_integer_targets():
@@ -534,7 +537,7 @@ def test_pack_padded_sequence_of_integer_targets():
     assert ep.data.dtype == flow.int64
     tpad, _ = trnn.pad_packed_sequence(tp, padding_value=-1)
     epad, _ = ernn.pad_packed_sequence(ep, padding_value=-1)
-    np.testing.assert_array_equal(epad.numpy(), tpad.numpy())
+    np.testing.assert_array_equal(epad.cpu().numpy(), tpad.cpu().numpy())
 
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
@@ -546,28 +549,28 @@ def test_pad_sequence_and_unpad_sequence(batch_first, padding_side):
     eout = ernn.pad_sequence(eseqs, batch_first=batch_first, padding_value=2.5, padding_side=padding_side)
     _backward_both([tout], [eout], "float64")
     for t, e in zip(tseqs, eseqs):
-        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL["float64"])
+        np.testing.assert_allclose(e.grad.cpu().numpy(), t.grad.cpu().numpy(), **TOL["float64"])
     if padding_side == "right":
         lengths = [len(a) for a in arrays]
         tback = trnn.unpad_sequence(tout.detach().clone(), torch.tensor(lengths), batch_first=batch_first)
         eback = ernn.unpad_sequence(eout.detach(), flow.tensor(lengths), batch_first=batch_first)
         assert tuple(eout.shape) == tuple(tout.shape)  # the argument is not transposed in place
         for a, t, e in zip(arrays, tback, eback):
-            np.testing.assert_array_equal(e.numpy(), t.numpy())
-            np.testing.assert_array_equal(e.numpy(), a)
+            np.testing.assert_array_equal(e.cpu().numpy(), t.cpu().numpy())
+            np.testing.assert_array_equal(e.cpu().numpy(), a)
 
 
 def test_pad_sequence_shapes_dtypes_and_tensor_argument():
     # 1-D sequences, one-element trailing broadcast (as torch's copy into the padded slot)
     tseqs = [torch.arange(3.0), torch.arange(1.0)]
     eseqs = [flow.arange(3.0), flow.arange(1.0)]
-    np.testing.assert_array_equal(ernn.pad_sequence(eseqs).numpy(), trnn.pad_sequence(tseqs).numpy())
+    np.testing.assert_array_equal(ernn.pad_sequence(eseqs).cpu().numpy(), trnn.pad_sequence(tseqs).cpu().numpy())
     t = trnn.pad_sequence([torch.ones(2, 3), torch.ones(3, 1)], batch_first=True)
     e = ernn.pad_sequence([flow.ones(2, 3), flow.ones(3, 1)], batch_first=True)
-    np.testing.assert_array_equal(e.numpy(), t.numpy())
+    np.testing.assert_array_equal(e.cpu().numpy(), t.cpu().numpy())
     # a Tensor is an iterable of its rows; the dtype is the first sequence's
     x = _randn(3, 4)
-    np.testing.assert_array_equal(ernn.pad_sequence(flow.tensor(x)).numpy(), trnn.pad_sequence(torch.tensor(x)).numpy())
+    np.testing.assert_array_equal(ernn.pad_sequence(flow.tensor(x)).cpu().numpy(), trnn.pad_sequence(torch.tensor(x)).cpu().numpy())
     e = ernn.pad_sequence([flow.ones(2, dtype=flow.float32), flow.ones(3, dtype=flow.float64)])
     assert trnn.pad_sequence([torch.ones(2), torch.ones(3, dtype=torch.float64)]).dtype == torch.float32
     assert e.dtype == flow.float32
@@ -584,10 +587,10 @@ def test_pack_sequence_and_unpack_sequence(enforce_sorted, arrays):
     tback, eback = trnn.unpack_sequence(tp), ernn.unpack_sequence(ep)
     assert len(eback) == len(arrays)
     for a, e in zip(arrays, eback):
-        np.testing.assert_array_equal(e.detach().numpy(), a)
+        np.testing.assert_array_equal(e.detach().cpu().numpy(), a)
     _backward_both(list(tback), list(eback), "float64")
     for t, e in zip(tseqs, eseqs):
-        np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), **TOL["float64"])
+        np.testing.assert_allclose(e.grad.cpu().numpy(), t.grad.cpu().numpy(), **TOL["float64"])
 
 
 def test_packed_sequence_object():

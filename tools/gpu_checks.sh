@@ -3,8 +3,10 @@
 #   1. every fused kernel against its numpy reference (tests/test_fused_kernels_gpu.py), and the
 #      cuBLAS batched products on strided views against numpy (tests/test_cublas_plan.py);
 #   2. the device-aware tests with ENGINE_TEST_DEVICE=cuda: every op forward and backward against
-#      PyTorch on the GPU, the optimizers, clipping, the device model, the error paths;
-#   3. GPT-2, BERT, ViT and Swin trained through tools/train_net.py on the GPU against the CPU;
+#      PyTorch on the GPU, the optimizers, clipping, the device model, the error paths, the
+#      torch-compat functions, RNN/LSTM/GRU (packed too) and the distributions;
+#   3. GPT-2, BERT, ViT and Swin trained through tools/train_net.py on the GPU against the CPU, and in
+#      nn.Graph mode and with train.cuda_graph.enabled against eager on the GPU;
 #   4. tools/benchmarks/gpu_gpt2.py: GPT-2 124M, seq 1024, fp16 (bench32: fp32), against PyTorch eager;
 #      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py);
 #      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py);
@@ -51,9 +53,10 @@ for s in $STEPS; do
                tests/test_cublas_plan.py tests/test_cuda_graphs.py ;;
     suite) step suite env ENGINE_TEST_DEVICE=cuda "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider \
              tests/ops/test_parity.py tests/test_optim.py tests/test_clip_grad.py tests/test_nn_ops_errors.py \
-             tests/test_indexing_errors.py tests/test_cuda_device_model.py ;;
+             tests/test_indexing_errors.py tests/test_cuda_device_model.py tests/test_torch_compat_ops.py \
+             tests/test_nn_rnn.py tests/test_distributions.py ;;
     train) step train "$PY" -m pytest -q -n "$WORKERS" -p no:cacheprovider tests/test_cuda_double_training.py \
-             -k real_gpu ;;
+             tests/graph/test_graph_training.py -k real_gpu ;;
     bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     graph) step bench_fp16_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --cuda-graph \
              --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
