@@ -298,3 +298,46 @@ def test_every_model_trains_under_autocast_with_float32_master_gradients(model_n
     tol = 3e-2 if dt == flow.bfloat16 else 5e-3
     for n, g in ref_grads.items():
         np.testing.assert_allclose(got_grads[n].numpy(), g.numpy(), atol=tol * scale, err_msg=n)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("placement", ["local", "global"])
+def test_cuda_autocast_cross_entropy_reads_float16_logits_itself(cuda_double, reduction, placement):
+    """Under a CUDA autocast the fused cross-entropy kernel reads float16 logits as float32 (no
+    cast of the logits, none of their gradient back): the loss is float32 and the loss and the
+    float16 gradient are bit for bit those of casting to float32 first (PyTorch's policy), with
+    two fewer passes over the logits; ignored targets included."""
+    from engine.kernels import cross_entropy as ce_kernels
+
+    logits = (rng.standard_normal((12, 37)) * 3).astype(np.float16)
+    target = np.array([3, 0, 36, -100, 5, 5, 17, 1, -100, 30, 2, 9])
+    g = rng.standard_normal(12).astype(np.float32) if reduction == "none" else None
+
+    def run(autocast):
+        x = flow.tensor(logits, device="cuda")
+        t = flow.tensor(target, device="cuda")
+        if placement == "global":
+            p = flow.placement("cuda", [0])
+            x, t = x.to_global(p, flow.sbp.broadcast), t.to_global(p, flow.sbp.broadcast)
+        x.requires_grad_(True)
+        calls = []
+        real = ce_kernels.cross_entropy_fwd
+        ce_kernels.cross_entropy_fwd = lambda x2, *a: calls.append(x2.dtype) or real(x2, *a)
+        try:
+            with flow.autocast("cuda", dtype=flow.float16, enabled=autocast):
+                loss = F.cross_entropy(x if autocast else x.float(), t, reduction=reduction)
+        finally:
+            ce_kernels.cross_entropy_fwd = real
+        loss.backward(flow.tensor(g, device="cuda").to_global(p, flow.sbp.broadcast) if g is not None and
+                      placement == "global" else flow.tensor(g, device="cuda") if g is not None else None)
+        grad = x.grad.to_local() if placement == "global" else x.grad
+        return loss, grad, calls
+
+    loss, grad, calls = run(autocast=True)
+    ref_loss, ref_grad, _ = run(autocast=False)
+    assert calls == [np.float16]  # the kernel got the float16 logits
+    assert loss.dtype == flow.float32 and grad.dtype == flow.float16
+    local = loss.to_local() if placement == "global" else loss
+    ref_local = ref_loss.to_local() if placement == "global" else ref_loss
+    np.testing.assert_array_equal(local.detach().cpu().numpy(), ref_local.detach().cpu().numpy())
+    np.testing.assert_array_equal(grad.cpu().numpy(), ref_grad.cpu().numpy())

@@ -18,6 +18,8 @@ SMALL = " or ".join([
     "(flash_attention and shape0)",
     "(flash_attention and shape1 and 64 and 0.0-)",  # dropout at this size: test_flash_attention.py
     "bias_dropout_add",
+    "bias_add",
+    "test_cast",
     "(philox and (-1] or -5] or -4099]))",
     "(cross_entropy and (-1- or -37-))",
     "multi_tensor_adam",

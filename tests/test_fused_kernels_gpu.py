@@ -17,7 +17,7 @@ import pytest
 from engine import backend
 from engine.kernels import adamw as ka
 from engine.kernels import cross_entropy as kce
-from engine.kernels import dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 from engine.kernels import flash_attention as flash
 from engine.kernels import grad_norm as kgn
 from gpu_helper import real_cupy
@@ -202,6 +202,44 @@ def test_bias_gelu(dtype, approximate, with_bias):
     _poison()
     _rel(gelu.gelu_grad_cuda(_dev(g), _dev(x), _dev(bias), approximate),
          gelu.gelu_grad_reference(g, x, bias, approximate), dtype, "gelu grad")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,offset", [((9, 1024), 0), ((33, 3072), 0), ((7, 1031), 0), ((5, 64), 1), ((1, 8), 0)],
+                         ids=["16B-rows", "gpt2-fc", "odd-rows", "unaligned", "one-row"])
+def test_bias_add(dtype, shape, offset):
+    """In place; the 16-byte path (rows of a multiple of 16 bytes, aligned) and the one-element
+    path (odd rows, an array starting one element into its memory) give the reference's bits: one
+    rounding of the sum computed in the accumulation type."""
+    rng = _rng()
+    y = (rng.standard_normal(shape) * 3).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    want = bias_add.bias_add_reference(y, b)
+    dev = cp.empty(y.size + offset, dtype)[offset:].reshape(shape)
+    dev[...] = _dev(y)
+    db = _dev(b)
+    assert bias_add.chunked(dev, db) == (offset == 0 and shape[-1] * np.dtype(dtype).itemsize % 16 == 0)
+    assert bias_add.bias_add_cuda_(dev, db) is dev
+    np.testing.assert_array_equal(_host(dev), want)
+
+
+@pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32)], ids=["to-half", "to-float"])
+@pytest.mark.parametrize("shape,offset", [((64, 768), 0), ((3, 1031), 0), ((5, 64), 1), ((7,), 0)],
+                         ids=["groups-of-8", "odd", "unaligned", "short"])
+def test_cast(src, dst, shape, offset):
+    """numpy's astype bit for bit: round to nearest even, overflow to inf, NaN kept, subnormal
+    halves exact; on the 8-element path and the one-element path."""
+    rng = _rng()
+    x = (rng.standard_normal(shape) * 1e3).astype(src)
+    flat = x.reshape(-1)
+    flat[:4] = [np.nan, np.inf, 7e4 if src == np.float32 else -np.inf, 3e-6][:flat.size]  # overflow, subnormal
+    dev = cp.empty(x.size + offset, src)[offset:].reshape(shape)
+    dev[...] = _dev(x)
+    _poison()
+    got = cast.cast_cuda(dev, dst)
+    assert got.dtype == dst and got.flags.c_contiguous
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(_host(got), x.astype(dst))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

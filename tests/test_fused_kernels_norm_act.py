@@ -12,7 +12,7 @@ import torch
 
 import engine as flow
 import engine.nn.functional as F
-from engine.kernels import _cuda, dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import _cuda, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 from engine.ops.dropout import bias_dropout_add
 from engine.ops.unary import bias_gelu
 from nvrtc_helper import nvrtc_compiler
@@ -628,7 +628,7 @@ def test_transformer_layer_with_fusion_flags_matches_without(cuda_layers):
 
 
 # ====================================================================== the CUDA sources compile
-@pytest.mark.parametrize("module", [layer_norm, softmax, dropout_add])
+@pytest.mark.parametrize("module", [layer_norm, softmax, dropout_add, bias_add, cast])
 def test_raw_kernel_sources_compile_with_nvrtc(module):
     log = nvrtc_compiler()(module.SOURCE)
     assert "warning" not in log.lower(), log

@@ -1,9 +1,9 @@
-"""Emulators of engine/kernels/{layer_norm,softmax,gelu,dropout_add}.py: each checks the launch as
+"""Emulators of engine/kernels/{layer_norm,softmax,gelu,dropout_add,bias_add,cast}.py: each checks the launch as
 the CUDA kernel reads it (scalar C types, element types, buffer sizes, geometry) and writes the
 kernel's numpy reference into the output memory."""
 import numpy as np
 
-from engine.kernels import dropout_add, gelu, layer_norm, softmax
+from engine.kernels import bias_add, cast, dropout_add, gelu, layer_norm, softmax
 
 from . import emulates
 
@@ -215,3 +215,30 @@ def _dropout_grad(name, grid, block, args, shared_mem):
         raise ValueError(f"{name}: scale {scale} for p={p}")
     t = _elem(name)
     _buf(name, "dx", dx, n, t)[:] = dropout_add.dropout_grad_reference(_buf(name, "g", g, n, t), p, seed, offset)
+
+
+# ------------------------------------------------------------------ bias add
+@emulates("engine_bias_add")
+def _bias_add(name, grid, block, args, shared_mem):
+    y, b, *scalars = args
+    n, d, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32))
+    _grid_stride(name, grid, block)
+    t = _elem(name)
+    if d < 1 or n % d:
+        raise ValueError(f"{name}: {n} elements are not rows of d={d}")
+    if chunked and (d * t.itemsize) % bias_add.CHUNK_BYTES:
+        raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    out = _buf(name, "y", y, n, t)
+    out[:] = bias_add.bias_add_reference(out.reshape(-1, d), _buf(name, "bias", b, d, t)).reshape(-1)
+
+
+# ------------------------------------------------------------------ float16 <-> float32 cast
+@emulates("engine_cast")
+def _cast(name, grid, block, args, shared_mem):
+    x, y, *scalars = args
+    src, dst = ({v: k for k, v in cast._NAMES.items()})[name]
+    n, chunked = _scalars(name, scalars, (np.uint64, np.int32))
+    _grid_stride(name, grid, block)
+    if chunked and n % cast.GROUP:
+        raise ValueError(f"{name}: the 8-element path with {n} elements")
+    _buf(name, "y", y, n, dst)[:] = cast.cast_reference(_buf(name, "x", x, n, src), dst)
