@@ -188,19 +188,33 @@ def test_flash_attention(d, shape, causal, kind, p):
     np.testing.assert_allclose(_host(dsum), want_dsum, rtol=2e-3, atol=2e-3)
 
 
+def _laid_out(a, layout):
+    """`a` on the device: C-contiguous ("rows"), starting one element into its memory
+    ("unaligned", the raw kernels' one-element path) or transposed ("strided", the ElementwiseKernel)."""
+    if layout == "strided":
+        return _dev(np.ascontiguousarray(a.T)).T
+    if layout == "unaligned":
+        dev = cp.empty(a.size + 1, a.dtype)[1:].reshape(a.shape)
+        dev[...] = _dev(a)
+        return dev
+    return _dev(a)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_bias_gelu(dtype, approximate, with_bias):
+@pytest.mark.parametrize("shape,layout", [((33, 3072), "rows"), ((5, 1031), "rows"), ((9, 64), "unaligned"),
+                                          ((33, 96), "strided")], ids=["16B-rows", "odd-rows", "unaligned", "strided"])
+def test_bias_gelu(dtype, approximate, with_bias, shape, layout):
     rng = _rng()
-    x = (rng.standard_normal((33, 3072)) * 3).astype(dtype)
-    bias = rng.standard_normal(3072).astype(dtype) if with_bias else None
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    bias = rng.standard_normal(shape[-1]).astype(dtype) if with_bias else None
     g = rng.standard_normal(x.shape).astype(dtype)
     _poison()
-    _rel(gelu.gelu_cuda(_dev(x), _dev(bias), approximate), gelu.gelu_reference(x, bias, approximate), dtype,
-         "gelu")
+    _rel(gelu.gelu_cuda(_laid_out(x, layout), _dev(bias), approximate), gelu.gelu_reference(x, bias, approximate),
+         dtype, "gelu")
     _poison()
-    _rel(gelu.gelu_grad_cuda(_dev(g), _dev(x), _dev(bias), approximate),
+    _rel(gelu.gelu_grad_cuda(_laid_out(g, layout), _laid_out(x, layout), _dev(bias), approximate),
          gelu.gelu_grad_reference(g, x, bias, approximate), dtype, "gelu grad")
 
 

@@ -628,9 +628,11 @@ def test_transformer_layer_with_fusion_flags_matches_without(cuda_layers):
 
 
 # ====================================================================== the CUDA sources compile
-@pytest.mark.parametrize("module", [layer_norm, softmax, dropout_add, bias_add, cast])
-def test_raw_kernel_sources_compile_with_nvrtc(module):
-    log = nvrtc_compiler()(module.SOURCE)
+@pytest.mark.parametrize("source", [layer_norm.SOURCE, softmax.SOURCE, dropout_add.SOURCE, bias_add.SOURCE,
+                                    cast.SOURCE, gelu.RAW_SOURCE],
+                         ids=["layer_norm", "softmax", "dropout_add", "bias_add", "cast", "gelu"])
+def test_raw_kernel_sources_compile_with_nvrtc(source):
+    log = nvrtc_compiler()(source)
     assert "warning" not in log.lower(), log
 
 

@@ -182,6 +182,31 @@ for _approximate in gelu.APPROXIMATIONS:
             emulates(_name)(_gelu_emulator(_name, _approximate, _backward, _with_bias))
 
 
+def _gelu_rows_emulator(name, grid, block, args, shared_mem):
+    """engine_gelu_rows_{erf,tanh}_{fwd,bwd}: the raw kernels for C-contiguous operands."""
+    g, x, b, out, *scalars = args
+    n, d, has_b, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32, np.int32))
+    _grid_stride(name, grid, block)
+    t = _elem(name)
+    if d < 1 or n % d:
+        raise ValueError(f"{name}: {n} elements are not rows of d={d}")
+    if chunked and (d * t.itemsize) % gelu.CHUNK_BYTES:
+        raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    approximate = "none" if "_erf_" in name else "tanh"
+    xs = _buf(name, "x", x, n, t).reshape(-1, d)
+    bias = _buf(name, "bias", b, d, t) if has_b else None
+    if "_bwd" in name:
+        ref = gelu.gelu_grad_reference(_buf(name, "g", g, n, t).reshape(-1, d), xs, bias, approximate)
+    else:
+        ref = gelu.gelu_reference(xs, bias, approximate)
+    _buf(name, "out", out, n, t)[:] = ref.reshape(-1)
+
+
+for _kind in ("erf", "tanh"):
+    for _direction in ("fwd", "bwd"):
+        emulates(f"engine_gelu_rows_{_kind}_{_direction}")(_gelu_rows_emulator)
+
+
 # ------------------------------------------------------------------ bias + dropout + residual
 def _grid_stride(name, grid, block):
     if grid[0] * block[0] < 1 or grid[1:] != (1, 1) or block[1:] != (1, 1):
