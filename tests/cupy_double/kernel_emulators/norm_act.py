@@ -182,16 +182,23 @@ for _approximate in gelu.APPROXIMATIONS:
             emulates(_name)(_gelu_emulator(_name, _approximate, _backward, _with_bias))
 
 
+def _chunked_rows(name, n, d, chunked):
+    """The element type of a kernel over rows of d that moves 16 bytes per thread when `chunked`
+    (engine/kernels/bias_add.py, gelu.py), after checking that the launch is consistent."""
+    t = _elem(name)
+    if d < 1 or n % d:
+        raise ValueError(f"{name}: {n} elements are not rows of d={d}")
+    if chunked and (d * t.itemsize) % bias_add.CHUNK_BYTES:
+        raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    return t
+
+
 def _gelu_rows_emulator(name, grid, block, args, shared_mem):
     """engine_gelu_rows_{erf,tanh}_{fwd,bwd}: the raw kernels for C-contiguous operands."""
     g, x, b, out, *scalars = args
     n, d, has_b, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32, np.int32))
     _grid_stride(name, grid, block)
-    t = _elem(name)
-    if d < 1 or n % d:
-        raise ValueError(f"{name}: {n} elements are not rows of d={d}")
-    if chunked and (d * t.itemsize) % gelu.CHUNK_BYTES:
-        raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    t = _chunked_rows(name, n, d, chunked)
     approximate = "none" if "_erf_" in name else "tanh"
     xs = _buf(name, "x", x, n, t).reshape(-1, d)
     bias = _buf(name, "bias", b, d, t) if has_b else None
@@ -248,11 +255,7 @@ def _bias_add(name, grid, block, args, shared_mem):
     y, b, *scalars = args
     n, d, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32))
     _grid_stride(name, grid, block)
-    t = _elem(name)
-    if d < 1 or n % d:
-        raise ValueError(f"{name}: {n} elements are not rows of d={d}")
-    if chunked and (d * t.itemsize) % bias_add.CHUNK_BYTES:
-        raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    t = _chunked_rows(name, n, d, chunked)
     out = _buf(name, "y", y, n, t)
     out[:] = bias_add.bias_add_reference(out.reshape(-1, d), _buf(name, "bias", b, d, t)).reshape(-1)
 
