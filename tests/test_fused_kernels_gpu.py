@@ -293,7 +293,7 @@ def test_philox_streams(kind, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c", [1, 37, 1030, 50304])
+@pytest.mark.parametrize("c", [1, 37, 64, 1030, 50304])  # 64, 50304: 8 logits per thread and step
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cross_entropy(dtype, c, smoothing):
     rng = _rng()
@@ -302,16 +302,21 @@ def test_cross_entropy(dtype, c, smoothing):
     t = rng.integers(0, c, m)
     t[1] = -100
     t[2] = c + 3  # out of range: a NaN loss, on the device as in the reference
-    want_loss, want_dunit = kce.cross_entropy_fwd_numpy(x, t, -100, smoothing)
+    want_loss, want_stats = kce.cross_entropy_fwd_numpy(x, t, -100, smoothing)
+    want_dunit = kce.cross_entropy_dunit_numpy(x, want_stats, t, -100, smoothing)
     _poison()
-    loss, dunit = kce.cross_entropy_fwd_cuda(_dev(x), _dev(t), -100, smoothing)
+    loss, stats = kce.cross_entropy_fwd_cuda(_dev(x), _dev(t), -100, smoothing)
     acc = np.float64 if dtype == np.float64 else np.float32
     _rel(loss, want_loss, acc, "cross-entropy loss")
-    _rel(dunit, want_dunit, acc, "cross-entropy unit gradient")
+    _rel(stats, want_stats, acc, "cross-entropy row statistics")
     scale = rng.standard_normal(m).astype(want_dunit.dtype)
-    _poison()
-    _rel(kce.cross_entropy_bwd_cuda(dunit, _dev(scale), dtype), kce.cross_entropy_bwd_numpy(want_dunit, scale, dtype),
-         dtype, "cross-entropy dx")
+    for sc in (scale, scale[:1]):
+        _poison()
+        _rel(kce.cross_entropy_bwd_rows_cuda(_dev(x), stats, _dev(t), _dev(sc), -100, smoothing, dtype),
+             kce.cross_entropy_bwd_numpy(want_dunit, sc, dtype), dtype, "cross-entropy dx")
+        _poison()
+        _rel(kce.cross_entropy_bwd_cuda(_dev(want_dunit), _dev(sc), dtype),
+             kce.cross_entropy_bwd_numpy(want_dunit, sc, dtype), dtype, "cross-entropy dx from dunit (vocab-parallel)")
     # vocab-parallel phases on two shards of the classes
     m_row = x.astype(acc).max(axis=1)
     half = max(1, c // 2)

@@ -53,10 +53,12 @@ def _torch_ce(x, t, ignore_index, smoothing):
 def test_cross_entropy_reference_matches_torch(c, dtype, smoothing):
     rng = _rng(c)
     x, t = _logits(rng, 9, c, dtype), _targets(rng, 9, c)
-    loss, dunit = kce.cross_entropy_fwd_numpy(x, t, -100, smoothing)
+    loss, stats = kce.cross_entropy_fwd_numpy(x, t, -100, smoothing)
+    dunit = kce.cross_entropy_dunit_numpy(x, stats, t, -100, smoothing)
     want_loss, want_grad = _torch_ce(x, t, -100, smoothing)
     acc = np.float64 if dtype == np.float64 else np.float32
-    assert loss.dtype == acc and dunit.dtype == acc and dunit.shape == (9, c)
+    assert loss.dtype == acc and stats.dtype == acc and stats.shape == (9, 2)
+    assert dunit.dtype == acc and dunit.shape == (9, c)
     tol = 1e-12 if dtype == np.float64 else 2e-6
     np.testing.assert_allclose(loss, want_loss, rtol=tol, atol=tol * 10)
     np.testing.assert_allclose(dunit, want_grad, rtol=tol, atol=tol)
@@ -66,7 +68,8 @@ def test_cross_entropy_reference_matches_torch(c, dtype, smoothing):
 def test_cross_entropy_reference_ignore_index_inside_the_classes_and_bad_targets():
     rng = _rng(1)
     x, t = _logits(rng, 6, 10), np.array([3, 0, 9, 10, -1, 0])
-    loss, dunit = kce.cross_entropy_fwd_numpy(x, t, 0, 0.0)  # ignore_index 0 is a class id
+    loss, stats = kce.cross_entropy_fwd_numpy(x, t, 0, 0.0)  # ignore_index 0 is a class id
+    dunit = kce.cross_entropy_dunit_numpy(x, stats, t, 0, 0.0)
     want_loss, want_grad = _torch_ce(x, np.where((t < 0) | (t > 9), 0, t), 0, 0.0)
     good = [0, 1, 2, 5]
     np.testing.assert_allclose(loss[good], want_loss[good], rtol=2e-6)
@@ -76,7 +79,8 @@ def test_cross_entropy_reference_ignore_index_inside_the_classes_and_bad_targets
 
 def test_cross_entropy_reference_infinite_logits_follow_torch():
     x = np.array([[0.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf], [np.inf, 0.0, 1.0]], np.float32)
-    loss, dunit = kce.cross_entropy_fwd_numpy(x, np.array([0, 0, 1]), -100, 0.0)
+    loss, stats = kce.cross_entropy_fwd_numpy(x, np.array([0, 0, 1]), -100, 0.0)
+    dunit = kce.cross_entropy_dunit_numpy(x, stats, np.array([0, 0, 1]), -100, 0.0)
     want_loss, want_grad = _torch_ce(x, np.array([0, 0, 1]), -100, 0.0)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
     np.testing.assert_allclose(dunit, want_grad, atol=1e-7)
@@ -205,16 +209,19 @@ def test_cross_entropy_launchers_match_reference(cuda_double, dtype, c):
     m = 5 if c > 1000 else 11
     x, t = _logits(rng, m, c, dtype), _targets(rng, m, c)
     t[2] = c + 3  # out of range: NaN on the device
-    want_loss, want_dunit = kce.cross_entropy_fwd_numpy(x, t, -100, 0.1)
+    want_loss, want_stats = kce.cross_entropy_fwd_numpy(x, t, -100, 0.1)
+    want_dunit = kce.cross_entropy_dunit_numpy(x, want_stats, t, -100, 0.1)
     xd, td = cuda_double.asarray(x), cuda_double.asarray(t)
-    loss, dunit = kce.cross_entropy_fwd(xd, td, -100, 0.1)
+    loss, stats = kce.cross_entropy_fwd(xd, td, -100, 0.1)
     np.testing.assert_array_equal(loss.get(), want_loss)
-    np.testing.assert_array_equal(dunit.get(), want_dunit)
+    np.testing.assert_array_equal(stats.get(), want_stats)
     scale = rng.standard_normal(m).astype(want_dunit.dtype)
-    dx = kce.cross_entropy_bwd(dunit, cuda_double.asarray(scale), dtype)
-    np.testing.assert_array_equal(dx.get(), kce.cross_entropy_bwd_numpy(want_dunit, scale, dtype))
-    one = kce.cross_entropy_bwd(dunit, cuda_double.asarray(scale[:1]), dtype)
-    np.testing.assert_array_equal(one.get(), kce.cross_entropy_bwd_numpy(want_dunit, scale[:1], dtype))
+    for sc in (scale, scale[:1]):  # a gradient per row, or one for all
+        dx = kce.cross_entropy_bwd_rows(xd, stats, td, cuda_double.asarray(sc), -100, 0.1, dtype)
+        np.testing.assert_array_equal(dx.get(), kce.cross_entropy_bwd_numpy(want_dunit, sc, dtype))
+        # the vocab-parallel path's backward from a stored dunit gives the same
+        dx = kce.cross_entropy_bwd(cuda_double.asarray(want_dunit), cuda_double.asarray(sc), dtype)
+        np.testing.assert_array_equal(dx.get(), kce.cross_entropy_bwd_numpy(want_dunit, sc, dtype))
     m_row = x.astype(want_dunit.dtype).max(axis=1)
     stats = kce.vocab_stats(xd[:, 1:], cuda_double.asarray(m_row), td, 1)  # a strided shard: copied
     np.testing.assert_array_equal(stats.get(), kce.vocab_stats_numpy(x[:, 1:], m_row, t, 1))
@@ -436,15 +443,17 @@ def test_vocab_cross_entropy_ops_on_cuda_shards_match_cpu(cuda_double):
 def test_emulator_refuses_a_row_kernel_with_too_few_blocks_or_partial_warps(cuda_double):
     from engine.kernels import _cuda
     x, t = cuda_double.asarray(_logits(_rng(18), 5, 7)), cuda_double.asarray(np.zeros(5, np.int64))
-    loss, dunit = cuda_double.empty(5, np.float32), cuda_double.empty((5, 7), np.float32)
+    loss, stats = cuda_double.empty(5, np.float32), cuda_double.empty((5, 2), np.float32)
     kernel = _cuda.raw_kernel(kce.SOURCE, "engine_ce_fwd__float")
-    args = (x, t, loss, dunit, np.int32(5), np.int32(7), np.int64(-100), np.float64(0))
+    args = (x, t, loss, stats, np.int32(5), np.int32(7), np.int64(-100), np.float64(0), np.int32(0))
     with pytest.raises(ValueError, match="one block per row, 5 rows, got a grid of 4"):
         kernel((4,), (32,), args)
     with pytest.raises(ValueError, match="not a whole number of warps"):
         kernel((5,), (48,), args)
     with pytest.raises(TypeError, match="smoothing must be a float64 scalar"):
-        kernel((5,), (32,), args[:-1] + (np.float32(0),))
+        kernel((5,), (32,), args[:-2] + (np.float32(0), np.int32(0)))
+    with pytest.raises(ValueError, match="grouped reading of rows of 7 classes"):
+        kernel((5,), (32,), args[:-1] + (np.int32(1),))
     kernel((5,), (32,), args)  # the right launch runs
 
 
@@ -480,8 +489,9 @@ def test_table_reader_checks_the_chunk_starts_against_the_sizes():
 # ------------------------------------------------------------------ the CUDA sources compile
 def test_cuda_sources_compile_with_nvrtc():
     compile_ = nvrtc_compiler()
-    compile_(kce.SOURCE, [f"{b}__{t}" for b in ("engine_ce_fwd", "engine_ce_vocab_stats", "engine_ce_vocab_loss",
-                                                 "engine_ce_bwd") for t in ("half", "float", "double")])
+    compile_(kce.SOURCE, [f"{b}__{t}" for b in ("engine_ce_fwd", "engine_ce_bwd_rows", "engine_ce_vocab_stats",
+                                                 "engine_ce_vocab_loss", "engine_ce_bwd")
+                          for t in ("half", "float", "double")])
     for dt in (np.float16, np.float32, np.float64):
         compile_(ka.kernel_source(dt), [ka.kernel_name(dt)])
         for acc in (np.float32, np.float64):

@@ -142,19 +142,22 @@ def targets_checked_on_device(input, weight, prob):
 
 
 def _cross_entropy_fused(ctx, x2, lead, target, ignore_index, reduction, smoothing, dtype):
-    """CrossEntropy.forward on CUDA: the per-row loss and the gradient per unit of loss (kept as
-    the hidden output) from one kernel, the reduction on the device."""
+    """CrossEntropy.forward on CUDA: the per-row loss and statistics (max, sum of exp; the hidden
+    output) from one kernel, the reduction on the device. The backward recomputes the gradient
+    from the logits (kept in ctx, laid out [M, C]) and the statistics: nothing of [M, C] is
+    written in between (engine/kernels/cross_entropy.py)."""
     xp = xp_of(x2)
     t = target.reshape(-1).astype(np.int64, copy=False)
-    per, dunit = ce_kernels.cross_entropy_fwd(x2, t, ignore_index, smoothing)
-    ctx.fused = True
+    x2 = xp.ascontiguousarray(x2)
+    per, stats = ce_kernels.cross_entropy_fwd(x2, t, ignore_index, smoothing)
+    ctx.fused, ctx.logits = True, x2
     if reduction == "mean":
         ctx.denom = (t != ignore_index).sum(dtype=per.dtype)
         loss = per.sum(dtype=per.dtype) / ctx.denom
     else:
         ctx.denom = 1
         loss = _reduce(per.reshape(lead), reduction)
-    return xp.asarray(loss).astype(dtype, copy=False), dunit
+    return xp.asarray(loss).astype(dtype, copy=False), stats
 
 
 def _blocked_ce_ok(x2):
@@ -289,8 +292,8 @@ class CrossEntropy(Op):
     def backward(ctx, g, *_):
         target, w, p = ctx.saved_tensors
         if ctx.fused:
-            return UnitGradScale.apply(g, p, shape=ctx.shape, reduction=ctx.attrs[1], denom=ctx.denom,
-                                       dtype=ctx.dtype), None, None
+            return CrossEntropyRowsGrad.apply(g, p, target, logits=ctx.logits, shape=ctx.shape, attrs=ctx.attrs,
+                                              denom=ctx.denom, dtype=ctx.dtype), None, None
         dx, dt = CrossEntropyGrad.apply(g, p, target, w, shape=ctx.shape, attrs=ctx.attrs, denom=ctx.denom,
                                         need_target=ctx.needs_input_grad[1])
         return dx, (dt if ctx.needs_input_grad[1] else None), None
@@ -312,6 +315,23 @@ class UnitGradScale(NoDoubleBackward, Op):
     def forward(ctx, g, dunit, shape, reduction, denom, dtype):
         ctx.op_name = "cross_entropy"
         dx = ce_kernels.cross_entropy_bwd(dunit, _row_scale(g, reduction, denom, dunit.dtype), dtype)
+        return _class_back(dx, shape)
+
+
+class CrossEntropyRowsGrad(NoDoubleBackward, Op):
+    """dx of the single-device fused cross-entropy: dunit recomputed from the logits [M, C] and
+    the forward's row statistics, times g_row, in one kernel; laid out back like the logits
+    (`shape`) in their dtype."""
+
+    name = "CrossEntropyLossBackward"
+
+    @staticmethod
+    def forward(ctx, g, stats, target, logits, shape, attrs, denom, dtype):
+        ctx.op_name = "cross_entropy"
+        ignore_index, reduction, smoothing, _ = attrs
+        t = target.reshape(-1).astype(np.int64, copy=False)
+        dx = ce_kernels.cross_entropy_bwd_rows(logits, stats, t, _row_scale(g, reduction, denom, stats.dtype),
+                                               ignore_index, smoothing, dtype)
         return _class_back(dx, shape)
 
 

@@ -134,20 +134,48 @@ def _shape_args(name, rows, cols):
     return int(rows), int(cols)
 
 
+def _grouped(name, grouped, c):
+    """The 8-logits-per-thread reading needs rows of a multiple of 8 classes."""
+    _scalar(name, grouped, np.int32, "grouped")
+    if grouped and c % 8:
+        raise ValueError(f"{name}: grouped reading of rows of {c} classes")
+
+
 @emulates("engine_ce_fwd")
 def ce_fwd(name, grid, block, args, shared_mem):
     dtype, = _dtypes(name)
     acc = acc_dtype(dtype)
-    x, target, loss, dunit, rows, cols, ignore_index, smoothing = args
+    x, target, loss, stats, rows, cols, ignore_index, smoothing, grouped = args
     m, c = _shape_args(name, rows, cols)
     _rows(name, grid, block, shared_mem, m)
     _scalar(name, ignore_index, np.int64, "ignore_index")
     _scalar(name, smoothing, np.float64, "smoothing")
+    _grouped(name, grouped, c)
     x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
     target = _array(name, target, np.int64, m, "target")[:m]
-    loss_, dunit_ = _ce.cross_entropy_fwd_numpy(x, target, int(ignore_index), float(smoothing))
+    loss_, stats_ = _ce.cross_entropy_fwd_numpy(x, target, int(ignore_index), float(smoothing))
     _array(name, loss, acc, m, "loss")[:m] = loss_
-    _array(name, dunit, acc, m * c, "dunit")[: m * c] = dunit_.reshape(-1)
+    _array(name, stats, acc, 2 * m, "stats")[: 2 * m] = stats_.reshape(-1)
+
+
+@emulates("engine_ce_bwd_rows")
+def ce_bwd_rows(name, grid, block, args, shared_mem):
+    dtype, = _dtypes(name)
+    acc = acc_dtype(dtype)
+    x, stats, target, scale, dx, rows, cols, ignore_index, smoothing, stride, grouped = args
+    m, c = _shape_args(name, rows, cols)
+    _rows(name, grid, block, shared_mem, m)
+    _scalar(name, ignore_index, np.int64, "ignore_index")
+    _scalar(name, smoothing, np.float64, "smoothing")
+    _scalar(name, stride, np.int32, "scale_stride")
+    _grouped(name, grouped, c)
+    x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
+    scale = _array(name, scale, acc, (m - 1) * int(stride) + 1 if m else 0, "scale")
+    scale = scale[: m * int(stride): int(stride)] if stride else scale[:1]
+    out = _ce.cross_entropy_bwd_rows_numpy(x, _array(name, stats, acc, 2 * m, "stats")[: 2 * m].reshape(m, 2),
+                                           _array(name, target, np.int64, m, "target")[:m], scale,
+                                           int(ignore_index), float(smoothing), dtype)
+    _array(name, dx, dtype, m * c, "dx")[: m * c] = out.reshape(-1)
 
 
 @emulates("engine_ce_vocab_stats")
