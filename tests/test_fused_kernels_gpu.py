@@ -373,3 +373,14 @@ def test_multi_tensor_grad_norm_and_clip(norm_type, acc):
     kgn.scale_grads_numpy(host, total, 0.25)
     for a, b in zip(host, dev):
         _rel(b, a, a.dtype.type, "clipped gradient")
+
+
+def test_multi_tensor_multiply():
+    """The GradScaler's unscale: numpy's bits (one rounding of the product) for every dtype."""
+    rng = _rng()
+    host = [(rng.standard_normal(s) * 300).astype(dt) for s, dt in zip(SHAPES, [np.float32, np.float16, np.float64] * 3)]
+    dev = [_dev(a) for a in host]
+    kgn.multiply_grads_cuda(dev, 1 / 3)
+    kgn.multiply_grads_numpy(host, 1 / 3)
+    for a, b in zip(host, dev):
+        np.testing.assert_array_equal(_host(b), a)

@@ -284,6 +284,27 @@ def test_grad_norm_launchers_match_reference(cuda_double, norm_type):
         np.testing.assert_array_equal(b.get(), a)
 
 
+def test_multiply_grads_launches_once_per_dtype_and_rounds_as_numpy(cuda_double):
+    """The GradScaler's unscale: float16/32/64 tensors (odd sizes, several chunks, an F-ordered
+    one) times a factor in place, one launch per dtype, numpy's bits; a strided view through CuPy."""
+    rng = _rng(21)
+    host = [(g * 300).astype(dt) for g, dt in zip(_params(rng, ODD_SHAPES + [(mt.CHUNK * 2 + 3,)]),
+                                                  [np.float32, np.float16, np.float64] * 4)]
+    host.append(np.asfortranarray(rng.standard_normal((5, 7)).astype(np.float32)))
+    dev = _dev(cuda_double, host)
+    big = cuda_double.asarray(rng.standard_normal((4, 6)).astype(np.float32))
+    strided, strided_host = big[:, ::2], big.get()[:, ::2] * np.float32(1 / 3)
+    stats = cuda_double._double.stats
+    stats.reset()
+    kgn.multiply_grads(dev, 1 / 3)
+    assert stats.launches == 3  # one per dtype
+    kgn.multiply_grads([strided], 1 / 3)
+    kgn.multiply_grads_numpy(host, 1 / 3)
+    for a, b in zip(host, dev):
+        np.testing.assert_array_equal(b.get(), a)
+    np.testing.assert_array_equal(strided.get(), strided_host)
+
+
 def test_grad_norm_partials_follow_the_kernels_chunk_order():
     """The emulator's model of the partial kernel: block b takes chunks b, b + grid, ..."""
     rng = _rng(10)
@@ -497,6 +518,7 @@ def test_cuda_sources_compile_with_nvrtc():
         for acc in (np.float32, np.float64):
             for src, name in (kgn.partial_kernel(dt, acc), kgn.scale_kernel(dt, acc)):
                 compile_(src, [name])
+        compile_(*kgn.multiply_kernel(dt)[:1], [kgn.multiply_kernel(dt)[1]])
     for acc in (np.float32, np.float64):
         src, name = kgn.finish_kernel(acc)
         compile_(src, [name])
@@ -547,6 +569,7 @@ def test_grad_scaler_on_cuda_finds_inf_and_nan_in_one_read(cuda_double, bad):
     stats.reset()
     scaler.unscale_(opt)
     assert stats.syncs == 1
+    assert stats.by_name["multiply"] == 0 and sum(v for k, v in stats.by_name.items() if "grad_mul" in k) == 3
     assert scaler.found_inf(opt) == (bad is not None)
     for p, g in zip(params, grads):
         np.testing.assert_array_equal(p.grad.cpu().numpy(), g / g.dtype.type(4))

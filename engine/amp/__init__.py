@@ -200,21 +200,26 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update()")
         inv = 1.0 / self._scale
         found = 0.0
-        on_device = []  # GPU gradients: checked together by one multi-tensor max, read once
+        on_device = []  # GPU gradients: unscaled by one multi-tensor launch, checked by one max, read once
         for group in optimizer.param_groups:
             for p in group["params"]:
                 g = p.grad
                 if g is None:
                     continue
                 a = g._data
-                a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
                 g._bump_version()
-                if not isinstance(a, np.ndarray):
+                if not isinstance(a, np.ndarray) and a.dtype.kind == "f":
                     on_device.append(a)
-                elif not found and not bool(np.isfinite(_host_sum(a))):
+                    continue
+                a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
+                if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
                     found = 1.0
-        if on_device and not found:
-            found = 0.0 if _all_finite_on_device(on_device) else 1.0  # one host read
+        if on_device:
+            from ..kernels import grad_norm as kgn
+
+            kgn.multiply_grads(on_device, inv)
+            if not found:
+                found = 0.0 if _all_finite_on_device(on_device) else 1.0  # one host read
         if _found_inf_reducer is not None:
             found = _found_inf_reducer(found)
         self._unscaled[id(optimizer)] = found
