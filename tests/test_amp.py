@@ -341,3 +341,15 @@ def test_cuda_autocast_cross_entropy_reads_float16_logits_itself(cuda_double, re
     ref_local = ref_loss.to_local() if placement == "global" else ref_loss
     np.testing.assert_array_equal(local.detach().cpu().numpy(), ref_local.detach().cpu().numpy())
     np.testing.assert_array_equal(grad.cpu().numpy(), ref_grad.cpu().numpy())
+
+
+def test_fused_cross_entropy_refuses_logits_changed_in_place_before_the_backward(cuda_double):
+    """The CUDA kernel recomputes the gradient from the logits, so they are saved: an in-place
+    change between forward and backward is the usual error, not a silently wrong gradient."""
+    x = flow.tensor(rng.standard_normal((4, 16)).astype(np.float32), device="cuda", requires_grad=True)
+    y = x * 1.0
+    loss = F.cross_entropy(y, flow.tensor(np.array([1, 0, 15, 3]), device="cuda"))
+    with flow.no_grad():
+        y.mul_(3.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

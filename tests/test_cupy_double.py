@@ -120,3 +120,20 @@ def test_float64_maximum_and_minimum_at_round_through_float32_as_cupy(cuda_doubl
         getattr(other, "scatter_max" if ufunc == "maximum" else "scatter_min")(
             cuda_double.asarray([1]), cuda_double.asarray([x], dtype=dtype))
         assert other.get()[1] == want
+    nan = cuda_double.asarray([np.nan, 2.0])  # fmaxf / fminf drop a NaN
+    out = cuda_double.zeros(1, dtype=np.float32)
+    getattr(cuda_double, ufunc).at(out, cuda_double.asarray([0, 0]), nan.astype(np.float32))
+    assert out.get()[0] == (2.0 if ufunc == "maximum" else 0.0)
+
+
+def test_chunked_kernel_launches_must_be_aligned(cuda_double):
+    """The 16-byte paths of the row kernels read through aligned vector loads: the emulators
+    refuse a chunked launch on an array that does not start on a 16-byte boundary."""
+    from engine.kernels import _cuda, bias_add
+    y = cuda_double.zeros(17, dtype=np.float16)[1:].reshape(2, 8)
+    b = cuda_double.zeros(8, dtype=np.float16)
+    assert not bias_add.chunked(y, b)
+    kernel = _cuda.raw_kernel(bias_add.SOURCE, _cuda.kernel_name("engine_bias_add", np.float16))
+    with pytest.raises(ValueError, match="16-byte path with y at address"):
+        kernel((1,), (32,), (y, b, np.uint64(16), np.int32(8), np.int32(1)))
+    kernel((1,), (32,), (y, b, np.uint64(16), np.int32(8), np.int32(0)))  # one element per thread: fine

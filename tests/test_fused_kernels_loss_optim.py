@@ -413,7 +413,10 @@ def test_cross_entropy_on_cuda_matches_cpu_without_syncs(cuda_double, dtype, red
     loss = F.cross_entropy(gpu[0], tg, reduction=reduction, label_smoothing=smoothing)
     (loss.sum() if reduction == "none" else loss).backward()
     assert stats.syncs == 0
-    assert stats.launches <= 12  # one fused kernel each way, the reduction and layout copies around them
+    # one fused kernel each way, the reduction and layout copies around them: the class-first
+    # logits [3, 37, 5] are laid out [15, 37] for the forward and again for the backward, which
+    # recomputes the gradient from them instead of keeping a float32 [15, 37] one
+    assert stats.launches <= 13
     want = F.cross_entropy(cpu[0], tc, reduction=reduction, label_smoothing=smoothing)
     (want.sum() if reduction == "none" else want).backward()
     assert loss.dtype == want.dtype and gpu[0].grad.dtype == cpu[0].grad.dtype

@@ -238,9 +238,27 @@ def test_scatter_reduce_extremes_on_cuda_equal_the_cpu_exactly(cuda_double, redu
         src[7, 2] = src[11, 5] = np.nan
     else:
         x, src = np.round(x * 3), np.round(src * 3)
+    stats = cuda_double._double.stats
     for include_self in (True, False):
-        out = [flow.scatter_reduce(flow.tensor(x.astype(dtype), device=dev), 0, flow.tensor(idx, device=dev),
-                                   flow.tensor(src.astype(dtype), device=dev), reduce, include_self=include_self)
-               for dev in ("cpu", "cuda")]
-        assert out[1].device.type == "cuda"
-        np.testing.assert_array_equal(out[1].cpu().numpy(), out[0].numpy())
+        args = [(flow.tensor(x.astype(dtype), device=dev), flow.tensor(idx, device=dev),
+                 flow.tensor(src.astype(dtype), device=dev)) for dev in ("cpu", "cuda")]
+        stats.reset()
+        flow.scatter_reduce(args[1][0], 0, args[1][1], args[1][2], "sum", include_self=include_self)
+        index_checks = stats.syncs  # scatter's own index validation
+        stats.reset()
+        gpu = flow.scatter_reduce(args[1][0], 0, args[1][1], args[1][2], reduce, include_self=include_self)
+        assert stats.syncs == index_checks  # the extremes read nothing back (no boolean compaction)
+        cpu = flow.scatter_reduce(args[0][0], 0, args[0][1], args[0][2], reduce, include_self=include_self)
+        assert gpu.device.type == "cuda"
+        np.testing.assert_array_equal(gpu.cpu().numpy(), cpu.numpy())
+
+
+def test_gelu_of_a_0d_cuda_tensor(cuda_double):
+    for approximate in ("none", "tanh"):
+        x = flow.tensor(np.float32(0.5), requires_grad=True)
+        xc = flow.tensor(np.float32(0.5), device="cuda", requires_grad=True)
+        y, yc = (flow.nn.functional.gelu(t, approximate=approximate) for t in (x, xc))
+        y.backward(), yc.backward()
+        assert yc.shape == () and yc.device.type == "cuda"
+        np.testing.assert_allclose(yc.detach().cpu().numpy(), y.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(xc.grad.cpu().numpy(), x.grad.numpy(), rtol=1e-6)

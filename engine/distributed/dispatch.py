@@ -423,7 +423,8 @@ def _attach_backward(plan, ctx, results):
 
 def _save_local_views(op, ctx, inputs, results):
     """Save what the op's local backward reads: local views of the inputs and outputs it names."""
-    ctx.save_for_backward(*[None if inputs[i] is None else _local_view(inputs[i]) for i in op.save_inputs],
+    ctx.save_for_backward(*[None if inputs[i] is None else _local_view(inputs[i])
+                            for i in op.saved_input_indices(ctx)],
                           *[_local_view(results[j]) for j in op.save_outputs])
 
 

@@ -7,7 +7,8 @@ this kernel moves 16 bytes per thread (8 halves, 4 floats, 2 doubles) and reache
 
 The sum is computed in the accumulation type (float32 for float16) and rounded once, as the
 numpy reference. The 16-byte path needs rows of a multiple of 16 bytes, both arrays 16-byte
-aligned and fewer than 2^32 chunks; anything else takes one element per thread.
+aligned and fewer than 2^31 chunks (the 32-bit grid-stride index plus its stride stays below
+2^32); anything else takes one element per thread.
 """
 import numpy as np
 
@@ -20,7 +21,7 @@ struct alignas(16) Chunk { unsigned int w[4]; };
 
 template <typename T>
 __device__ void bias_add(T* y, const T* b, u64 n, int d, int chunked) {
-  if (chunked) {  // 16 bytes per thread; n / per < 2^32, so 32-bit indices
+  if (chunked) {  // 16 bytes per thread; n / per < 2^31, so 32-bit indices
     const unsigned int per = 16 / sizeof(T), chunks = (unsigned int)(n / per), row = (unsigned int)d / per;
     for (unsigned int k = blockIdx.x * blockDim.x + threadIdx.x; k < chunks; k += gridDim.x * blockDim.x) {
       Chunk v = reinterpret_cast<Chunk*>(y)[k];
@@ -52,7 +53,7 @@ def chunked(y, b):
     """Whether the launch takes the 16-byte path (see the module doc)."""
     d, size = y.shape[-1], y.dtype.itemsize
     return (d * size) % CHUNK_BYTES == 0 and y.data.ptr % CHUNK_BYTES == 0 and b.data.ptr % CHUNK_BYTES == 0 \
-        and y.size * size // CHUNK_BYTES < 2 ** 32
+        and y.size * size // CHUNK_BYTES < 2 ** 31  # a 32-bit grid-stride index never wraps
 
 
 def supported(y, b):

@@ -8,7 +8,8 @@ kernel converts 8 elements per thread with 16-byte loads and stores. float32 -> 
 to nearest even, overflows to inf and keeps NaN (numpy's astype); float16 -> float32 is exact.
 
 The 16-byte path needs a multiple of 8 elements, both arrays 16-byte aligned and fewer than
-2^32 groups of 8; anything else takes one element per thread.
+2^31 groups of 8 (the 32-bit grid-stride index plus its stride stays below 2^32); anything
+else takes one element per thread.
 """
 import numpy as np
 
@@ -63,7 +64,7 @@ def supported(x, dtype):
 def chunked(x, y):
     """Whether the launch takes the 16-byte path (see the module doc)."""
     return x.size % GROUP == 0 and x.data.ptr % CHUNK_BYTES == 0 and y.data.ptr % CHUNK_BYTES == 0 \
-        and x.size // GROUP < 2 ** 32
+        and x.size // GROUP < 2 ** 31  # a 32-bit grid-stride index never wraps
 
 
 def cast_reference(x, dtype):

@@ -119,13 +119,13 @@ def raw_name(approximate, backward, dtype):
 def _raw_ok(arrays):
     """C-contiguous, non-empty operands of one dtype (the bias of the last dim) for the raw kernel."""
     x = arrays[0]
-    return x.size > 0 and all(a.flags.c_contiguous and a.dtype == x.dtype for a in arrays)
+    return x.ndim >= 1 and x.size > 0 and all(a.flags.c_contiguous and a.dtype == x.dtype for a in arrays)
 
 
 def _chunked(arrays, out):
     d, size = out.shape[-1], out.dtype.itemsize
     return (d * size) % CHUNK_BYTES == 0 and all(a.data.ptr % CHUNK_BYTES == 0 for a in (*arrays, out)) \
-        and out.size * size // CHUNK_BYTES < 2 ** 32
+        and out.size * size // CHUNK_BYTES < 2 ** 31  # a 32-bit grid-stride index never wraps
 
 
 def _raw(approximate, backward, g, x, bias):

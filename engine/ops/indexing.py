@@ -547,7 +547,9 @@ def _extreme_at(xp, reduce, out, mesh, src):
     Not CuPy's ufunc.at for floats: CuPy 14's atomicMax/atomicMin for double compare through
     fmaxf/fminf (cupy/atomics.cuh), rounding every value they write to float32 (found on an
     H200), and it has none for float16. There each target's extreme is the last of its run once
-    the values are sorted by (target, value): NaN sorts last, and amin sorts the negated values."""
+    the values are sorted by (target, value) (NaN sorts last; amin sorts the negated values), and
+    every element of a run writes that same value: no boolean compaction, which would read a
+    count back to the host (a synchronisation, refused inside a CUDA graph capture)."""
     if xp is np or out.dtype.kind != "f":
         getattr(xp, _AT[reduce]).at(out, mesh, src)
         return
@@ -558,11 +560,9 @@ def _extreme_at(xp, reduce, out, mesh, src):
     order = xp.argsort(key, kind="stable")
     order = order[xp.argsort(lin[order], kind="stable")]
     lin, key = lin[order], key[order]
-    last = xp.ones(lin.shape, dtype=np.bool_)
-    last[:-1] = lin[1:] != lin[:-1]
-    targets, extreme = lin[last], key[last]
+    extreme = key[xp.searchsorted(lin, lin, side="right") - 1]  # the last of each element's run
     flat = out.reshape(-1)  # out is a fresh contiguous copy: a view
-    flat[targets] = xp.maximum(flat[targets], extreme) if reduce == "amax" else xp.minimum(flat[targets], -extreme)
+    flat[lin] = xp.maximum(flat[lin], extreme) if reduce == "amax" else xp.minimum(flat[lin], -extreme)
 
 
 def _multiply_at(xp, out, mesh, src):

@@ -144,13 +144,13 @@ def targets_checked_on_device(input, weight, prob):
 def _cross_entropy_fused(ctx, x2, lead, target, ignore_index, reduction, smoothing, dtype):
     """CrossEntropy.forward on CUDA: the per-row loss and statistics (max, sum of exp; the hidden
     output) from one kernel, the reduction on the device. The backward recomputes the gradient
-    from the logits (kept in ctx, laid out [M, C]) and the statistics: nothing of [M, C] is
-    written in between (engine/kernels/cross_entropy.py)."""
+    from the logits (saved for this call: changing them in place before the backward is an
+    error, as for any saved input) and the statistics: nothing of [M, C] is written in between
+    (engine/kernels/cross_entropy.py)."""
     xp = xp_of(x2)
     t = target.reshape(-1).astype(np.int64, copy=False)
-    x2 = xp.ascontiguousarray(x2)
     per, stats = ce_kernels.cross_entropy_fwd(x2, t, ignore_index, smoothing)
-    ctx.fused, ctx.logits = True, x2
+    ctx.fused, ctx.more_saved_inputs = True, (0,)
     if reduction == "mean":
         ctx.denom = (t != ignore_index).sum(dtype=per.dtype)
         loss = per.sum(dtype=per.dtype) / ctx.denom
@@ -290,10 +290,11 @@ class CrossEntropy(Op):
 
     @staticmethod
     def backward(ctx, g, *_):
-        target, w, p = ctx.saved_tensors
         if ctx.fused:
-            return CrossEntropyRowsGrad.apply(g, p, target, logits=ctx.logits, shape=ctx.shape, attrs=ctx.attrs,
+            target, _, x, stats = ctx.saved_tensors
+            return CrossEntropyRowsGrad.apply(g, stats, target, x, shape=ctx.shape, attrs=ctx.attrs,
                                               denom=ctx.denom, dtype=ctx.dtype), None, None
+        target, w, p = ctx.saved_tensors
         dx, dt = CrossEntropyGrad.apply(g, p, target, w, shape=ctx.shape, attrs=ctx.attrs, denom=ctx.denom,
                                         need_target=ctx.needs_input_grad[1])
         return dx, (dt if ctx.needs_input_grad[1] else None), None
@@ -319,9 +320,9 @@ class UnitGradScale(NoDoubleBackward, Op):
 
 
 class CrossEntropyRowsGrad(NoDoubleBackward, Op):
-    """dx of the single-device fused cross-entropy: dunit recomputed from the logits [M, C] and
-    the forward's row statistics, times g_row, in one kernel; laid out back like the logits
-    (`shape`) in their dtype."""
+    """dx of the single-device fused cross-entropy: dunit recomputed from the logits (an input:
+    an nn.Graph replay binds them to the step's own) and the forward's row statistics, times
+    g_row, in one kernel; laid out back like the logits (`shape`) in their dtype."""
 
     name = "CrossEntropyLossBackward"
 
@@ -330,8 +331,9 @@ class CrossEntropyRowsGrad(NoDoubleBackward, Op):
         ctx.op_name = "cross_entropy"
         ignore_index, reduction, smoothing, _ = attrs
         t = target.reshape(-1).astype(np.int64, copy=False)
-        dx = ce_kernels.cross_entropy_bwd_rows(logits, stats, t, _row_scale(g, reduction, denom, stats.dtype),
-                                               ignore_index, smoothing, dtype)
+        dx = ce_kernels.cross_entropy_bwd_rows(_class_last(logits)[0], stats, t,
+                                               _row_scale(g, reduction, denom, stats.dtype), ignore_index, smoothing,
+                                               dtype)
         return _class_back(dx, shape)
 
 
@@ -427,14 +429,14 @@ def _kernel_reads_half(input, weight, prob):
     the loss (float32) and the gradient (float16, rounded once from float32) are bit for bit the
     cast path's, without its two passes over the logits (GPT-2 124M on an H200: the float16 ->
     float32 cast of the [8192, 50304] logits and its gradient's cast back, ~4 ms of a 41 ms step,
-    and the kernels reading half the bytes). Local logits, or global ones not split (a split goes
-    to the vocab-parallel ops)."""
+    and the kernels reading half the bytes). Local logits, or global ones broadcast on every mesh
+    axis (split ones go to the vocab-parallel ops; partial sums are summed in float32 first)."""
     mode = _grad_state.autocast
     if mode is None or mode[0] != "cuda" or input._device.type != "cuda" or input.dtype != dtypes.float16:
         return False
     if prob or weight is not None or input.numel() == 0:
         return False
-    return input._global is None or not any(s.is_split for s in input._global.sbp)
+    return input._global is None or all(s.is_broadcast for s in input._global.sbp)
 
 
 class NllLoss(Op):

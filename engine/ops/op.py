@@ -44,7 +44,8 @@ class Op:
     """Base class of engine operators. Subclasses set:
 
     name           -- shown in grad_fn reprs and error messages
-    save_inputs    -- indices of inputs the backward reads (kept alive in the graph)
+    save_inputs    -- indices of inputs the backward reads (kept alive in the graph); a forward
+                      may add more for its call (`ctx.more_saved_inputs`, see saved_input_indices)
     save_outputs   -- indices of outputs the backward reads
     differentiable -- False for ops with no gradient (comparisons, argmax, random sampling)
     autocast       -- what engine.amp.autocast does to its floating inputs (PyTorch's lists):
@@ -66,6 +67,13 @@ class Op:
     @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError
+
+    @classmethod
+    def saved_input_indices(cls, ctx):
+        """The inputs this call's backward reads: the class's `save_inputs`, then those its
+        forward named in `ctx.more_saved_inputs` for this call only (the fused cross-entropy's
+        logits: saved, so that an in-place change before the backward is an error)."""
+        return cls.save_inputs + ctx.__dict__.get("more_saved_inputs", ())
 
     @classmethod
     def apply(cls, *inputs, **attrs):
@@ -232,8 +240,9 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad):
             t._output_nr = i
         res.append(t)
     share_versions(inputs, res)
-    if cls.save_inputs or cls.save_outputs:
-        saved = [saved_input(inputs[i]) for i in cls.save_inputs]
+    keep = cls.saved_input_indices(ctx)
+    if keep or cls.save_outputs:
+        saved = [saved_input(inputs[i]) for i in keep]
         if cls.save_outputs:
             ctx._outputs_from = len(saved)
             ctx._node = weakref.ref(node)

@@ -62,6 +62,8 @@ def _apply(kernel, *arrays):
     same shape; float16/bfloat16 are computed in float32."""
     xp = xp_of(arrays[0])
     dt = arrays[0].dtype
+    if arrays[0].ndim == 0:  # numpy turns 0-d temporaries into scalars, which `out=` refuses
+        return _apply(kernel, *[a.reshape(1) for a in arrays]).reshape(())
     if dt in LOW_PRECISION:
         arrays = [a.astype(np.float32) for a in arrays]
     out = _empty(xp, arrays[0].shape, arrays[0].dtype)

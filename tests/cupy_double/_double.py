@@ -327,6 +327,8 @@ class ndarray:
     # ---------------------------------------------------------- indexing
     def __getitem__(self, key):
         k, advanced = unwrap_index(key, self._dev)
+        if any(isinstance(p, np.ndarray) and p.dtype == np.bool_ for p in (k if isinstance(k, tuple) else (k,))):
+            stats.sync("boolean-mask indexing")  # CuPy reads the mask's count back to size the result
         r = self._a[k]
         if advanced:
             stats.launches += 1
@@ -396,9 +398,12 @@ class ndarray:
 
 
 def _extreme_at(np_ufunc, dst, k, v):
-    """np.maximum/minimum.at as CuPy 14 computes them: its atomicMax/atomicMin for double compare
-    through fmaxf/fminf (cupy/atomics.cuh), so every float64 value they write is rounded to
-    float32 (seen on an H200: the finite-difference checks of scatter_reduce amax failed)."""
+    """np.maximum/minimum.at as CuPy 14 computes them: its atomicMax/atomicMin for floats compare
+    through fmaxf/fminf (cupy/atomics.cuh), which drop a NaN (numpy's fmax/fmin), and for double
+    round every value they write to float32 (seen on an H200: the finite-difference checks of
+    scatter_reduce amax failed)."""
+    if dst.dtype.kind == "f":
+        np_ufunc = np.fmax if np_ufunc is np.maximum else np.fmin
     np_ufunc.at(dst, k, v)
     if dst.dtype == np.float64:
         touched = np.zeros(dst.shape, bool)

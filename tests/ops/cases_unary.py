@@ -124,6 +124,8 @@ CASES += [
     OpCase("gelu", lambda m, x: _F(m).gelu(x), [I((4, 5))]),
     OpCase("gelu", lambda m, x: _F(m).gelu(x, approximate="tanh"), [I((4, 5))], name="tanh"),
     OpCase("gelu", lambda m, x: _F(m).gelu(x), [I((5, 4), noncontig=True)], name="noncontig"),
+    OpCase("gelu", lambda m, x: _F(m).gelu(x), [I(())], name="0d"),  # its backward failed on 0-d arrays
+    OpCase("gelu", lambda m, x: _F(m).gelu(x, approximate="tanh"), [I(())], name="tanh-0d"),
     OpCase("gelu", lambda m, x: _F(m).gelu(x), [I((200,), kind="uniform", low=-8, high=8)], name="wide"),
     OpCase("gelu", lambda m, x: _F(m).gelu(x, approximate="tanh"), [I((200,), kind="uniform", low=-8, high=8)], name="tanh-wide"),
     OpCase("gelu", lambda m, x: _F(m).gelu(x), [I((3, 4), "float64")], name="float64"),
@@ -134,6 +136,7 @@ CASES += [
     OpCase("silu", lambda m, x: _F(m).silu(x), [I((50,), kind="uniform", low=-100, high=100)], name="extreme"),
     OpCase("silu", lambda m, x: _F(m).silu(x), [I((70000,))], name="blocked"),
     OpCase("softplus", lambda m, x: _F(m).softplus(x), [I((3, 4))]),
+    OpCase("softplus", lambda m, x: _F(m).softplus(x), [I(())], name="0d"),
     OpCase("softplus", lambda m, x: _F(m).softplus(x, beta=2.0, threshold=5.0), [I((40,), kind="uniform", low=-6, high=6)], name="beta-threshold"),
     OpCase("softplus", lambda m, x: _F(m).softplus(x), [I((50,), kind="uniform", low=-100, high=100)], name="extreme"),
     OpCase("leaky_relu", lambda m, x: _F(m).leaky_relu(x), [F]),

@@ -146,11 +146,13 @@ def _shape_args(name, rows, cols):
     return int(rows), int(cols)
 
 
-def _grouped(name, grouped, c):
-    """The 8-logits-per-thread reading needs rows of a multiple of 8 classes."""
+def _grouped(name, grouped, c, x):
+    """The 8-logits-per-thread reading needs rows of a multiple of 8 classes, 16-byte aligned."""
     _scalar(name, grouped, np.int32, "grouped")
     if grouped and c % 8:
         raise ValueError(f"{name}: grouped reading of rows of {c} classes")
+    if grouped and _double.address(x) % 16:
+        raise ValueError(f"{name}: grouped reading of logits at address {_double.address(x):#x}")
 
 
 @emulates("engine_ce_fwd")
@@ -162,7 +164,7 @@ def ce_fwd(name, grid, block, args, shared_mem):
     _rows(name, grid, block, shared_mem, m)
     _scalar(name, ignore_index, np.int64, "ignore_index")
     _scalar(name, smoothing, np.float64, "smoothing")
-    _grouped(name, grouped, c)
+    _grouped(name, grouped, c, x)
     x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
     target = _array(name, target, np.int64, m, "target")[:m]
     loss_, stats_ = _ce.cross_entropy_fwd_numpy(x, target, int(ignore_index), float(smoothing))
@@ -180,7 +182,7 @@ def ce_bwd_rows(name, grid, block, args, shared_mem):
     _scalar(name, ignore_index, np.int64, "ignore_index")
     _scalar(name, smoothing, np.float64, "smoothing")
     _scalar(name, stride, np.int32, "scale_stride")
-    _grouped(name, grouped, c)
+    _grouped(name, grouped, c, x)
     x = _array(name, x, dtype, m * c, "x")[: m * c].reshape(m, c)
     scale = _array(name, scale, acc, (m - 1) * int(stride) + 1 if m else 0, "scale")
     scale = scale[: m * int(stride): int(stride)] if stride else scale[:1]

@@ -3,6 +3,7 @@ the CUDA kernel reads it (scalar C types, element types, buffer sizes, geometry)
 kernel's numpy reference into the output memory."""
 import numpy as np
 
+from cupy_double import _double
 from engine.kernels import bias_add, cast, dropout_add, gelu, layer_norm, softmax
 
 from . import emulates
@@ -182,7 +183,19 @@ for _approximate in gelu.APPROXIMATIONS:
             emulates(_name)(_gelu_emulator(_name, _approximate, _backward, _with_bias))
 
 
-def _chunked_rows(name, n, d, chunked):
+def aligned_chunks(name, chunked, count, arrays):
+    """A launch that reads and writes 16 bytes per thread (`chunked`): every array 16-byte
+    aligned, and fewer than 2^31 chunks (the kernels' 32-bit grid-stride index)."""
+    if not chunked:
+        return
+    if count >= 2 ** 31:
+        raise ValueError(f"{name}: {count} chunks of 16 bytes overflow the 32-bit grid-stride index")
+    for what, a in arrays.items():
+        if _double.address(a) % 16:
+            raise ValueError(f"{name}: the 16-byte path with {what} at address {_double.address(a):#x}")
+
+
+def _chunked_rows(name, n, d, chunked, arrays):
     """The element type of a kernel over rows of d that moves 16 bytes per thread when `chunked`
     (engine/kernels/bias_add.py, gelu.py), after checking that the launch is consistent."""
     t = _elem(name)
@@ -190,6 +203,7 @@ def _chunked_rows(name, n, d, chunked):
         raise ValueError(f"{name}: {n} elements are not rows of d={d}")
     if chunked and (d * t.itemsize) % bias_add.CHUNK_BYTES:
         raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
+    aligned_chunks(name, chunked, n * t.itemsize // 16, arrays)
     return t
 
 
@@ -198,7 +212,7 @@ def _gelu_rows_emulator(name, grid, block, args, shared_mem):
     g, x, b, out, *scalars = args
     n, d, has_b, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32, np.int32))
     _grid_stride(name, grid, block)
-    t = _chunked_rows(name, n, d, chunked)
+    t = _chunked_rows(name, n, d, chunked, dict(g=g, x=x, out=out, **({"bias": b} if has_b else {})))
     approximate = "none" if "_erf_" in name else "tanh"
     xs = _buf(name, "x", x, n, t).reshape(-1, d)
     bias = _buf(name, "bias", b, d, t) if has_b else None
@@ -255,7 +269,7 @@ def _bias_add(name, grid, block, args, shared_mem):
     y, b, *scalars = args
     n, d, chunked = _scalars(name, scalars, (np.uint64, np.int32, np.int32))
     _grid_stride(name, grid, block)
-    t = _chunked_rows(name, n, d, chunked)
+    t = _chunked_rows(name, n, d, chunked, dict(y=y, bias=b))
     out = _buf(name, "y", y, n, t)
     out[:] = bias_add.bias_add_reference(out.reshape(-1, d), _buf(name, "bias", b, d, t)).reshape(-1)
 
@@ -269,4 +283,5 @@ def _cast(name, grid, block, args, shared_mem):
     _grid_stride(name, grid, block)
     if chunked and n % cast.GROUP:
         raise ValueError(f"{name}: the 8-element path with {n} elements")
+    aligned_chunks(name, chunked, n // cast.GROUP, dict(x=x, y=y))
     _buf(name, "y", y, n, dst)[:] = cast.cast_reference(_buf(name, "x", x, n, src), dst)
