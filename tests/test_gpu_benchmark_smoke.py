@@ -58,6 +58,22 @@ def test_smoke_with_flash_attention(tmp_path):
     assert proc.returncode != 0 and "flash-attention kernels did not run" in proc.stderr, proc.stderr[-2000:]
 
 
+def test_smoke_with_dropout(tmp_path):
+    """--dropout P trains both models with dropout (flash attention's dropout in the engine), so
+    the first-step losses are reported, not compared; with --cuda-graph it is refused up front."""
+    out_json = tmp_path / "gpu.jsonl"
+    proc = run_script(double_env(), "--smoke", "--dropout", "0.1", "--peak-tflops", "0.001", "--json", str(out_json))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "not compared: dropout 0.1" in proc.stdout, proc.stdout[-2000:]
+    record = json.loads(out_json.read_text().splitlines()[-1])
+    assert record["dropout"] == 0.1 and record["first_loss_rel_diff"] is None
+    assert math.isfinite(record["engine"]["ms_per_step"]) and record["engine"]["last_loss"] > 0
+    for bad, message in ((["--dropout", "0.1", "--cuda-graph"], "CUDA graph capture refuses"),
+                         (["--dropout", "1.0"], "--dropout must be in [0, 1)")):
+        proc = run_script(double_env(), "--smoke", *bad)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
 def gpt2_params(layers, hidden, vocab, seq):
     """GPT-2's parameter count (tied LM head): per layer qkv + proj + two MLP matmuls with biases and
     two LayerNorms; word and position embeddings; the final LayerNorm."""

@@ -11,6 +11,7 @@
 #      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py);
 #      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py);
 #      graph: the benchmark with the engine's forward + backward replayed as a CUDA graph;
+#      dropout: the (eager) benchmark with dropout 0.1 in both models (flash attention's dropout);
 #      attn32: the benchmark with the engine's attention computed in float32 (the path before cuBLAS);
 #      unfused: the CUDA-graph benchmark with the unfused attention core (cuBLAS + fused softmax;
 #      the others run the default, flash attention: engine.ops.attention.FLASH_ATTENTION_ON_GPU);
@@ -18,7 +19,7 @@
 #      (tools/benchmarks/gpu_flash.py: GPT-2's shape, then with dropout 0.1, then head size 128).
 #   BENCH_ARGS adds arguments to every benchmark run (e.g. "--micro-batch 16").
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile attention graph attn32 unfused flashattn; default kernels suite train bench)
+# profile attention graph dropout attn32 unfused flashattn; default kernels suite train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -60,6 +61,8 @@ for s in $STEPS; do
     bench) step bench_fp16 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     graph) step bench_fp16_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --cuda-graph \
              --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    dropout) step bench_fp16_dropout "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --dropout 0.1 \
+               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     attn32) step bench_fp16_attn32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention float32 \
               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     unfused) step bench_fp16_unfused_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention auto \
@@ -70,7 +73,7 @@ for s in $STEPS; do
     profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
     attention) step attention "$PY" tools/benchmarks/gpu_attention.py ;;
     bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
-    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph attn32 unfused"
+    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph dropout attn32 unfused"
        echo "flashattn)"
        exit 2 ;;
   esac
