@@ -37,6 +37,31 @@ def elementwise_kernel(in_params, out_params, operation, name, preamble=""):
     return kernel
 
 
+# 16-byte vector loads and stores for the memory-bound kernels (bias add, casts, GELU,
+# cross-entropy): a Chunk is one such access. Their 32-bit grid-stride index stays below 2^32
+# (index plus stride) when there are fewer than MAX_CHUNKS chunks.
+CHUNK_BYTES = 16
+MAX_CHUNKS = 2 ** 31
+CHUNKS = r"""
+typedef unsigned long long u64;
+struct alignas(16) Chunk { unsigned int w[4]; };
+"""
+
+
+def aligned(*arrays):
+    """Whether every array starts on a 16-byte boundary (a Chunk's vector access)."""
+    return all(a.data.ptr % CHUNK_BYTES == 0 for a in arrays)
+
+
+def rows_chunked(out, *others):
+    """Whether a kernel over the rows (last dim) of `out`, and `others` laid out alike or as one
+    row, may move 16 bytes per thread: rows of a multiple of 16 bytes, every array aligned, fewer
+    than MAX_CHUNKS chunks."""
+    size = out.dtype.itemsize
+    return out.shape[-1] * size % CHUNK_BYTES == 0 and aligned(out, *others) \
+        and out.size * size // CHUNK_BYTES < MAX_CHUNKS
+
+
 def blocks(n, threads=THREADS, limit=65535 * 32):
     """Blocks for a grid-stride loop over `n` items (at least one, at most `limit`)."""
     return max(1, min((n + threads - 1) // threads, limit))

@@ -12,13 +12,10 @@ aligned and fewer than 2^31 chunks (the 32-bit grid-stride index plus its stride
 """
 import numpy as np
 
-from .. import backend
-from ._cuda import COMMON, THREADS, acc_dtype, blocks, i32, instantiate, kernel_name, raw_kernel
+from ._cuda import CHUNK_BYTES, CHUNKS, COMMON, THREADS, acc_dtype, blocks, i32, instantiate, kernel_name, \
+    raw_kernel, rows_chunked
 
-SOURCE = COMMON + r"""
-typedef unsigned long long u64;
-struct alignas(16) Chunk { unsigned int w[4]; };
-
+SOURCE = COMMON + CHUNKS + r"""
 template <typename T>
 __device__ void bias_add(T* y, const T* b, u64 n, int d, int chunked) {
   if (chunked) {  // 16 bytes per thread; n / per < 2^31, so 32-bit indices
@@ -40,9 +37,6 @@ __device__ void bias_add(T* y, const T* b, u64 n, int d, int chunked) {
 """ + instantiate("engine_bias_add", "{T}* y, const {T}* b, u64 n, int d, int chunked",
                   "bias_add<{T}>(y, b, n, d, chunked)")
 
-CHUNK_BYTES = 16
-
-
 def bias_add_reference(y, b):
     """y + b over the last axis, summed in the accumulation dtype and rounded to y's dtype."""
     acc = acc_dtype(y.dtype)
@@ -51,9 +45,7 @@ def bias_add_reference(y, b):
 
 def chunked(y, b):
     """Whether the launch takes the 16-byte path (see the module doc)."""
-    d, size = y.shape[-1], y.dtype.itemsize
-    return (d * size) % CHUNK_BYTES == 0 and y.data.ptr % CHUNK_BYTES == 0 and b.data.ptr % CHUNK_BYTES == 0 \
-        and y.size * size // CHUNK_BYTES < 2 ** 31  # a 32-bit grid-stride index never wraps
+    return rows_chunked(y, b)
 
 
 def supported(y, b):
@@ -68,7 +60,6 @@ def bias_add_cuda_(y, b):
     if not supported(y, b):
         raise ValueError(f"bias_add: needs a C-contiguous float y and a contiguous bias of its last dim and dtype, "
                          f"got {y.dtype}{list(y.shape)} and {b.dtype}{list(b.shape)}")
-    backend.cupy()  # the kernel is launched on CuPy arrays
     vec = chunked(y, b)
     items = y.size * y.dtype.itemsize // CHUNK_BYTES if vec else y.size
     raw_kernel(SOURCE, kernel_name("engine_bias_add", y.dtype))(

@@ -14,12 +14,9 @@ else takes one element per thread.
 import numpy as np
 
 from .. import backend
-from ._cuda import COMMON, THREADS, blocks, i32, raw_kernel
+from ._cuda import CHUNKS, COMMON, MAX_CHUNKS, THREADS, aligned, blocks, i32, raw_kernel
 
-SOURCE = COMMON + r"""
-typedef unsigned long long u64;
-struct alignas(16) Chunk { unsigned int w[4]; };
-
+SOURCE = COMMON + CHUNKS + r"""
 template <typename S, typename D>
 __device__ void cast(const S* x, D* y, u64 n, int chunked) {
   if (chunked) {  // 8 elements per thread: sizeof(S) / 2 chunks in, sizeof(D) / 2 chunks out
@@ -53,7 +50,6 @@ extern "C" __global__ void engine_cast__float_half(const float* x, __half* y, u6
 _NAMES = {(np.dtype(np.float16), np.dtype(np.float32)): "engine_cast__half_float",
           (np.dtype(np.float32), np.dtype(np.float16)): "engine_cast__float_half"}
 GROUP = 8
-CHUNK_BYTES = 16
 
 
 def supported(x, dtype):
@@ -63,8 +59,7 @@ def supported(x, dtype):
 
 def chunked(x, y):
     """Whether the launch takes the 16-byte path (see the module doc)."""
-    return x.size % GROUP == 0 and x.data.ptr % CHUNK_BYTES == 0 and y.data.ptr % CHUNK_BYTES == 0 \
-        and x.size // GROUP < 2 ** 31  # a 32-bit grid-stride index never wraps
+    return x.size % GROUP == 0 and aligned(x, y) and x.size // GROUP < MAX_CHUNKS
 
 
 def cast_reference(x, dtype):

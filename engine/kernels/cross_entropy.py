@@ -30,8 +30,8 @@ each phase one launch, the collectives between them the engine's.
 import numpy as np
 
 from ..backend import xp_of
-from ._cuda import COMMON, THREADS, acc_dtype, blocks, f64, i32, i64, instantiate, kernel_name, raw_kernel, \
-    row_threads
+from ._cuda import CHUNKS, COMMON, THREADS, acc_dtype, aligned, blocks, f64, i32, i64, instantiate, kernel_name, \
+    raw_kernel, row_threads
 
 __all__ = ["cross_entropy_fwd", "cross_entropy_fwd_numpy", "cross_entropy_fwd_cuda",
            "cross_entropy_bwd_rows", "cross_entropy_bwd_rows_numpy", "cross_entropy_bwd_rows_cuda",
@@ -40,7 +40,7 @@ __all__ = ["cross_entropy_fwd", "cross_entropy_fwd_numpy", "cross_entropy_fwd_cu
            "vocab_loss", "vocab_loss_numpy", "vocab_loss_cuda",
            "cross_entropy_bwd", "cross_entropy_bwd_numpy", "cross_entropy_bwd_cuda"]
 
-SOURCE = COMMON + r"""
+SOURCE = COMMON + CHUNKS + r"""
 __device__ __forceinline__ float acc_log(float v) { return logf(v); }
 __device__ __forceinline__ double acc_log(double v) { return log(v); }
 template <typename A> __device__ __forceinline__ A quiet_nan() { return -neg_inf<A>() - -neg_inf<A>(); }
@@ -87,9 +87,6 @@ __device__ void ce_finish_row(const T* x, long long base, int cols, typename Acc
   const long long tl = t - start;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) dunit[base + j] = r.dunit(to_acc(x[base + j]), j == tl);
 }
-
-typedef unsigned long long u64;
-struct alignas(16) Chunk { unsigned int w[4]; };
 
 // the 8 logits of group k of a row starting at x + base, as the accumulation type
 template <typename T>
@@ -347,7 +344,7 @@ def _targets(xp, target):
 def grouped(x2):
     """Whether the single-device kernels read x2 [M, C] 8 logits per thread and step (16-byte
     loads): C a multiple of 8 and x2 16-byte aligned (then every row is)."""
-    return x2.shape[1] % 8 == 0 and x2.data.ptr % 16 == 0
+    return x2.shape[1] % 8 == 0 and aligned(x2)
 
 
 def cross_entropy_fwd_cuda(x2, target, ignore_index, smoothing):
@@ -364,11 +361,11 @@ def cross_entropy_fwd_cuda(x2, target, ignore_index, smoothing):
 def cross_entropy_bwd_rows_cuda(x2, stats, target, scale, ignore_index, smoothing, dtype):
     xp = xp_of(x2)
     x2 = xp.ascontiguousarray(x2)
+    if np.dtype(dtype) != x2.dtype:
+        raise ValueError(f"cross_entropy_bwd_rows: dx is written in the logits' dtype {x2.dtype}, not {dtype}")
     m, c = x2.shape
     acc = acc_dtype(x2.dtype)
     dx = xp.empty((m, c), dtype)
-    if np.dtype(dtype) != x2.dtype:
-        raise ValueError(f"cross_entropy_bwd_rows: dx is written in the logits' dtype {x2.dtype}, not {dtype}")
     scale, = _vectors(xp, acc, scale)
     _rows_launch("engine_ce_bwd_rows", x2, xp.ascontiguousarray(stats), _targets(xp, target), scale, dx, i32(m),
                  i32(c), i64(ignore_index), f64(smoothing), i32(scale.size > 1), i32(grouped(x2)))

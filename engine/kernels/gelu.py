@@ -15,7 +15,9 @@ import math
 
 import numpy as np
 
-from ._cuda import COMMON, THREADS, acc_dtype, blocks, elementwise_kernel, i32, instantiate, kernel_name, raw_kernel
+from .. import backend
+from ._cuda import CHUNK_BYTES, CHUNKS, COMMON, THREADS, acc_dtype, blocks, elementwise_kernel, i32, instantiate, \
+    kernel_name, raw_kernel, rows_chunked
 
 APPROXIMATIONS = ("none", "tanh")
 _K0 = math.sqrt(2 / math.pi)
@@ -58,10 +60,7 @@ template <> struct Acc<double> { typedef double type; };
 
 
 # the raw kernels: one per (kind, direction) and dtype, bias and chunking as arguments
-RAW_SOURCE = COMMON + FUNCTIONS + r"""
-typedef unsigned long long u64;
-struct alignas(16) Chunk { unsigned int w[4]; };
-
+RAW_SOURCE = COMMON + CHUNKS + FUNCTIONS + r"""
 __device__ __forceinline__ float gelu_erf_fwd(float v, float) { return gelu_erf(v); }
 __device__ __forceinline__ double gelu_erf_fwd(double v, double) { return gelu_erf(v); }
 __device__ __forceinline__ float gelu_tanh_fwd(float v, float) { return gelu_tanh(v); }
@@ -107,7 +106,6 @@ GELU_KERNEL(gelu_tanh_bwd)
                              "unsigned long long n, int d, int has_b, int chunked",
                              f"gelu_{f}_rows<{{T}}>(g, x, b, out, n, d, has_b, chunked)")
                  for f in ("erf_fwd", "tanh_fwd", "erf_bwd", "tanh_bwd"))
-CHUNK_BYTES = 16
 
 
 def raw_name(approximate, backward, dtype):
@@ -122,20 +120,10 @@ def _raw_ok(arrays):
     return x.ndim >= 1 and x.size > 0 and all(a.flags.c_contiguous and a.dtype == x.dtype for a in arrays)
 
 
-def _chunked(arrays, out):
-    d, size = out.shape[-1], out.dtype.itemsize
-    return (d * size) % CHUNK_BYTES == 0 and all(a.data.ptr % CHUNK_BYTES == 0 for a in (*arrays, out)) \
-        and out.size * size // CHUNK_BYTES < 2 ** 31  # a 32-bit grid-stride index never wraps
-
-
 def _raw(approximate, backward, g, x, bias):
     """out = gelu(x + bias) or g * gelu'(x + bias) through the raw kernel."""
-    from .. import backend
-
-    cp = backend.cupy()
-    out = cp.empty(x.shape, x.dtype)
-    present = [a for a in (g, x, bias) if a is not None]
-    vec = _chunked(present, out)
+    out = backend.cupy().empty(x.shape, x.dtype)
+    vec = rows_chunked(out, *(a for a in (g, x, bias) if a is not None))
     items = out.size * out.dtype.itemsize // CHUNK_BYTES if vec else out.size
     raw_kernel(RAW_SOURCE, raw_name(approximate, backward, x.dtype))(
         (blocks(items),), (THREADS,),

@@ -576,9 +576,7 @@ def _multiply_at(xp, out, mesh, src):
         return
     order = xp.argsort(lin)
     lin, vals = lin[order], vals[order]
-    first = xp.ones(lin.shape, dtype=np.bool_)
-    first[1:] = lin[1:] != lin[:-1]
-    rank = xp.arange(lin.size) - xp.flatnonzero(first)[xp.cumsum(first) - 1]  # position within its target
+    rank = xp.arange(lin.size) - xp.searchsorted(lin, lin, side="left")  # position within its target's run
     flat = out.reshape(-1)
     for r in range(int(rank.max()) + 1):
         sel = rank == r

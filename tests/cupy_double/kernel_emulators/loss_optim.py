@@ -8,7 +8,7 @@ import numpy as np
 from cupy_double import _double
 from cupy_double.kernel_emulators import emulates
 from engine.kernels import _multi_tensor as mt
-from engine.kernels._cuda import acc_dtype
+from engine.kernels._cuda import CHUNK_BYTES, acc_dtype
 from engine.kernels import adamw as _adamw
 from engine.kernels import cross_entropy as _ce
 from engine.kernels import grad_norm as _gn
@@ -151,7 +151,7 @@ def _grouped(name, grouped, c, x):
     _scalar(name, grouped, np.int32, "grouped")
     if grouped and c % 8:
         raise ValueError(f"{name}: grouped reading of rows of {c} classes")
-    if grouped and _double.address(x) % 16:
+    if grouped and _double.address(x) % CHUNK_BYTES:
         raise ValueError(f"{name}: grouped reading of logits at address {_double.address(x):#x}")
 
 

@@ -4,7 +4,7 @@ kernel's numpy reference into the output memory."""
 import numpy as np
 
 from cupy_double import _double
-from engine.kernels import bias_add, cast, dropout_add, gelu, layer_norm, softmax
+from engine.kernels import _cuda, bias_add, cast, dropout_add, gelu, layer_norm, softmax
 
 from . import emulates
 
@@ -188,10 +188,10 @@ def aligned_chunks(name, chunked, count, arrays):
     aligned, and fewer than 2^31 chunks (the kernels' 32-bit grid-stride index)."""
     if not chunked:
         return
-    if count >= 2 ** 31:
+    if count >= _cuda.MAX_CHUNKS:
         raise ValueError(f"{name}: {count} chunks of 16 bytes overflow the 32-bit grid-stride index")
     for what, a in arrays.items():
-        if _double.address(a) % 16:
+        if _double.address(a) % _cuda.CHUNK_BYTES:
             raise ValueError(f"{name}: the 16-byte path with {what} at address {_double.address(a):#x}")
 
 
@@ -201,9 +201,9 @@ def _chunked_rows(name, n, d, chunked, arrays):
     t = _elem(name)
     if d < 1 or n % d:
         raise ValueError(f"{name}: {n} elements are not rows of d={d}")
-    if chunked and (d * t.itemsize) % bias_add.CHUNK_BYTES:
+    if chunked and (d * t.itemsize) % _cuda.CHUNK_BYTES:
         raise ValueError(f"{name}: the 16-byte path with rows of {d * t.itemsize} bytes")
-    aligned_chunks(name, chunked, n * t.itemsize // 16, arrays)
+    aligned_chunks(name, chunked, n * t.itemsize // _cuda.CHUNK_BYTES, arrays)
     return t
 
 
