@@ -219,9 +219,10 @@ def test_bias_gelu(dtype, approximate, with_bias, shape, layout):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,offset", [((9, 1024), 0), ((33, 3072), 0), ((7, 1031), 0), ((5, 64), 1), ((1, 8), 0)],
+@pytest.mark.parametrize("shape,layout", [((9, 1024), "rows"), ((33, 3072), "rows"), ((7, 1031), "rows"),
+                                          ((5, 64), "unaligned"), ((1, 8), "rows")],
                          ids=["16B-rows", "gpt2-fc", "odd-rows", "unaligned", "one-row"])
-def test_bias_add(dtype, shape, offset):
+def test_bias_add(dtype, shape, layout):
     """In place; the 16-byte path (rows of a multiple of 16 bytes, aligned) and the one-element
     path (odd rows, an array starting one element into its memory) give the reference's bits: one
     rounding of the sum computed in the accumulation type."""
@@ -229,26 +230,23 @@ def test_bias_add(dtype, shape, offset):
     y = (rng.standard_normal(shape) * 3).astype(dtype)
     b = rng.standard_normal(shape[-1]).astype(dtype)
     want = bias_add.bias_add_reference(y, b)
-    dev = cp.empty(y.size + offset, dtype)[offset:].reshape(shape)
-    dev[...] = _dev(y)
-    db = _dev(b)
-    assert bias_add.chunked(dev, db) == (offset == 0 and shape[-1] * np.dtype(dtype).itemsize % 16 == 0)
+    dev, db = _laid_out(y, layout), _dev(b)
+    assert bias_add.chunked(dev, db) == (layout == "rows" and shape[-1] * np.dtype(dtype).itemsize % 16 == 0)
     assert bias_add.bias_add_cuda_(dev, db) is dev
     np.testing.assert_array_equal(_host(dev), want)
 
 
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32)], ids=["to-half", "to-float"])
-@pytest.mark.parametrize("shape,offset", [((64, 768), 0), ((3, 1031), 0), ((5, 64), 1), ((7,), 0)],
-                         ids=["groups-of-8", "odd", "unaligned", "short"])
-def test_cast(src, dst, shape, offset):
+@pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
+                                          ((7,), "rows")], ids=["groups-of-8", "odd", "unaligned", "short"])
+def test_cast(src, dst, shape, layout):
     """numpy's astype bit for bit: round to nearest even, overflow to inf, NaN kept, subnormal
     halves exact; on the 8-element path and the one-element path."""
     rng = _rng()
     x = (rng.standard_normal(shape) * 1e3).astype(src)
     flat = x.reshape(-1)
     flat[:4] = [np.nan, np.inf, 7e4 if src == np.float32 else -np.inf, 3e-6][:flat.size]  # overflow, subnormal
-    dev = cp.empty(x.size + offset, src)[offset:].reshape(shape)
-    dev[...] = _dev(x)
+    dev = _laid_out(x, layout)
     _poison()
     got = cast.cast_cuda(dev, dst)
     assert got.dtype == dst and got.flags.c_contiguous
