@@ -353,3 +353,97 @@ def test_fused_cross_entropy_refuses_logits_changed_in_place_before_the_backward
         y.mul_(3.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+# ------------------------------------------------------------------ GradScaler on a GPU, no host read
+SKIPPED_STEPS = (0, 3, 4, 9)  # the very first step too: torch then keeps no optimizer state
+
+
+def _grads_on_device_steps(i, shape):
+    g = np.random.default_rng(100 + i).standard_normal(shape).astype(np.float32)
+    if i in SKIPPED_STEPS:
+        g.reshape(-1)[i % g.size] = np.nan if i % 2 else np.inf
+    return g
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_grad_scaler_on_cuda_skips_on_the_device_as_torch_on_the_host(cuda_double, clip):
+    """On CUDA (the CuPy double) GradScaler + AdamW never read the inf/nan flag inside a step:
+    the unscale raises it on the device, the AdamW kernel skips on it, the scale is updated on
+    the device; the host learns each flag a step later. Against torch's GradScaler + AdamW on
+    the CPU, step by step with inf/nan at steps 0, 3, 4 and 9 and growth every 2 clean steps:
+    the same parameters, scale (get_scale) and step counts (a skipped first step leaves no
+    state, as torch's), and no host synchronisation in any step (the one wait per step is for
+    the previous step's flag, queued before the step began)."""
+    stats = cuda_double._double.stats
+    shapes = [(3, 4), (5,)]
+    w0 = [np.random.default_rng(7 + k).standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)]
+    ws = [flow.tensor(a, device="cuda", requires_grad=True) for a in w0]
+    tws = [torch.tensor(a, requires_grad=True) for a in w0]
+    opt = flow.optim.AdamW(ws, lr=0.05, weight_decay=0.1)
+    topt = torch.optim.AdamW(tws, lr=0.05, weight_decay=0.1)
+    kw = dict(init_scale=2.0 ** 3, growth_factor=2.0, backoff_factor=0.5, growth_interval=2)
+    scaler, tscaler = flow.amp.GradScaler("cuda", **kw), torch.amp.GradScaler("cpu", **kw)
+    for i in range(12):
+        grads = [_grads_on_device_steps(i, s) for s in shapes]
+        for params, sc, make in ((ws, scaler, lambda a: flow.tensor(a, device="cuda")), (tws, tscaler, torch.tensor)):
+            for p in params:
+                p.grad = None
+            loss = sum((p * make(g)).sum() for p, g in zip(params, grads))
+            stats.reset()
+            clock = type(stats).clock
+            sc.scale(loss).backward()  # the gradients are the grads times the scale
+            if clip:
+                sc.unscale_(opt if params is ws else topt)
+                (flow if params is ws else torch).nn.utils.clip_grad_norm_(params, 1.0)
+            sc.step(opt if params is ws else topt)
+            sc.update()
+            if params is ws:
+                kernels = {k.split("__")[0]: n for k, n in stats.by_name.items() if k.startswith("engine_")}
+                assert kernels == {"engine_grad_unscale": 1, "engine_adamw": 1, "engine_amp_update_scale": 1,
+                                   **({"engine_grad_norm_partial": 1, "engine_grad_norm_finish": 1,
+                                       "engine_grad_scale": 1} if clip else {})}, kernels
+                assert stats.syncs == 0, stats.sync_sites
+                assert all(stamp < clock for stamp in stats.event_waits), (stats.event_waits, clock)
+        assert scaler.get_scale() == tscaler.get_scale(), (i, scaler.get_scale(), tscaler.get_scale())
+        for p, tp in zip(ws, tws):
+            np.testing.assert_allclose(p.detach().cpu().numpy(), tp.detach().numpy(), rtol=2e-6, atol=1e-7,
+                                       err_msg=f"step {i}")
+        steps = {k: int(v["step"]) for k, v in opt.state_dict()["state"].items()}
+        tsteps = {k: int(v["step"]) for k, v in topt.state_dict()["state"].items()}
+        assert steps == tsteps, (i, steps, tsteps)
+    # skipped at 0, 3, 4, 9 (scale halved), grown after each 2 clean steps in a row (1-2, 5-6, 7-8, 10-11)
+    assert scaler.get_scale() == 2.0 ** 3 * 0.5 ** 4 * 2.0 ** 4
+    assert scaler.state_dict() == {"scale": scaler.get_scale(), "growth_factor": 2.0, "backoff_factor": 0.5,
+                                   "growth_interval": 2, "_growth_tracker": 0}
+
+
+def test_grad_scaler_on_cuda_keeps_the_host_path_for_optimizers_without_a_flag(cuda_double):
+    """SGD does not take the device flag: GradScaler.step reads it (the flag's one wait) and
+    skips on the host, with torch's results."""
+    w0 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w, tw = flow.tensor(w0, device="cuda", requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = flow.optim.SGD([w], lr=0.1), torch.optim.SGD([tw], lr=0.1)
+    scaler, tscaler = flow.amp.GradScaler("cuda", init_scale=4.0), torch.amp.GradScaler("cpu", init_scale=4.0)
+    for i in range(3):
+        g = np.full((2, 3), np.inf if i == 1 else 1.0, np.float32)
+        for p, sc, o, make in ((w, scaler, opt, lambda a: flow.tensor(a, device="cuda")), (tw, tscaler, topt, torch.tensor)):
+            p.grad = None
+            sc.scale((p * make(g)).sum()).backward()
+            sc.step(o)
+            sc.update()
+        np.testing.assert_allclose(w.detach().cpu().numpy(), tw.detach().numpy(), rtol=1e-6)
+        assert scaler.get_scale() == tscaler.get_scale()
+
+
+def test_loss_scale_rule_matches_torch_update_scale():
+    """engine.kernels.loss_scale.next_scale against torch._amp_update_scale_ (float32 scale,
+    growth kept only when finite), including a growth that overflows float32."""
+    from engine.kernels.loss_scale import next_scale
+
+    cases = [(65536.0, 0, True), (65536.0, 1, False), (65536.0, 2, False), (3.3, 2, False), (3.3, 0, True),
+             (3.0e38, 2, False), (1e-30, 5, True)]
+    for scale, tracker, found in cases:
+        ts, tt = torch.tensor([scale], dtype=torch.float32), torch.tensor([tracker], dtype=torch.int32)
+        torch._amp_update_scale_(ts, tt, torch.tensor([float(found)]), 2.0, 0.5, 3)
+        assert next_scale(scale, tracker, found, 2.0, 0.5, 3) == (ts.item(), tt.item()), (scale, tracker, found)

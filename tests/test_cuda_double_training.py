@@ -133,6 +133,37 @@ def test_fp16_step_budget_and_float32_gradients_from_cublas(cuda_layers):
         assert m.weight.grad.dtype == flow.float32 and m.bias.grad.dtype == flow.float32
 
 
+def test_fp16_gpt2_step_with_loss_scaling_makes_no_host_synchronisation(cuda_layers):
+    """The whole float16 step (autocast forward, scaled backward, unscale, clipping, AdamW, scale
+    update) with no host synchronisation: the GradScaler's inf/nan flag stays on the device, the
+    AdamW kernel skips on it, and the only wait, for the previous step's flag, is for an event
+    recorded before the step began. The loss is read after each step, as the trainer logs it."""
+    model, x, y = _tiny_gpt2()
+    opt = flow.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    scaler = flow.amp.GradScaler("cuda", init_scale=2.0 ** 16)
+    stats = cuda_layers._double.stats
+    losses = []
+    for step in range(4):
+        stats.reset()
+        stats.trace = True
+        clock = type(stats).clock
+        with flow.autocast("cuda", dtype=flow.float16):
+            loss = model(x, y)["lm_loss"]
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        flow.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        if step:  # the first step also makes the scaler's and the optimizer's state
+            assert stats.syncs == 0, stats.sync_sites
+            assert stats.event_waits and all(stamp < clock for stamp in stats.event_waits), stats.event_waits
+            assert stats.by_name["engine_amp_update_scale"] == 1
+        losses.append(float(loss))
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert scaler.get_scale() == 2.0 ** 16 and all(s["step"] == 4 for s in opt.state.values())
+
+
 def _fp16_forward_backward(double, flash, monkeypatch, dropout=0.0):
     """(loss, launches, flash kernel launches, gradients) of one fp16 forward + backward of the
     tiny GPT-2 with flash attention on or off."""

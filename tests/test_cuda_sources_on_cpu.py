@@ -26,6 +26,8 @@ SMALL = " or ".join([
     "multi_tensor_adam",
     "multi_tensor_grad_norm",
     "multi_tensor_multiply",
+    "multi_tensor_unscale",
+    "loss_scale_update_kernel",
 ])
 
 

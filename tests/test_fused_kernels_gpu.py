@@ -357,6 +357,29 @@ def test_multi_tensor_adam(dtype, amsgrad):
                                               cp.asnumpy(p.astype(cp.float16)).view(np.uint16))
 
 
+def test_multi_tensor_adam_skips_on_the_device_flag():
+    """A set flag (the GradScaler's inf/nan) leaves parameters and moments bit for bit, and
+    writes the float16 copies from the parameters; a clear one updates as the reference."""
+    rng = _rng()
+    cols = [[(rng.standard_normal(s) * 0.1).astype(np.float32) for s in SHAPES] for _ in range(4)]
+    cols[3] = [np.abs(a) for a in cols[3]]
+    hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, 4, True, True, False)
+    for found in (1.0, 0.0):
+        host = [[a.copy() for a in col] for col in cols]
+        dev = [[_dev(a) for a in col] for col in cols]
+        halves = [cp.full(s, cp.nan, cp.float16) for s in SHAPES]
+        ka.adam_update_numpy(*host, None, hyper)
+        ka.adam_update_cuda(*dev, None, hyper, halves, _dev(np.asarray(found, np.float32)))
+        for col, hcol, orig in zip(dev, host, cols):
+            for b, a, o in zip(col, hcol, orig):
+                if found:
+                    np.testing.assert_array_equal(_host(b), o)
+                else:
+                    _rel(b, a, np.float32, "adam with a clear flag")
+        for p, half in zip(dev[0], halves):
+            np.testing.assert_array_equal(_host(half).view(np.uint16), _host(p.astype(cp.float16)).view(np.uint16))
+
+
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
 @pytest.mark.parametrize("acc", [np.float32, np.float64])
 def test_multi_tensor_grad_norm_and_clip(norm_type, acc):
@@ -371,6 +394,37 @@ def test_multi_tensor_grad_norm_and_clip(norm_type, acc):
     kgn.scale_grads_numpy(host, total, 0.25)
     for a, b in zip(host, dev):
         _rel(b, a, a.dtype.type, "clipped gradient")
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, np.nan])
+def test_multi_tensor_unscale(bad):
+    """The GradScaler's unscale: numpy's bits for every dtype, 1 / scale read on the device and
+    the flag raised on the device where a result is not finite (never cleared)."""
+    rng = _rng()
+    host = [(rng.standard_normal(s) * 300).astype(dt) for s, dt in zip(SHAPES, [np.float32, np.float16, np.float64] * 3)]
+    if bad is not None:
+        host[1].reshape(-1)[-1] = bad
+    dev = [_dev(a) for a in host]
+    scale, found = np.float32(2.0 ** 13 * 3), np.zeros((), np.float32)
+    dev_found = cp.zeros((), dtype=cp.float32)
+    kgn.unscale_grads_cuda(dev, _dev(np.asarray(scale)), dev_found)
+    kgn.unscale_grads_numpy(host, scale, found)
+    for a, b in zip(host, dev):
+        np.testing.assert_array_equal(_host(b), a)
+    assert float(_host(dev_found)) == float(found) == (0.0 if bad is None else 1.0)
+
+
+def test_loss_scale_update_kernel():
+    """engine_amp_update_scale against next_scale: backoff, a clean step, growth at the interval,
+    a growth that would overflow float32 (kept), all on the device."""
+    from engine.kernels import loss_scale as kls
+
+    for scale, tracker, found in [(65536.0, 0, 1.0), (65536.0, 0, 0.0), (3.3, 2, 0.0), (3.0e38, 2, 0.0),
+                                  (3.3, 1, 1.0)]:
+        s, t = _dev(np.asarray(scale, np.float32)), _dev(np.asarray(tracker, np.int32))
+        kls.update_scale_cuda(s, t, _dev(np.asarray(found, np.float32)), 2.0, 0.5, 3)
+        want = kls.next_scale(scale, tracker, found != 0.0, 2.0, 0.5, 3)
+        assert (float(_host(s)), int(_host(t))) == want, (scale, tracker, found)
 
 
 def test_multi_tensor_multiply():

@@ -17,6 +17,7 @@ from engine.kernels import _multi_tensor as mt
 from engine.kernels import adamw as ka
 from engine.kernels import cross_entropy as kce
 from engine.kernels import grad_norm as kgn
+from engine.kernels import loss_scale as kls
 from engine.nn.utils import clip_grad_norm_, get_total_norm
 from nvrtc_helper import nvrtc_compiler
 
@@ -242,12 +243,14 @@ def test_adam_launcher_matches_reference(cuda_double, dtype, amsgrad):
     host = [w, g, m, v, vmax if amsgrad else None, halves]
     dev = [None if lst is None else _dev(cuda_double, lst) for lst in host[:5]]
     dev.append([None if a is None else cuda_double.asarray(a) for a in halves])
+    stats = cuda_double._double.stats
     for step in (1, 2):
         hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, step, step == 1, step == 1, step == 2)
         ka.adam_update_numpy(*host[:5], hyper, host[5])
-        cuda_double._double.stats.reset()
+        stats.reset()
         ka.adam_update(*dev[:5], hyper, dev[5])
-        assert cuda_double._double.stats.launches == 1
+        # one launch (and, the first time on this device, the zero flag of unconditional steps)
+        assert stats.launches == 1 + stats.by_name["zeros"] and stats.by_name["zeros"] <= 1
         for hs, ds in zip(host, dev):
             for a, b in zip(hs or [], ds or []):
                 if a is not None:
@@ -255,6 +258,36 @@ def test_adam_launcher_matches_reference(cuda_double, dtype, amsgrad):
         for p, half in zip(w, halves):
             if half is not None:  # the updated parameter, rounded once
                 np.testing.assert_array_equal(half, p.astype(np.float16))
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0])
+def test_adam_kernel_skips_on_the_device_flag(cuda_double, found):
+    """The GradScaler's inf/nan flag, read by the kernel on the device: 1 leaves parameters and
+    moments as they were (the float16 copies written from the parameters), 0 updates as without
+    a flag; one launch, no host read."""
+    rng = _rng(9)
+    w, g, m, v = [_params(rng, ODD_SHAPES, np.float32) for _ in range(4)]
+    v = [np.abs(a) for a in v]
+    halves = [np.full(a.shape, np.nan, np.float16) for a in w]
+    host = [[a.copy() for a in col] for col in (w, g, m, v)]
+    dev = [_dev(cuda_double, col) for col in (w, g, m, v)]
+    dev_halves = [cuda_double.asarray(a) for a in halves]
+    hyper = ka.AdamHyper(1e-2, 0.9, 0.999, 1e-8, 0.1, 3, True, True, False)
+    flag = cuda_double.full((), found, dtype=np.float32)
+    ka.adam_update_numpy(*host, None, hyper, halves, np.float32(found))
+    stats = cuda_double._double.stats
+    stats.reset()
+    ka.adam_update(*dev, None, hyper, dev_halves, flag)
+    assert stats.launches == 1 and stats.syncs == 0
+    for col, hcol, orig in zip(dev, host, (w, g, m, v)):
+        for b, a, o in zip(col, hcol, orig):
+            np.testing.assert_array_equal(b.get(), a)
+            assert np.array_equal(a, o) == (found == 1.0) or a.size == 0 or col is dev[1]
+    for b, a, p in zip(dev_halves, halves, host[0]):
+        np.testing.assert_array_equal(b.get(), a)
+        np.testing.assert_array_equal(a, p.astype(np.float16))  # the parameter as it now is
+    with pytest.raises(ValueError, match="one float32 flag"):
+        ka.adam_update(*dev, None, hyper, dev_halves, cuda_double.zeros(2, dtype=np.float32))
 
 
 def test_adam_launcher_refuses_a_half_copy_of_another_size(cuda_double):
@@ -522,6 +555,8 @@ def test_cuda_sources_compile_with_nvrtc():
             for src, name in (kgn.partial_kernel(dt, acc), kgn.scale_kernel(dt, acc)):
                 compile_(src, [name])
         compile_(*kgn.multiply_kernel(dt)[:1], [kgn.multiply_kernel(dt)[1]])
+        compile_(*kgn.unscale_kernel(dt)[:1], [kgn.unscale_kernel(dt)[1]])
+    compile_(kls.SOURCE, [kls.KERNEL_NAME])
     for acc in (np.float32, np.float64):
         src, name = kgn.finish_kernel(acc)
         compile_(src, [name])
@@ -554,9 +589,11 @@ def test_the_pointer_table_refuses_strided_arrays(cuda_double):
 
 
 @pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
-def test_grad_scaler_on_cuda_finds_inf_and_nan_in_one_read(cuda_double, bad):
-    """GradScaler.unscale_ on CUDA gradients: unscaled in place, inf/nan found by one multi-tensor
-    max (a NaN kept) read back once; float16, float32 and float64 gradients together."""
+def test_grad_scaler_on_cuda_finds_inf_and_nan_without_a_host_read(cuda_double, bad):
+    """GradScaler.unscale_ on CUDA gradients: unscaled in place and checked by one launch per
+    dtype, inf/nan raised in a flag on the device, nothing read back (its copy to page-locked
+    memory queued); found_inf() then waits for that copy's event only. float16, float32 and
+    float64 gradients together."""
     stats = cuda_double._double.stats
     rng = _rng(19)
     dtypes = [np.float32, np.float16, np.float64, np.float32]
@@ -571,8 +608,9 @@ def test_grad_scaler_on_cuda_finds_inf_and_nan_in_one_read(cuda_double, bad):
     scaler = flow.amp.GradScaler("cuda", init_scale=4.0)
     stats.reset()
     scaler.unscale_(opt)
-    assert stats.syncs == 1
-    assert stats.by_name["multiply"] == 0 and sum(v for k, v in stats.by_name.items() if "grad_mul" in k) == 3
+    assert stats.syncs == 0 and stats.async_d2h == 1 and not stats.event_waits
+    assert stats.by_name["multiply"] == 0 and sum(v for k, v in stats.by_name.items() if "grad_unscale" in k) == 3
     assert scaler.found_inf(opt) == (bad is not None)
+    assert stats.syncs == 0 and len(stats.event_waits) == 1
     for p, g in zip(params, grads):
         np.testing.assert_array_equal(p.grad.cpu().numpy(), g / g.dtype.type(4))

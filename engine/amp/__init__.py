@@ -23,6 +23,7 @@ import numpy as np
 
 from ..autograd.grad_mode import _state
 from ..backend import capture_state, dtypes, xp_of
+from ..kernels import loss_scale
 from ..ops import _core, cast_cache
 from ..tensor import Tensor
 
@@ -97,10 +98,39 @@ _found_inf_reducer = None  # engine.distributed registers a max over every rank 
 
 
 def set_found_inf_reducer(fn):
-    """`fn(flag: float) -> float`, the largest flag of all ranks (registered by
-    engine.distributed, so that every rank skips the same steps)."""
+    """`fn(flag) -> flag`, the largest flag of all ranks (registered by engine.distributed, so
+    that every rank skips the same steps). In one process it must give the flag back as it came
+    (a 0-d device array stays on the device: nothing is read back)."""
     global _found_inf_reducer
     _found_inf_reducer = fn
+
+
+class DeviceFlag:
+    """A step's inf/nan flag computed on the GPU (a 0-d float32 array, 1.0 when an unscaled
+    gradient was not finite). Its host copy is queued at once into page-locked memory behind an
+    event, so `value()` waits for that event only: asked a step later, the GPU is long past it,
+    and the host never waits for the work queued after it. GradScaler and the optimizers that
+    skip on it (Adam, AdamW: `_step_supports_amp_scaling`) read it that way."""
+
+    __slots__ = ("found", "_host", "_event", "_value")
+
+    def __init__(self, found):
+        import cupyx
+
+        self.found = found
+        self._host = cupyx.empty_pinned((), dtype=np.float32)
+        found.get(out=self._host, blocking=False)  # on the current stream, after the kernels that set it
+        self._event = xp_of(found).cuda.Event(disable_timing=True)
+        self._event.record()
+        self._value = None
+
+    def value(self):
+        """The flag as a Python float (0.0 or 1.0), read once."""
+        if self._value is None:
+            self._event.synchronize()
+            self._value = float(self._host)
+            self._host = self._event = None
+        return self._value
 
 
 def _all_finite_on_device(arrays):
@@ -115,6 +145,22 @@ def _all_finite_on_device(arrays):
     return bool(xp_of(floats[0]).isfinite(kgn.grad_norm(floats, float("inf"), acc)))
 
 
+def flag_value(flag):
+    """A found-inf flag as a float, whether a host float or a DeviceFlag."""
+    return flag.value() if isinstance(flag, DeviceFlag) else float(flag)
+
+
+class _DeviceScale:
+    """The scale (0-d float32) and the run of clean steps (0-d int32) on one GPU: what the
+    unscale kernel reads and the update kernel advances, so that no step waits for its flag."""
+
+    __slots__ = ("scale", "tracker")
+
+    def __init__(self, xp, scale, tracker):
+        self.scale = xp.full((), scale, dtype=np.float32)
+        self.tracker = xp.full((), tracker, dtype=np.int32)
+
+
 class GradScaler:
     """Dynamic loss scaling for float16 training (torch.amp.GradScaler's algorithm).
 
@@ -123,7 +169,13 @@ class GradScaler:
     was, else steps; `update()` halves the scale (backoff_factor) after a skipped step and
     multiplies it by growth_factor after growth_interval clean steps in a row. With several
     ranks (sharded gradients: tensor, pipeline parallelism, ZeRO) the inf/nan check is agreed
-    over every rank. `enabled=False` makes every method a pass-through."""
+    over every rank. `enabled=False` makes every method a pass-through.
+
+    On one GPU nothing in a step waits for the device (docs/cuda.md, "Loss scaling without a
+    host read"): the scale and its run of clean steps live on the device, unscale_ raises a
+    device flag, Adam/AdamW skip on that flag inside their kernel, update() advances the scale
+    on the device. The host learns each flag a step later (DeviceFlag), to keep `get_scale()`,
+    `state_dict()` and the optimizer's step counts exact; `found_inf()` waits for it."""
 
     def __init__(self, device="cpu", init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, enabled=True):
@@ -133,18 +185,23 @@ class GradScaler:
             raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}")
         self.device = device
         self._enabled = bool(enabled)
-        self._scale = float(init_scale)
+        self._scale = float(np.float32(init_scale))  # a float32 value, as torch's scale tensor
         self._growth_factor, self._backoff_factor = float(growth_factor), float(backoff_factor)
         self._growth_interval = int(growth_interval)
         self._growth_tracker = 0
-        self._unscaled = {}  # id(optimizer) -> found_inf for this step
+        self._unscaled = {}  # id(optimizer) -> found_inf for this step (a float, or a DeviceFlag)
         self._device_scales = {}  # (device, global meta or None) -> 0-d float32 tensor holding the scale
+        self._on_gpu = {}  # CUDA device id -> _DeviceScale (the scale tensors there share its array)
+        self._unsettled = []  # the device flags of past updates, oldest first, not yet in _scale
 
     def is_enabled(self):
         return self._enabled
 
     def get_scale(self):
-        return self._scale if self._enabled else 1.0
+        if not self._enabled:
+            return 1.0
+        self._settle()
+        return self._scale
 
     def get_growth_factor(self):
         return self._growth_factor
@@ -161,6 +218,7 @@ class GradScaler:
             return outputs
         if isinstance(outputs, Tensor):
             if outputs._device.type == "cpu" and _state.tracer is None:
+                self._settle()
                 return outputs * self._scale
             # on a GPU, and inside an nn.Graph trace: a tensor that update() refreshes in place,
             # so a replay multiplies by the current scale, not the traced one
@@ -173,7 +231,8 @@ class GradScaler:
         """The scale as a 0-d float32 tensor on `like`'s device (a constant on its placement when
         global), kept and refreshed in place by update(): a CUDA graph that captured
         `scale(loss)`, or an nn.Graph that traced it, then multiplies by the current scale at
-        every replay, and an eager GPU step copies nothing from the host."""
+        every replay, and an eager GPU step copies nothing from the host. On a GPU it holds the
+        device's _DeviceScale array itself, which update() advances there."""
         key = (like._device, like._global.placement if like._global is not None else None)
         t = self._device_scales.get(key)
         if t is None:
@@ -182,15 +241,46 @@ class GradScaler:
                                    "before capturing (warm-up steps do), so that its scale lives outside the graph")
             tracer, _state.tracer = _state.tracer, None  # made outside the step: a trace reads it, never remakes it
             try:
-                t = self._device_scales[key] = _core.scalar_tensor(self._scale, dtypes.float32, like)
+                if xp_of(like._data) is np:
+                    self._settle()
+                    t = _core.scalar_tensor(self._scale, dtypes.float32, like)
+                else:
+                    t = _core.constant_like(self._gpu_state(like._data).scale, like)
+                self._device_scales[key] = t
             finally:
                 _state.tracer = tracer
         return t
 
-    def _set_scale(self, value):
-        self._scale = float(value)
+    def _gpu_state(self, array):
+        """The _DeviceScale of the GPU holding `array`, made from the host's values on first use."""
+        dev = array.device.id
+        state = self._on_gpu.get(dev)
+        if state is None:
+            self._settle()
+            with xp_of(array).cuda.Device(dev):
+                state = self._on_gpu[dev] = _DeviceScale(xp_of(array), self._scale, self._growth_tracker)
+        return state
+
+    def _set_scale(self, value, tracker=None):
+        """Set the scale (and the run of clean steps) from the host, everywhere it is kept."""
+        self._scale = float(np.float32(value))
+        if tracker is not None:
+            self._growth_tracker = int(tracker)
         for t in self._device_scales.values():
-            t._data.fill(self._scale)
+            t._data.fill(self._scale)  # on a GPU: the _DeviceScale's array itself
+        for state in self._on_gpu.values():
+            state.scale.fill(self._scale)
+            state.tracker.fill(self._growth_tracker)
+
+    def _settle(self):
+        """Bring the host's scale up to date with the updates the device made (each flag read
+        once it is known; see DeviceFlag)."""
+        pending, self._unsettled = self._unsettled, []
+        for flags in pending:
+            found = any(flag_value(f) for f in flags)
+            self._scale, self._growth_tracker = loss_scale.next_scale(
+                self._scale, self._growth_tracker, found, self._growth_factor, self._backoff_factor,
+                self._growth_interval)
 
     def unscale_(self, optimizer):
         """Divide `optimizer`'s gradients by the scale, in place, and record inf/nan."""
@@ -198,40 +288,70 @@ class GradScaler:
             return
         if id(optimizer) in self._unscaled:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update()")
-        inv = 1.0 / self._scale
-        found = 0.0
-        on_device = []  # GPU gradients: unscaled by one multi-tensor launch, checked by one max, read once
+        host, on_device = [], []  # GPU gradients: unscaled and checked by one launch per dtype
         for group in optimizer.param_groups:
             for p in group["params"]:
                 g = p.grad
                 if g is None:
                     continue
-                a = g._data
                 g._bump_version()
-                if not isinstance(a, np.ndarray) and a.dtype.kind == "f":
-                    on_device.append(a)
-                    continue
-                a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
-                if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
-                    found = 1.0
-        if on_device:
-            from ..kernels import grad_norm as kgn
+                a = g._data
+                (host if isinstance(a, np.ndarray) or a.dtype.kind != "f" else on_device).append(a)
+        if on_device and not host and len({a.device.id for a in on_device}) == 1:
+            found = self._unscale_on_device(on_device)
+        else:
+            found = self._unscale_on_host(host, on_device)
+        if _found_inf_reducer is not None:
+            found = _found_inf_reducer(found)
+        if not isinstance(found, float):  # one process: the device flag, its host copy queued
+            found = DeviceFlag(found)
+        self._unscaled[id(optimizer)] = found
 
+    def _unscale_on_device(self, arrays):
+        """One launch per dtype: each gradient times 1 / the device's scale, a fresh device flag
+        raised on inf/nan (returned, not read)."""
+        from ..kernels import grad_norm as kgn
+
+        state = self._gpu_state(arrays[0])
+        with xp_of(arrays[0]).cuda.Device(arrays[0].device.id):
+            found = xp_of(arrays[0]).zeros((), dtype=np.float32)
+            kgn.unscale_grads(arrays, state.scale, found)
+        return found
+
+    def _unscale_on_host(self, host, on_device):
+        """The gradients divided by the host's scale; the inf/nan check read back (a host float)."""
+        from ..kernels import grad_norm as kgn
+
+        self._settle()
+        inv = 1.0 / self._scale
+        found = 0.0
+        for a in host:
+            a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
+            if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
+                found = 1.0
+        if on_device:
             kgn.multiply_grads(on_device, inv)
             if not found:
                 found = 0.0 if _all_finite_on_device(on_device) else 1.0  # one host read
-        if _found_inf_reducer is not None:
-            found = _found_inf_reducer(found)
-        self._unscaled[id(optimizer)] = found
+        return found
 
     def step(self, optimizer, *args, **kwargs):
         """Unscale (when not done yet) and step, unless a gradient was inf/nan: then skip.
-        Returns the optimizer's return value, or None when skipped."""
+        Returns the optimizer's return value, or None when skipped. With a device flag and an
+        optimizer that takes one (`_step_supports_amp_scaling`), the step is queued and its
+        kernel skips on the flag: the return value is then the optimizer's either way."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if id(optimizer) not in self._unscaled:
             self.unscale_(optimizer)
-        if self._unscaled[id(optimizer)]:
+        found = self._unscaled[id(optimizer)]
+        if isinstance(found, DeviceFlag) and getattr(optimizer, "_step_supports_amp_scaling", False):
+            optimizer.found_inf = found
+            try:
+                return optimizer.step(*args, **kwargs)
+            finally:
+                del optimizer.found_inf
+        if flag_value(found):
             return None
         return optimizer.step(*args, **kwargs)
 
@@ -239,26 +359,44 @@ class GradScaler:
         """Adjust the scale for the next step (or set it to `new_scale`)."""
         if not self._enabled:
             return
+        flags, self._unscaled = list(self._unscaled.values()), {}
         if new_scale is not None:
+            self._settle()
             self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
-        elif self._unscaled:
-            if any(self._unscaled.values()):
-                self._set_scale(self._scale * self._backoff_factor)
-                self._growth_tracker = 0
-            else:
-                self._growth_tracker += 1
-                if self._growth_tracker == self._growth_interval:
-                    self._set_scale(self._scale * self._growth_factor)
-                    self._growth_tracker = 0
-        self._unscaled = {}
+        elif flags and all(isinstance(f, DeviceFlag) for f in flags) and self._update_on_device(flags):
+            self._unsettled.append(flags)
+        elif flags:
+            self._settle()
+            found = any(flag_value(f) for f in flags)
+            self._set_scale(*loss_scale.next_scale(self._scale, self._growth_tracker, found, self._growth_factor,
+                                                   self._backoff_factor, self._growth_interval))
+
+    def _update_on_device(self, flags):
+        """The update kernel on the flags' GPU, when every scale this scaler keeps lives there;
+        False (nothing done) otherwise."""
+        dev = flags[0].found.device.id
+        state = self._on_gpu.get(dev)
+        if state is None or any(f.found.device.id != dev for f in flags) or set(self._on_gpu) != {dev} or any(
+                t._data is not state.scale for t in self._device_scales.values()):
+            return False
+        xp = xp_of(state.scale)
+        with xp.cuda.Device(dev):
+            found = flags[0].found
+            for f in flags[1:]:  # several optimizers: skipped together when any found one
+                found = xp.maximum(found, f.found)
+            loss_scale.update_scale(state.scale, state.tracker, found, self._growth_factor, self._backoff_factor,
+                                    self._growth_interval)
+        return True
 
     def found_inf(self, optimizer):
-        """Whether the last unscale_ of `optimizer` found an inf/nan (the step is skipped)."""
-        return bool(self._unscaled.get(id(optimizer), 0.0))
+        """Whether the last unscale_ of `optimizer` found an inf/nan (the step is skipped); on a
+        GPU this waits for the flag."""
+        return bool(flag_value(self._unscaled.get(id(optimizer), 0.0)))
 
     def state_dict(self):
         if not self._enabled:
             return {}
+        self._settle()
         return {"scale": self._scale, "growth_factor": self._growth_factor, "backoff_factor": self._backoff_factor,
                 "growth_interval": self._growth_interval, "_growth_tracker": self._growth_tracker}
 
@@ -267,11 +405,11 @@ class GradScaler:
             return
         if not state:
             raise RuntimeError("GradScaler.load_state_dict: the state is empty (saved from a disabled scaler?)")
-        self._set_scale(state["scale"])
+        self._settle()
         self._growth_factor = float(state["growth_factor"])
         self._backoff_factor = float(state["backoff_factor"])
         self._growth_interval = int(state["growth_interval"])
-        self._growth_tracker = int(state["_growth_tracker"])
+        self._set_scale(state["scale"], state["_growth_tracker"])
 
 
 class StaticGradScaler(GradScaler):

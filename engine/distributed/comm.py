@@ -432,13 +432,14 @@ def _check_member(g, what):
 
 # ------------------------------------------------------------------------- collectives
 def max_over_world(value):
-    """The largest of every rank's float `value` (the value itself in one process; MPI is not
+    """The largest of every rank's `value` (a float, or a 0-d array read back to the host) as a
+    float; in one process `value` itself, as given (a GPU flag stays on the GPU; MPI is not
     started for it)."""
     if _world is None and int(os.environ.get("WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) == 1:
-        return float(value)
+        return value
     world = init()
     if world.size == 1:
-        return float(value)
+        return value
     return float(world.comm.allreduce(float(value), op=MPI.MAX))
 
 

@@ -87,10 +87,17 @@ def adam_arrays(w, g, m, v, vmax, scalars, flags, half_copy=None):
         half_copy[...] = w  # the stored value, rounded once to float16 (the kernel's cvt.rn)
 
 
-def adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
+def adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None, skip=None):
     """Reference: update each parameter (lists of same-dtype arrays; max_exp_avg_sqs is None
-    without amsgrad, half_copies None or a list of float16 arrays and Nones) in place."""
+    without amsgrad, half_copies None or a list of float16 arrays and Nones) in place. `skip`, a
+    0-d float32 flag, nonzero: nothing is updated, the float16 copies are written from the
+    parameters as they are."""
     if not params:
+        return
+    if skip is not None and float(skip) != 0.0:
+        for w, half in zip(params, half_copies or ()):
+            if half is not None:
+                half[...] = w
         return
     scalars, flags = constants(hyper, params[0].dtype, max_exp_avg_sqs is not None)
     with np.errstate(all="ignore"):
@@ -110,11 +117,13 @@ ${lookup}
 extern "C" __global__ void ${name}(const long long* __restrict__ table, const int n_tensors,
         const long long n_chunks, const int chunk, const acc_t decay, const acc_t wd, const acc_t lerp_w,
         const acc_t beta2, const acc_t one_minus_beta2, const acc_t bc2_sqrt, const acc_t eps,
-        const acc_t neg_step, const int flags) {
+        const acc_t neg_step, const int flags, const float* __restrict__ skip) {
     const MtTable tab = {table, n_tensors};
     // flags: the bits DECOUPLED, HAS_WD, LERP_SMALL, MAXIMIZE, AMSGRAD of engine/kernels/adamw.py
     const bool maximize = flags & 8, has_wd = flags & 2, decoupled = flags & 1, lerp_small = flags & 4;
     const bool amsgrad = flags & 16;
+    // the GradScaler's inf/nan flag of this step, on the device: nonzero skips the update
+    const bool skipped = skip[0] != 0.0f;
     for (long long c = blockIdx.x; c < n_chunks; c += gridDim.x) {
         long long begin, end;
         const int t = tab.chunk_range(c, ${columns}, chunk, &begin, &end);
@@ -124,6 +133,10 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
         scalar_t* v_ = reinterpret_cast<scalar_t*>(tab.ptr(3, t));
         scalar_t* vmax = reinterpret_cast<scalar_t*>(tab.ptr(4, t));
         unsigned short* half_copy = reinterpret_cast<unsigned short*>(tab.ptr(${half_copy}, t));  // null: none
+        if (skipped) {  // the parameter stays; its float16 copy is still written from it (the host marks it current)
+            if (half_copy) for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) half_copy[i] = to_half(p[i]);
+            continue;
+        }
         for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
             acc_t w = load(p, i);
             acc_t g = load(gr, i);
@@ -173,13 +186,18 @@ def kernel_source(dtype):
                                         lookup=mt.MT_LOOKUP, name=kernel_name(dtype))
 
 
-def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
+def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None, skip=None):
     """One launch for the whole list (same dtype, C-contiguous CuPy arrays of matching sizes;
-    `half_copies`: None or a list of float16 arrays of the parameters' sizes and Nones)."""
+    `half_copies`: None or a list of float16 arrays of the parameters' sizes and Nones; `skip`:
+    None or a 0-d float32 flag on the device, read by the kernel)."""
     keep = [i for i, w in enumerate(params) if w.size]
     if not keep:
         return
     dtype = params[keep[0]].dtype
+    if skip is None:
+        skip = _never_skip(params[keep[0]])
+    elif skip.dtype != np.float32 or skip.size != 1:
+        raise ValueError(f"adam_update: skip must be one float32 flag, got {skip.size} x {skip.dtype}")
     cols = [[lst[i] for i in keep] for lst in (params, grads, exp_avgs, exp_avg_sqs)]
     for extra in (max_exp_avg_sqs, half_copies):
         cols.append([None] * len(keep) if extra is None else [extra[i] for i in keep])
@@ -191,12 +209,22 @@ def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hype
     scalars, flags = constants(hyper, dtype, max_exp_avg_sqs is not None)
     kernel = _cuda.raw_kernel(kernel_source(dtype), kernel_name(dtype))
     kernel((mt.grid_for(n_chunks),), (_cuda.THREADS,),
-           (tab, _cuda.i32(len(keep)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK)) + scalars + (flags,))
+           (tab, _cuda.i32(len(keep)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK)) + scalars + (flags, skip))
 
 
-def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None):
+_never = {}  # device id -> a 0-d float32 zero: the flag of steps taken unconditionally
+
+
+def _never_skip(like):
+    flag = _never.get(like.device.id)
+    if flag is None:
+        flag = _never[like.device.id] = xp_of(like).zeros((), dtype=np.float32)
+    return flag
+
+
+def adam_update(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies=None, skip=None):
     """Update lists of same-dtype arrays in place: the CUDA kernel for CuPy arrays, else numpy."""
     if params and xp_of(params[0]) is not np:
-        adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies)
+        adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies, skip)
     else:
-        adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies)
+        adam_update_numpy(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hyper, half_copies, skip)

@@ -11,12 +11,16 @@ the clip in one, with nothing read back to the host.
         array `total` in its own dtype (torch's clip_grads_with_norm_), the product in the wider
         of the two dtypes.
     multiply_grads(arrays, factor)                  -> None
-        each array *= factor (rounded to its dtype), in place: the GradScaler's unscale.
+        each array *= factor (rounded to its dtype), in place.
+    unscale_grads(arrays, scale, found)             -> None
+        each array *= 1 / scale, the 0-d scale read on the device, and the 0-d flag `found` set
+        to 1 where a result is not finite: the GradScaler's unscale and check, no host read.
 
 On CUDA, `engine_grad_norm_partial` walks the chunks of a multi-tensor table (see _multi_tensor.py)
 and leaves one partial per block; `engine_grad_norm_finish` adds the partials in a fixed order in
 one block (so the norm is deterministic) and takes the root; `engine_grad_scale` reads the norm
-from device memory; `engine_grad_mul` multiplies by a factor. The numpy versions are the
+from device memory; `engine_grad_mul` multiplies by a factor; `engine_grad_unscale` by the
+reciprocal of a scale in device memory, raising a flag in device memory on inf/nan. The numpy versions are the
 references.
 """
 from string import Template
@@ -28,6 +32,7 @@ from . import _cuda, _multi_tensor as mt
 
 __all__ = ["grad_norm", "grad_norm_numpy", "grad_norm_cuda", "scale_grads", "scale_grads_numpy", "scale_grads_cuda",
            "multiply_grads", "multiply_grads_numpy", "multiply_grads_cuda",
+           "unscale_grads", "unscale_grads_numpy", "unscale_grads_cuda", "unscale_kernel",
            "norm_mode", "supported_norm", "finish_norm", "combine", "chunk_partials"]
 
 SUM_SQUARES, MAX_ABS, SUM_POW = 0, 1, 2
@@ -179,7 +184,7 @@ extern "C" __global__ void ${name}(const acc_t* __restrict__ partials, const int
 """
 
 # every element of the tensors times a coefficient, in place: the clip's (from the norm on the
-# device) or a given factor's (the GradScaler's unscale)
+# device), a given factor's, or the GradScaler's 1 / scale (with its inf/nan check after each store)
 _SCALE = r"""
 ${half}
 typedef ${T} scalar_t;
@@ -188,6 +193,7 @@ typedef ${C} compute_t;
 ${lookup}
 __device__ __forceinline__ compute_t load(const scalar_t* p, long long i) { return (compute_t)(${load}); }
 __device__ __forceinline__ scalar_t to_scalar(compute_t x) { return ${store}; }
+__device__ __forceinline__ compute_t widen(scalar_t s) { return (compute_t)(${widen}); }
 extern "C" __global__ void ${name}(const long long* __restrict__ table, const int n_tensors,
         const long long n_chunks, const int chunk, ${coef_params}) {
     const MtTable tab = {table, n_tensors};
@@ -196,7 +202,11 @@ extern "C" __global__ void ${name}(const long long* __restrict__ table, const in
         long long begin, end;
         const int t = tab.chunk_range(k, 1, chunk, &begin, &end);
         scalar_t* g = reinterpret_cast<scalar_t*>(tab.ptr(0, t));
-        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) g[i] = to_scalar(load(g, i) * coef);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const scalar_t s = to_scalar(load(g, i) * coef);
+            g[i] = s;
+            ${after}
+        }
     }
 }
 """
@@ -223,19 +233,33 @@ def finish_kernel(acc):
     return src, name
 
 
+# (kernel parameters, the coefficient's computation, what follows each store)
 _CLIP_COEF = ("const norm_t* __restrict__ total, const norm_t max_norm", """norm_t c = max_norm / (total[0] + (norm_t)1e-6);
     c = c > (norm_t)1 ? (norm_t)1 : c;  // a NaN coefficient stays NaN, as numpy's minimum
-    const compute_t coef = (compute_t)c;""")
-_FACTOR_COEF = ("const compute_t factor", "const compute_t coef = factor;")
+    const compute_t coef = (compute_t)c;""", "")
+_FACTOR_COEF = ("const compute_t factor", "const compute_t coef = factor;", "")
+# the GradScaler's unscale: 1 / scale from the device (in double, rounded once to the tensor's
+# dtype, as multiply's host factor), and the flag raised where a stored value is not finite
+# (x - x is 0 only for finite x); every writer writes the same 1, so no atomics are needed
+_UNSCALE_COEF = ("const float* __restrict__ scale, float* __restrict__ found",
+                 "const compute_t coef = (compute_t)(${factor});",
+                 """const compute_t b = widen(s);
+            if (!(b - b == (compute_t)0)) found[0] = 1.0f;""")
+_UNSCALE_FACTOR = {"float16": "half_to_float(float_to_half(1.0 / (double)scale[0]))",
+                   "float32": "(float)(1.0 / (double)scale[0])", "float64": "1.0 / (double)scale[0]"}
 
 
 def _scale_source(dtype, norm_dtype, name, coef):
     _, storage, load = _TYPES[np.dtype(dtype).name]
-    compute = np.promote_types(np.float32 if np.dtype(dtype) == np.float16 else dtype, norm_dtype)
-    store = "float_to_half(x)" if np.dtype(dtype) == np.float16 else "(scalar_t)x"
+    half = np.dtype(dtype) == np.float16
+    compute = np.promote_types(np.float32 if half else dtype, norm_dtype)
+    store = "float_to_half(x)" if half else "(scalar_t)x"
+    params, coef_src, after = coef
+    coef_src = Template(coef_src).safe_substitute(factor=_UNSCALE_FACTOR[np.dtype(dtype).name])
     return Template(_SCALE).substitute(half=mt.HALF, T=storage, N=_ACC[np.dtype(norm_dtype).name][0],
                                        C=_ACC[compute.name][0], load=load, store=store, lookup=mt.MT_LOOKUP,
-                                       name=name, coef_params=coef[0], coef=coef[1])
+                                       widen="half_to_float(s)" if half else "s",
+                                       name=name, coef_params=params, coef=coef_src, after=after)
 
 
 def scale_kernel(dtype, norm_dtype):
@@ -247,6 +271,13 @@ def multiply_kernel(dtype):
     """Every element times `factor` (float for float16 and float32 tensors, double for float64)."""
     name = f"engine_grad_mul__{_suffix(dtype)}"
     return _scale_source(dtype, compute_type(dtype), name, _FACTOR_COEF), name
+
+
+def unscale_kernel(dtype):
+    """Every element times 1 / scale (read from the device), the flag `found` set to 1 where a
+    result is not finite: the GradScaler's unscale and inf/nan check in one pass."""
+    name = f"engine_grad_unscale__{_suffix(dtype)}"
+    return _scale_source(dtype, compute_type(dtype), name, _UNSCALE_COEF), name
 
 
 def compute_type(dtype):
@@ -305,7 +336,7 @@ def scale_grads_cuda(arrays, total, max_norm):
 
 
 def multiply_grads_numpy(arrays, factor):
-    """Each of `arrays` times `factor` rounded to its dtype, in place (the GradScaler's unscale)."""
+    """Each of `arrays` times `factor` rounded to its dtype, in place."""
     for a in arrays:
         a *= a.dtype.type(factor)
 
@@ -321,6 +352,44 @@ def multiply_grads_cuda(arrays, factor):
         _cuda.raw_kernel(src, name)((mt.grid_for(n_chunks),), (_cuda.THREADS,),
                                     (tab, _cuda.i32(len(group)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK),
                                      compute_type(dtype).type(dtype.type(factor))))
+
+
+def unscale_grads_numpy(arrays, scale, found):
+    """Each array times 1 / scale (computed in double from the 0-d float32 `scale`, rounded to the
+    array's dtype) in place; `found` (a 0-d float32 array) is set to 1 when a result is not
+    finite, and never cleared."""
+    inv = 1.0 / float(scale)
+    with np.errstate(all="ignore"):
+        for a in arrays:
+            a *= a.dtype.type(inv)
+            if a.size and not np.isfinite(a).all():
+                found[...] = 1
+
+
+def unscale_grads_cuda(arrays, scale, found):
+    """unscale_grads_numpy on the device, nothing read back: one launch per dtype (strided
+    arrays through CuPy, their check by a device max into `found`)."""
+    xp = xp_of(scale)
+    for a in arrays:
+        if a.size and not mt.dense(a):
+            xp.multiply(a, (1.0 / scale.astype(np.float64)).astype(a.dtype), out=a)
+            xp.maximum(found, (~xp.isfinite(a).all()).astype(np.float32), out=found)
+    dense = [a for a in arrays if a.size and mt.dense(a)]
+    for dtype, group in _by_dtype(dense).items():
+        tab, n_chunks = mt.table([group], [a.size for a in group])
+        src, name = unscale_kernel(dtype)
+        _cuda.raw_kernel(src, name)((mt.grid_for(n_chunks),), (_cuda.THREADS,),
+                                    (tab, _cuda.i32(len(group)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK), scale,
+                                     found))
+
+
+def unscale_grads(arrays, scale, found):
+    """The GradScaler's unscale of `arrays` by the 0-d float32 `scale`, raising the 0-d float32
+    flag `found` on inf/nan: on CUDA one launch per dtype and no host read."""
+    if arrays and xp_of(arrays[0]) is not np:
+        unscale_grads_cuda(arrays, scale, found)
+    else:
+        unscale_grads_numpy(arrays, scale, found)
 
 
 def multiply_grads(arrays, factor):

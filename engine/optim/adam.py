@@ -35,6 +35,7 @@ _F16 = np.dtype(np.float16)
 
 class Adam(Optimizer):
     _decoupled = False
+    _step_supports_amp_scaling = True  # the CUDA kernel skips on the GradScaler's device flag
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, do_bias_correction=True, *, maximize=False):
@@ -52,9 +53,21 @@ class Adam(Optimizer):
 
     def _step_fused(self, group):
         """Update the group's CUDA parameters with the multi-tensor kernel, one launch per bucket
-        of (device, dtype, step); return the (parameter, gradient) pairs left to `_update`."""
+        of (device, dtype, step); return the (parameter, gradient) pairs left to `_update`.
+
+        Under a GradScaler whose flag stayed on the GPU (`self.found_inf`, engine.amp.DeviceFlag)
+        the kernel reads the flag and skips; the step counts are provisional until the flag is
+        known (Optimizer._settle_skipped). A group with parameters the kernel cannot take reads
+        the flag instead (a host read)."""
+        pairs = list(self._with_grads(group))
+        flag = getattr(self, "found_inf", None)
+        if flag is not None and not all(xp_of(p._data) is not np and p._data.device.id == flag.found.device.id
+                                        and _fusable(p._data, g, self.state[p]) for p, g in pairs):
+            if flag.value():  # parameters the kernel cannot take: the flag is read, and skips them all
+                return []
+            flag = None
         rest, buckets = [], {}
-        for p, g in self._with_grads(group):
+        for p, g in pairs:
             w = p._data
             state = self.state[p]
             if xp_of(w) is np or not _fusable(w, g, state):
@@ -71,10 +84,12 @@ class Adam(Optimizer):
             vmax = [s["max_exp_avg_sq"]._data for _, _, s in items] if group["amsgrad"] else None
             # autocast's float16 copies of these parameters, written by the same pass (cast_cache)
             halves = [cast_cache.writable_copy(p, _F16) for p, _, _ in items] if dtype == np.float32 else None
+            if flag is not None:
+                self._taken_on_flag(flag, [(p, s) for p, _, s in items])
             with xp_of(items[0][0]._data).cuda.Device(device):
                 adam_update([p._data for p, _, _ in items], [xp_of(g).ascontiguousarray(g) for _, g, _ in items],
                             [s["exp_avg"]._data for _, _, s in items], [s["exp_avg_sq"]._data for _, _, s in items],
-                            vmax, hyper, halves)
+                            vmax, hyper, halves, None if flag is None else flag.found)
             for i, (p, _, _) in enumerate(items):
                 p._bump_version()
                 if halves is not None and halves[i] is not None:

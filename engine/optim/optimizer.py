@@ -127,8 +127,31 @@ class Optimizer:
             warnings.warn("clip_grad: no parameter group has clip_grad_max_norm (and clip_grad_norm_type); give them "
                           "to the parameter groups to enable clipping", stacklevel=2)
 
+    # optimizers that take the GradScaler's device flag (`self.found_inf`, set around `step`)
+    # and skip on it without reading it set this (Adam, AdamW on CUDA), as torch's fused ones
+    _step_supports_amp_scaling = False
+
+    def _taken_on_flag(self, flag, stepped):
+        """`stepped` ((parameter, state) pairs) counted a step whose kernel skips on the device
+        flag `flag` (engine.amp.DeviceFlag): their step counts stay provisional until the flag is
+        known (`_settle_skipped`)."""
+        if stepped:
+            self.__dict__.setdefault("_provisional", []).append((flag, stepped))
+
+    def _settle_skipped(self):
+        """Take back the step counts of the steps the GPU skipped (their flag was set): waits only
+        for flags queued in earlier steps. As torch, a skipped first step leaves no state."""
+        pending = self.__dict__.pop("_provisional", None)
+        for flag, stepped in pending or ():
+            if flag.value():
+                for p, state in stepped:
+                    state["step"] -= 1
+                    if state["step"] == 0:
+                        self.state.pop(p, None)
+
     def step(self, closure=None):
         """Update every parameter that has a gradient; `closure()` recomputes the loss first."""
+        self._settle_skipped()
         loss = None
         if closure is not None:
             with enable_grad():
@@ -162,6 +185,7 @@ class Optimizer:
     # ------------------------------------------------------------------ state dicts
     def state_dict(self):
         """torch's format: state keyed by parameter index, groups listing their indices."""
+        self._settle_skipped()
         index = {}
         groups = []
         for group in self.param_groups:
@@ -185,6 +209,7 @@ class Optimizer:
         which has no momentum) are refused here, not at the first step."""
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
             raise ValueError("optimizer state dict must be a dict with 'state' and 'param_groups' entries")
+        self._settle_skipped()  # before the state it would correct is replaced
         saved_groups = state_dict["param_groups"]
         groups = self.param_groups
         if len(saved_groups) != len(groups):

@@ -395,8 +395,9 @@ class EagerTrainer(TrainerBase):
         stepped = True
         if scaler is not None:
             scaler.step(self.optimizer)
-            stepped = not scaler.found_inf(self.optimizer)
-            if dist.is_main_process():
+            if self.zero is not None:  # on a GPU a wait for the flag, which the step itself never makes
+                stepped = not scaler.found_inf(self.optimizer)
+            if dist.is_main_process():  # the scale this step used (known: the flags before it are)
                 get_event_storage().put_scalar("loss_scale", scaler.get_scale(), smoothing_hint=False)
             scaler.update()
         else:

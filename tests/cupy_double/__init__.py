@@ -112,6 +112,7 @@ _core._routines_linalg.set_compute_type = lambda dtype, compute_type: _compute_t
 _core._routines_linalg.get_compute_type = lambda dtype: _compute_types.get(np.dtype(dtype), 1)
 
 cupyx = types.ModuleType("cupyx")
+cupyx.empty_pinned = _double.empty_pinned
 cupyx.scipy = types.ModuleType("cupyx.scipy")
 cupyx.scipy.special = _submodule("special", "cupyx.scipy.special", _special_function)
 __getattr__ = _missing("cupy")

@@ -61,6 +61,33 @@ class Stream:
         return False
 
 
+class Event:
+    """cupy.cuda.Event. The double runs everything in order, so an event is done once recorded;
+    `record` stamps it with the double's clock and `synchronize` notes the stamp it waited for
+    (stats.event_waits), so that a test can tell a wait for work queued in an earlier step (no
+    stall on a GPU ahead of it) from a wait inside the step (a host synchronisation)."""
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self.ptr = id(self)
+        self._stamp = None
+
+    def record(self, stream=None):
+        if stats.capturing:
+            raise NotImplementedError("the CuPy double does not emulate an event recorded inside a capture")
+        self._stamp = type(stats).clock
+        type(stats).clock += 1
+
+    @property
+    def done(self):
+        return True
+
+    def synchronize(self):
+        if stats.capturing:
+            stats.sync("Event.synchronize")  # refused, as CUDA refuses it
+        if self._stamp is not None:
+            stats.event_waits.append(self._stamp)
+
+
 class Graph:
     """cupy.cuda.Graph as the double returns it from end_capture: `launch` re-runs the captured
     work in order (tests/cupy_double/_double.record), each piece on the memory it used during

@@ -32,8 +32,12 @@ class Stats:
         self.names = set()
         self.reset()
 
+    clock = 0  # never reset: the events recorded so far (Event.record stamps each with it)
+
     def reset(self):
         self.launches = 0
+        self.event_waits = []  # the clock stamps of the events the host waited for (Event.synchronize)
+        self.async_d2h = 0  # device -> pinned host copies queued without a wait (get(blocking=False))
         self.by_name = collections.Counter()  # launches per routine / kernel name
         self.syncs = 0
         self.h2d = 0
@@ -51,6 +55,21 @@ class Stats:
         self.syncs += 1
         if self.trace:
             self.sync_sites.append((what, _caller()))
+
+
+_pinned = weakref.WeakValueDictionary()  # id -> the numpy arrays cupyx.empty_pinned made
+
+
+def empty_pinned(shape, dtype=float, order="C"):
+    """cupyx.empty_pinned: a numpy array the double treats as page-locked (an asynchronous copy
+    into it does not make the host wait)."""
+    a = np.empty(shape, dtype=check_dtype(dtype), order=order)
+    _pinned[id(a)] = a
+    return a
+
+
+def is_pinned(a):
+    return isinstance(a, np.ndarray) and _pinned.get(id(a)) is a
 
 
 def _caller():
@@ -250,7 +269,13 @@ class ndarray:
         raise TypeError(_IMPLICIT)
 
     def get(self, stream=None, order="C", out=None, blocking=True):
-        stats.sync("get")
+        if not blocking and out is not None and is_pinned(out):  # queued; the host does not wait
+            if stats.capturing:
+                raise NotImplementedError("the CuPy double does not emulate an asynchronous copy inside a capture")
+            out[...] = self._a
+            stats.async_d2h += 1
+            return out
+        stats.sync("get")  # blocking, or into pageable memory (CUDA copies that synchronously)
         host = np.array(self._a, order=order if order != "A" else "K")
         if out is not None:
             out[...] = host

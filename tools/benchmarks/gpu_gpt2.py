@@ -33,8 +33,9 @@ the backward and the optimizer, give each library's median time per phase, and `
 the time the host takes to issue forward + backward against the time their GPU work ends.
 
 `--cuda-graph`: after the warm-up, the engine's forward + scaled backward are captured once with
-engine.cuda.graph and replayed each step (the optimizer step and the scaler update stay eager:
-the scaler reads its inf/nan flag); the phases are then replay and optimizer, and the graph's
+engine.cuda.graph and replayed each step (the optimizer step and the scaler update stay eager,
+queued behind the replay: the scaler's inf/nan flag stays on the GPU, docs/cuda.md); the phases
+are then replay and optimizer, and the graph's
 private memory pool is reported beside the default pool's peak.
 
 MFU: model FLOPs per token = 6 * N + 12 * layers * hidden * seq (PaLM's estimate, as nanoGPT's
@@ -297,7 +298,8 @@ def median_phases(step, sync, n):
 def engine_graph_step_fn(model, ids, labels, fp16, warmup):
     """The engine's step with forward + scaled backward captured once in a CUDA graph
     (engine.cuda.graph) after `warmup` eager steps, then replayed; the optimizer step and the
-    scaler update stay eager (the scaler's inf/nan read is a host read). Returns (step, scaler,
+    scaler update stay eager, queued behind the replay (the scaler's inf/nan flag stays on the
+    GPU, so the host does not wait for the replay). Returns (step, scaler,
     graph); step.first_loss is the loss of the first eager step."""
     import engine as flow
 

@@ -12,6 +12,7 @@ from engine.kernels._cuda import CHUNK_BYTES, acc_dtype
 from engine.kernels import adamw as _adamw
 from engine.kernels import cross_entropy as _ce
 from engine.kernels import grad_norm as _gn
+from engine.kernels import loss_scale as _ls
 
 
 _SUFFIX_DTYPES = {"float": np.float32, "double": np.float64, "half": np.float16}
@@ -65,17 +66,21 @@ def _table_views(name, table, n, n_chunks, chunk, columns, dtypes):
 def adamw(name, grid, block, args, shared_mem):
     _linear(name, grid, block, shared_mem)
     dtype, = _dtypes(name)
-    table, n, n_chunks, chunk, *scalars, flags = args
+    table, n, n_chunks, chunk, *scalars, flags, skip = args
     acc = _adamw.compute_dtype(dtype)
     for i, s in enumerate(scalars):
         _scalar(name, s, acc, f"scalar argument {i + 4}")
     _scalar(name, flags, np.int32, "flags")
+    _array(name, skip, np.float32, 1, "skip (the inf/nan flag)")
     dtypes = [dtype] * _adamw.COLUMNS
     dtypes[_adamw.HALF_COPY] = np.dtype(np.float16)
     w, g, m, v, vmax, half = _table_views(name, table, n, n_chunks, chunk, _adamw.COLUMNS, dtypes)
     amsgrad = bool(flags & _adamw.AMSGRAD)
     if amsgrad and any(x is None for x in vmax):
         raise ValueError(f"{name}: amsgrad without a max_exp_avg_sq pointer")
+    if skip[0] != 0:
+        _adamw.adam_update_numpy(w, g, m, v, vmax if amsgrad else None, None, half, skip[0])
+        return
     with np.errstate(all="ignore"):
         for i in range(int(n)):
             _adamw.adam_arrays(w[i], g[i], m[i], v[i], vmax[i] if amsgrad else None, tuple(scalars), flags, half[i])
@@ -131,6 +136,31 @@ def grad_mul(name, grid, block, args, shared_mem):
     flats, = _table_views(name, table, n, n_chunks, chunk, 1, [dtype])
     for f in flats:  # the product in the compute type, rounded once to the tensor's dtype
         f[:] = (f.astype(compute) * factor).astype(dtype)
+
+
+@emulates("engine_grad_unscale")
+def grad_unscale(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    dtype, = _dtypes(name)
+    table, n, n_chunks, chunk, scale, found = args
+    _array(name, scale, np.float32, 1, "scale")
+    _array(name, found, np.float32, 1, "found")
+    flats, = _table_views(name, table, n, n_chunks, chunk, 1, [dtype])
+    _gn.unscale_grads_numpy(flats, scale[0], found[:1].reshape(()))
+
+
+@emulates("engine_amp_update_scale")
+def amp_update_scale(name, grid, block, args, shared_mem):
+    _linear(name, grid, block, shared_mem)
+    scale, tracker, found, growth, backoff, interval = args
+    _array(name, scale, np.float32, 1, "scale")
+    _array(name, tracker, np.int32, 1, "tracker")
+    _array(name, found, np.float32, 1, "found")
+    _scalar(name, growth, np.float64, "growth")
+    _scalar(name, backoff, np.float64, "backoff")
+    _scalar(name, interval, np.int32, "interval")
+    _ls.update_scale_numpy(scale[:1].reshape(()), tracker[:1].reshape(()), found[0], float(growth), float(backoff),
+                           int(interval))
 
 
 def _rows(name, grid, block, shared_mem, rows):
