@@ -364,6 +364,7 @@ class GradScaler:
             self._settle()
             self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         elif flags and all(isinstance(f, DeviceFlag) for f in flags) and self._update_on_device(flags):
+            self._settle()  # the earlier steps' flags (long done): at most this step's stays unread
             self._unsettled.append(flags)
         elif flags:
             self._settle()
