@@ -3,10 +3,13 @@
 float16 rows are accumulated in float32 and their mean/rstd are float32 (float64 rows in float64),
 as PyTorch's CUDA kernels do. CUDA, per call:
   * forward, 1 launch: one block per row; two block reductions (mean, then the variance of the
-    centred row: the two-pass formula, no cancellation), then y written;
+    centred row: the two-pass formula, no cancellation), then y written; a row of up to 8
+    elements per thread (2,048 at 256 threads) is read once, held in registers between passes;
   * backward, 2 launches: `engine_layer_norm_bwd` runs a fixed number of blocks over the rows
     (grid-stride), writes dx and adds each row's g * xhat and g into its block's row of a
-    [blocks, d] float partial buffer (each thread owns its columns: no atomics);
+    [blocks, d] float partial buffer (each thread owns its columns: no atomics; up to 8 columns
+    per thread the row's g and x are read once and the partial sums kept in registers across
+    the block's rows, written once);
     `engine_layer_norm_bwd_wb` sums those partials per column in block order, so dw and db have
     the same bits on every run. Without weight and bias the second launch is skipped.
 """
@@ -21,6 +24,12 @@ from ._cuda import (COMMON, THREADS, acc_dtype, blocks, f64, i32, instantiate, k
 BWD_BLOCKS = 512
 
 SOURCE = COMMON + r"""
+// A row of at most CACHED * blockDim.x elements is read from memory once: each thread keeps its
+// elements (columns threadIdx.x + k * blockDim.x) in registers between the passes, and the
+// backward keeps its columns' dw, db partial sums there across rows. Same operations in the
+// same order as the uncached loops below (longer rows), so the same results.
+#define CACHED 8
+
 template <typename T>
 __device__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, typename Acc<T>::type* mean,
                                typename Acc<T>::type* rstd, int m, int d, double eps, int has_w, int has_b) {
@@ -30,18 +39,54 @@ __device__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, typenam
   if (row >= m) return;
   const T* xr = x + (long long)row * d;
   T* yr = y + (long long)row * d;
+  const bool cached = d <= CACHED * (int)blockDim.x;
+  A xv[CACHED];
   A s = 0;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) s += to_acc(xr[j]);
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < CACHED; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < d) {
+        xv[k] = to_acc(xr[j]);
+        s += xv[k];
+      }
+    }
+  } else {
+    for (int j = threadIdx.x; j < d; j += blockDim.x) s += to_acc(xr[j]);
+  }
   const A mu = block_sum(s, shared) / A(d);
   A v = 0;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) {
-    const A t = to_acc(xr[j]) - mu;
-    v += t * t;
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < CACHED; ++k) {
+      if (threadIdx.x + k * blockDim.x < d) {
+        const A t = xv[k] - mu;
+        v += t * t;
+      }
+    }
+  } else {
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+      const A t = to_acc(xr[j]) - mu;
+      v += t * t;
+    }
   }
   const A r = acc_rsqrt(block_sum(v, shared) / A(d) + A(eps));
   if (threadIdx.x == 0) {
     mean[row] = mu;
     rstd[row] = r;
+  }
+  if (cached) {
+#pragma unroll
+    for (int k = 0; k < CACHED; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < d) {
+        A h = (xv[k] - mu) * r;
+        if (has_w) h *= to_acc(w[j]);
+        if (has_b) h += to_acc(b[j]);
+        yr[j] = from_acc<T>(h);
+      }
+    }
+    return;
   }
   for (int j = threadIdx.x; j < d; j += blockDim.x) {
     A h = (to_acc(xr[j]) - mu) * r;
@@ -62,6 +107,53 @@ __device__ void layer_norm_bwd(const T* g, const T* x, const typename Acc<T>::ty
   __shared__ A shared[32];
   A* pw = part_w + (long long)blockIdx.x * d;
   A* pb = part_b + (long long)blockIdx.x * d;
+  if (d <= CACHED * (int)blockDim.x) {
+    A sw[CACHED], sb[CACHED], wv[CACHED], gv[CACHED], hv[CACHED];
+#pragma unroll
+    for (int k = 0; k < CACHED; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      sw[k] = A(0);
+      sb[k] = A(0);
+      wv[k] = has_w && j < d ? to_acc(w[j]) : A(1);
+    }
+    for (int row = blockIdx.x; row < m; row += gridDim.x) {
+      const long long base = (long long)row * d;
+      const A mu = mean[row], r = rstd[row];
+      A c1 = 0, c2 = 0;
+#pragma unroll
+      for (int k = 0; k < CACHED; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < d) {
+          gv[k] = to_acc(g[base + j]);
+          hv[k] = (to_acc(x[base + j]) - mu) * r;
+          const A gw = has_w ? gv[k] * wv[k] : gv[k];
+          c1 += gw;
+          c2 += gw * hv[k];
+          if (has_w) sw[k] += gv[k] * hv[k];
+          if (has_b) sb[k] += gv[k];
+        }
+      }
+      c1 = block_sum(c1, shared) / A(d);
+      c2 = block_sum(c2, shared) / A(d);
+#pragma unroll
+      for (int k = 0; k < CACHED; ++k) {
+        const int j = threadIdx.x + k * blockDim.x;
+        if (j < d) {
+          const A gw = has_w ? gv[k] * wv[k] : gv[k];
+          dx[base + j] = from_acc<T>(r * (gw - c1 - hv[k] * c2));
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < CACHED; ++k) {
+      const int j = threadIdx.x + k * blockDim.x;
+      if (j < d) {
+        if (has_w) pw[j] = sw[k];
+        if (has_b) pb[j] = sb[k];
+      }
+    }
+    return;
+  }
   for (int j = threadIdx.x; j < d; j += blockDim.x) {
     if (has_w) pw[j] = A(0);
     if (has_b) pb[j] = A(0);
