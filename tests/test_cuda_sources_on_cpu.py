@@ -19,6 +19,7 @@ SMALL = " or ".join([
     "(flash_attention and shape1 and 64 and 0.0-)",  # dropout at this size: test_flash_attention.py
     "bias_dropout_add",
     "bias_add",
+    "test_add",
     "test_cast",
     "(bias_gelu and not strided and (16B-rows or odd-rows))",
     "(philox and (-1] or -5] or -4099]))",

@@ -17,7 +17,7 @@ import pytest
 from engine import backend
 from engine.kernels import adamw as ka
 from engine.kernels import cross_entropy as kce
-from engine.kernels import bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import add, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 from engine.kernels import flash_attention as flash
 from engine.kernels import grad_norm as kgn
 from gpu_helper import real_cupy
@@ -234,6 +234,26 @@ def test_bias_add(dtype, shape, layout):
     assert bias_add.chunked(dev, db) == (layout == "rows" and shape[-1] * np.dtype(dtype).itemsize % 16 == 0)
     assert bias_add.bias_add_cuda_(dev, db) is dev
     np.testing.assert_array_equal(_host(dev), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
+                                          ((7,), "rows")], ids=["chunks", "odd", "unaligned", "short"])
+def test_add(dtype, shape, layout):
+    """a + b of one shape and dtype: numpy's bits (one rounding of the sum computed in the
+    accumulation type) on the 16-byte path and the one-element path; inf and NaN kept."""
+    rng = _rng()
+    a, b = [(rng.standard_normal(shape) * 1e2).astype(dtype) for _ in range(2)]
+    a.reshape(-1)[:3] = [np.inf, np.nan, -np.inf][:a.size]
+    da, db = _laid_out(a, layout), _dev(b)
+    want = add.add_reference(a, b)
+    _poison()
+    got = add.add_cuda(da, db)
+    assert got.dtype == dtype and got.flags.c_contiguous
+    assert add.chunked(da, db, got) == (layout == "rows" and a.nbytes % 16 == 0)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(_host(got), want)
+        np.testing.assert_array_equal(want, a + b)  # the reference is numpy's add
 
 
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32)], ids=["to-half", "to-float"])

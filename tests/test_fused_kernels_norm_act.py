@@ -12,7 +12,7 @@ import torch
 
 import engine as flow
 import engine.nn.functional as F
-from engine.kernels import _cuda, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
+from engine.kernels import _cuda, add, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 from engine.ops.dropout import bias_dropout_add
 from engine.ops.unary import bias_gelu
 from nvrtc_helper import nvrtc_compiler
@@ -629,8 +629,8 @@ def test_transformer_layer_with_fusion_flags_matches_without(cuda_layers):
 
 # ====================================================================== the CUDA sources compile
 @pytest.mark.parametrize("source", [layer_norm.SOURCE, softmax.SOURCE, dropout_add.SOURCE, bias_add.SOURCE,
-                                    cast.SOURCE, gelu.RAW_SOURCE],
-                         ids=["layer_norm", "softmax", "dropout_add", "bias_add", "cast", "gelu"])
+                                    cast.SOURCE, gelu.RAW_SOURCE, add.SOURCE],
+                         ids=["layer_norm", "softmax", "dropout_add", "bias_add", "cast", "gelu", "add"])
 def test_raw_kernel_sources_compile_with_nvrtc(source):
     log = nvrtc_compiler()(source)
     assert "warning" not in log.lower(), log
@@ -738,3 +738,29 @@ def test_softmax_mask_broadcast_is_not_copied_out(cuda_double):
     mask, *_ = mask_layout(cuda_double, view, shape)
     assert mask.size == 64 * 64
     np.testing.assert_array_equal(cuda_double.asnumpy(cuda_double.broadcast_to(mask, shape)), cuda_double.asnumpy(view))
+
+
+# ====================================================================== a + b of one shape and dtype
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_add_op_on_cuda_uses_the_kernel_for_operands_of_one_shape_and_dtype(cuda_double, dtype):
+    """flow.add / + on CUDA: operands of one shape and dtype (a residual add, a gradient sum) go
+    through engine/kernels/add.py, the CPU's values bit for bit; broadcasts, mixed dtypes and
+    scalars keep CuPy's add. The backward's gradient sum of a reused tensor takes the kernel too."""
+    rng = np.random.default_rng(3)
+    x_h, y_h = [rng.standard_normal((6, 40)).astype(dtype) for _ in range(2)]
+    stats = cuda_double._double.stats
+    results = {}
+    for device in ("cpu", "cuda"):
+        x = flow.tensor(x_h, device=device, requires_grad=True)
+        y = flow.tensor(y_h, device=device, requires_grad=True)
+        stats.reset()
+        z = x + y
+        if device == "cuda":
+            assert stats.by_name[f"engine_add__{_cuda.c_type(dtype).lstrip('_')}"] == 1 and stats.by_name["add"] == 0
+            stats.reset()
+            flow.add(x, y[0])  # a broadcast: CuPy's add
+            assert stats.by_name["add"] == 1
+        (z * x).sum().backward()  # x's gradient sums two paths
+        results[device] = [t.detach().cpu().numpy() for t in (z, x.grad, y.grad)]
+    for got, want in zip(results["cuda"], results["cpu"]):
+        np.testing.assert_array_equal(got, want)

@@ -10,6 +10,8 @@
 #   4. tools/benchmarks/gpu_gpt2.py: GPT-2 124M, seq 1024, fp16 (bench32: fp32), against PyTorch eager;
 #      profile: where the engine's fp16 step spends its time (tools/benchmarks/gpu_profile.py);
 #      attention: the attention core and its batched products (tools/benchmarks/gpu_attention.py);
+#      elementwise: the memory-bound calls of the step against the copy bandwidth, CuPy's beside
+#      the engine's kernels (tools/benchmarks/gpu_elementwise.py);
 #      graph: the benchmark with the engine's forward + backward replayed as a CUDA graph;
 #      dropout: the (eager) benchmark with dropout 0.1 in both models (flash attention's dropout);
 #      attn32: the benchmark with the engine's attention computed in float32 (the path before cuBLAS);
@@ -19,7 +21,7 @@
 #      (tools/benchmarks/gpu_flash.py: GPT-2's shape, then with dropout 0.1, then head size 128).
 #   BENCH_ARGS adds arguments to every benchmark run (e.g. "--micro-batch 16").
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile attention graph dropout attn32 unfused flashattn; default kernels suite train bench)
+# profile attention elementwise graph dropout attn32 unfused flashattn; default kernels suite train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -72,8 +74,9 @@ for s in $STEPS; do
                done ;;
     profile) step profile_fp16 "$PY" tools/benchmarks/gpu_profile.py --dtype fp16 ;;
     attention) step attention "$PY" tools/benchmarks/gpu_attention.py ;;
+    elementwise) step elementwise "$PY" tools/benchmarks/gpu_elementwise.py ;;
     bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
-    *) echo "unknown step $s (kernels suite train bench bench32 profile attention graph dropout attn32 unfused"
+    *) echo "unknown step $s (kernels suite train bench bench32 profile attention elementwise graph dropout attn32 unfused"
        echo "flashattn)"
        exit 2 ;;
   esac

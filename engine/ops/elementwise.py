@@ -5,6 +5,7 @@ import numpy as np
 
 from ..backend import dtypes, xp_of
 from ..backend.parallel import MIN_PARALLEL_ELEMENTS, parallel_ufunc
+from ..kernels import add as add_kernel
 from ..tensor import Tensor, tensor_method
 from . import inplace
 from ._core import (binary_op, broadcast_shapes, cast, float_dtype_for, is_scalar, promote_operands, reflected,
@@ -22,9 +23,13 @@ __all__ = ["add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_d
 
 
 def _ufunc(ufunc, a, b):
-    """CPU: split large broadcasts over threads; CuPy: the plain ufunc."""
-    if (a.size >= MIN_PARALLEL_ELEMENTS or b.size >= MIN_PARALLEL_ELEMENTS) and isinstance(a, np.ndarray):
-        return parallel_ufunc(ufunc, a, b)
+    """CPU: split large broadcasts over threads; CuPy: the plain ufunc, or for an add of two
+    arrays of one shape and dtype the engine's 16-byte kernel (engine/kernels/add.py)."""
+    if isinstance(a, np.ndarray):
+        if a.size >= MIN_PARALLEL_ELEMENTS or b.size >= MIN_PARALLEL_ELEMENTS:
+            return parallel_ufunc(ufunc, a, b)
+    elif ufunc is np.add and not isinstance(a, np.generic) and add_kernel.supported(a, b):
+        return add_kernel.add_cuda(a, b)
     return ufunc(a, b)
 
 

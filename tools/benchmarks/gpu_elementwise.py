@@ -6,7 +6,7 @@ The profile of the step (tools/benchmarks/gpu_profile.py on an H200) put 10 ms o
 GPU work in casts and adds that move little data: 48 bias adds (`out += bias` after each
 linear's cuBLAS product) 3.3 ms, 100 float16 <-> float32 casts 6.9 ms, 50 float32 adds 1.7 ms.
 This times each of those CuPy calls at GPT-2's shapes beside a plain device copy of the same
-bytes and beside the engine's own kernel where it has one (the bias add), so that the gap is a number: GB/s moved
+bytes and beside the engine's own kernel where it has one (the bias add, the add), so that the gap is a number: GB/s moved
 (bytes read once + written once over the median time of CUDA events around each call, buffers
 rotated over more than the L2 cache).
 """
@@ -44,7 +44,7 @@ def row(label, ms, nbytes):
 def run(a):
     import cupy as cp
 
-    from engine.kernels import bias_add
+    from engine.kernels import add, bias_add
 
     rng = cp.random.default_rng(0)
     print(f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: medians of {a.reps} calls, "
@@ -80,6 +80,10 @@ def run(a):
             timed(cp, lambda x: x.astype(cp.float32), f16, a.reps), 6 * n)
     pairs = [(normal((ROWS, 768), cp.float32), normal((ROWS, 768), cp.float32)) for _ in range(ROTATE)]
     row("add float32 + float32 [8192, 768]", timed(cp, lambda x, y: x + y, pairs, a.reps), 12 * ROWS * 768)
+    row("add, engine kernel float32 [8192, 768]", timed(cp, add.add_cuda, pairs, a.reps), 12 * ROWS * 768)
+    x, y = pairs[0]
+    differ = int((cp.asnumpy(add.add_cuda(x, y)) != add.add_reference(cp.asnumpy(x), cp.asnumpy(y))).sum())
+    print(f"    engine kernel: {differ} elements differ from the reference")
     mixed = [(normal((ROWS, 768), cp.float32), normal((ROWS, 768), cp.float16)) for _ in range(ROTATE)]
     row("add float32 + float16 -> float32 [8192, 768] (no cast)", timed(cp, lambda x, y: x + y, mixed, a.reps),
         10 * ROWS * 768)

@@ -4,7 +4,7 @@ kernel's numpy reference into the output memory."""
 import numpy as np
 
 from cupy_double import _double
-from engine.kernels import _cuda, bias_add, cast, dropout_add, gelu, layer_norm, softmax
+from engine.kernels import _cuda, add, bias_add, cast, dropout_add, gelu, layer_norm, softmax
 
 from . import emulates
 
@@ -272,6 +272,18 @@ def _bias_add(name, grid, block, args, shared_mem):
     t = _chunked_rows(name, n, d, chunked, dict(y=y, bias=b))
     out = _buf(name, "y", y, n, t)
     out[:] = bias_add.bias_add_reference(out.reshape(-1, d), _buf(name, "bias", b, d, t)).reshape(-1)
+
+
+@emulates("engine_add")
+def _add(name, grid, block, args, shared_mem):
+    a, b, y, *scalars = args
+    n, chunked = _scalars(name, scalars, (np.uint64, np.int32))
+    _grid_stride(name, grid, block)
+    t = _elem(name)
+    if chunked and (n * t.itemsize) % _cuda.CHUNK_BYTES:
+        raise ValueError(f"{name}: the 16-byte path with {n * t.itemsize} bytes")
+    aligned_chunks(name, chunked, n * t.itemsize // _cuda.CHUNK_BYTES, dict(a=a, b=b, y=y))
+    _buf(name, "y", y, n, t)[:] = add.add_reference(_buf(name, "a", a, n, t), _buf(name, "b", b, n, t))
 
 
 # ------------------------------------------------------------------ float16 <-> float32 cast
