@@ -447,3 +447,46 @@ def test_loss_scale_rule_matches_torch_update_scale():
         ts, tt = torch.tensor([scale], dtype=torch.float32), torch.tensor([tracker], dtype=torch.int32)
         torch._amp_update_scale_(ts, tt, torch.tensor([float(found)]), 2.0, 0.5, 3)
         assert next_scale(scale, tracker, found, 2.0, 0.5, 3) == (ts.item(), tt.item()), (scale, tracker, found)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_grad_scaler_whose_scale_underflows_skips_every_step_as_torch(device, request):
+    """A scale halved down to 0 (float32) makes the inverse scale inf, as torch's, and nothing
+    raises (a ZeroDivisionError before). Every later step is skipped: the engine checks the
+    unscaled gradient (0 * inf is NaN), where torch checks the scaled one (0, finite) and then
+    steps with NaN gradients (its weights become NaN; the scale sequence is the same)."""
+    if device == "cuda":
+        request.getfixturevalue("cuda_double")
+    w0 = np.ones((2, 2), np.float32)
+    w, tw = flow.tensor(w0, device=device, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    opt, topt = flow.optim.AdamW([w], lr=0.1), torch.optim.AdamW([tw], lr=0.1)
+    kw = dict(init_scale=3e-45, backoff_factor=0.5)
+    scaler, tscaler = flow.amp.GradScaler(device, **kw), torch.amp.GradScaler("cpu", **kw)
+    for i in range(4):
+        g = np.full((2, 2), np.inf if i < 2 else 1.0, np.float32)
+        for p, sc, o, make in ((w, scaler, opt, lambda a: flow.tensor(a, device=device)), (tw, tscaler, topt, torch.tensor)):
+            p.grad = None
+            sc.scale((p * make(g)).sum()).backward()
+            sc.step(o)
+            sc.update()
+        assert scaler.get_scale() == tscaler.get_scale()
+    assert scaler.get_scale() == 0.0
+    assert np.isnan(tw.detach().numpy()).all()
+    np.testing.assert_array_equal(w.detach().cpu().numpy(), w0)
+
+
+def test_grad_scaler_steps_are_refused_inside_a_cuda_graph_capture(cuda_double):
+    """Only the forward and the scaled backward may be captured: the scaler's device flag queues a
+    copy to host memory and an event that a replay could not redo (the capture is refused with
+    a clear error, not left to fail later)."""
+    w = flow.tensor(np.ones((2, 3), np.float32), device="cuda", requires_grad=True)
+    opt = flow.optim.AdamW([w], lr=0.1)
+    scaler = flow.amp.GradScaler("cuda")
+    scaler.scale((w * 2.0).sum()).backward()  # warm-up: the scale lives outside the graph
+    scaler.step(opt)
+    scaler.update()
+    g = flow.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="GradScaler.unscale_.*inside a CUDA graph capture"):
+        with flow.cuda.graph(g):
+            scaler.scale((w * 2.0).sum()).backward()
+            scaler.step(opt)

@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from ..autograd.grad_mode import _state
-from ..backend import capture_state, dtypes, xp_of
+from ..backend import capture_state, dtypes, refuse_in_capture, xp_of
 from ..kernels import loss_scale
 from ..ops import _core, cast_cache
 from ..tensor import Tensor
@@ -119,9 +119,10 @@ class DeviceFlag:
 
         self.found = found
         self._host = cupyx.empty_pinned((), dtype=np.float32)
-        found.get(out=self._host, blocking=False)  # on the current stream, after the kernels that set it
-        self._event = xp_of(found).cuda.Event(disable_timing=True)
-        self._event.record()
+        with xp_of(found).cuda.Device(found.device.id):  # the copy and its event on the flag's GPU and stream
+            found.get(out=self._host, blocking=False)  # queued after the kernels that set it
+            self._event = xp_of(found).cuda.Event(disable_timing=True)
+            self._event.record()
         self._value = None
 
     def value(self):
@@ -267,10 +268,12 @@ class GradScaler:
         if tracker is not None:
             self._growth_tracker = int(tracker)
         for t in self._device_scales.values():
-            t._data.fill(self._scale)  # on a GPU: the _DeviceScale's array itself
-        for state in self._on_gpu.values():
-            state.scale.fill(self._scale)
-            state.tracker.fill(self._growth_tracker)
+            if xp_of(t._data) is np:
+                t._data.fill(self._scale)
+        for dev, state in self._on_gpu.items():  # the GPU scale tensors share these arrays
+            with xp_of(state.scale).cuda.Device(dev):
+                state.scale.fill(self._scale)
+                state.tracker.fill(self._growth_tracker)
 
     def _settle(self):
         """Bring the host's scale up to date with the updates the device made (each flag read
@@ -298,6 +301,8 @@ class GradScaler:
                 a = g._data
                 (host if isinstance(a, np.ndarray) or a.dtype.kind != "f" else on_device).append(a)
         if on_device and not host and len({a.device.id for a in on_device}) == 1:
+            # its flag's host copy and event would be replayed into memory the host has let go
+            refuse_in_capture("GradScaler.unscale_ (and step, update)")
             found = self._unscale_on_device(on_device)
         else:
             found = self._unscale_on_host(host, on_device)
@@ -323,12 +328,13 @@ class GradScaler:
         from ..kernels import grad_norm as kgn
 
         self._settle()
-        inv = 1.0 / self._scale
+        inv = _reciprocal(self._scale)
         found = 0.0
-        for a in host:
-            a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
-            if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
-                found = 1.0
+        with np.errstate(all="ignore"):  # an inf inverse scale (a scale that underflowed): found below
+            for a in host:
+                a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
+                if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
+                    found = 1.0
         if on_device:
             kgn.multiply_grads(on_device, inv)
             if not found:
@@ -378,7 +384,8 @@ class GradScaler:
         dev = flags[0].found.device.id
         state = self._on_gpu.get(dev)
         if state is None or any(f.found.device.id != dev for f in flags) or set(self._on_gpu) != {dev} or any(
-                t._data is not state.scale for t in self._device_scales.values()):
+                t._data is not state.scale for t in self._device_scales.values()) \
+                or self._growth_interval > np.iinfo(np.int32).max:  # the kernel's int
             return False
         xp = xp_of(state.scale)
         with xp.cuda.Device(dev):
@@ -429,6 +436,13 @@ class StaticGradScaler(GradScaler):
         if new_scale is not None:
             self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         self._unscaled = {}
+
+
+def _reciprocal(scale):
+    """1 / scale in double, inf for a scale that underflowed to 0 (every step then skipped, as
+    torch's inverse scale becomes inf)."""
+    with np.errstate(divide="ignore"):
+        return float(np.float64(1.0) / np.float64(scale))
 
 
 def _host_sum(a):

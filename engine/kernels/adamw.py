@@ -212,13 +212,15 @@ def adam_update_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, hype
            (tab, _cuda.i32(len(keep)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK)) + scalars + (flags, skip))
 
 
-_never = {}  # device id -> a 0-d float32 zero: the flag of steps taken unconditionally
+_never = {}  # (array module, device id) -> a 0-d float32 zero: the flag of steps taken unconditionally
 
 
 def _never_skip(like):
-    flag = _never.get(like.device.id)
+    xp = xp_of(like)
+    key = (id(xp), like.device.id)  # the array module too: tests swap real CuPy and its double
+    flag = _never.get(key)
     if flag is None:
-        flag = _never[like.device.id] = xp_of(like).zeros((), dtype=np.float32)
+        flag = _never[key] = xp.zeros((), dtype=np.float32)
     return flag
 
 

@@ -358,8 +358,8 @@ def unscale_grads_numpy(arrays, scale, found):
     """Each array times 1 / scale (computed in double from the 0-d float32 `scale`, rounded to the
     array's dtype) in place; `found` (a 0-d float32 array) is set to 1 when a result is not
     finite, and never cleared."""
-    inv = 1.0 / float(scale)
     with np.errstate(all="ignore"):
+        inv = float(np.float64(1.0) / np.float64(scale))  # inf for a scale of 0, as the kernel's
         for a in arrays:
             a *= a.dtype.type(inv)
             if a.size and not np.isfinite(a).all():
