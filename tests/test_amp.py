@@ -490,3 +490,43 @@ def test_grad_scaler_steps_are_refused_inside_a_cuda_graph_capture(cuda_double):
         with flow.cuda.graph(g):
             scaler.scale((w * 2.0).sum()).backward()
             scaler.step(opt)
+
+
+def test_grad_scaler_on_cuda_state_saved_right_after_a_skipped_step_resumes_exactly(cuda_double):
+    """A checkpoint taken right after a skipped step, while its flag is still unread on the host:
+    the optimizer's and the scaler's state dicts settle it first (the provisional step count taken
+    back, the halved scale), so a run resumed from them continues exactly as the uninterrupted
+    one (parameters, step counts, scale)."""
+    shapes = [(4, 3), (6,)]
+    w0 = [np.random.default_rng(40 + k).standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)]
+
+    def make():
+        ws = [flow.tensor(a, device="cuda", requires_grad=True) for a in w0]
+        return ws, flow.optim.AdamW(ws, lr=0.05), flow.amp.GradScaler("cuda", init_scale=8.0, growth_interval=2)
+
+    def train(ws, opt, scaler, steps):
+        for i in steps:
+            for p in ws:
+                p.grad = None
+            grads = [flow.tensor(_grads_on_device_steps(i, s), device="cuda") for s in shapes]
+            scaler.scale(sum((p * g).sum() for p, g in zip(ws, grads))).backward()
+            scaler.step(opt)
+            scaler.update()
+
+    ws, opt, scaler = make()
+    train(ws, opt, scaler, range(8))
+    ws2, opt2, scaler2 = make()
+    train(ws2, opt2, scaler2, range(5))  # step 4 was skipped (SKIPPED_STEPS)
+    opt_state, scaler_state = opt2.state_dict(), scaler2.state_dict()
+    assert {int(v["step"]) for v in opt_state["state"].values()} == {2}  # steps 1 and 2 taken; 0, 3, 4 skipped
+    ws3, opt3, scaler3 = make()
+    for p, q in zip(ws3, ws2):
+        p.detach().copy_(q.detach())
+    opt3.load_state_dict(opt_state)
+    scaler3.load_state_dict(scaler_state)
+    train(ws3, opt3, scaler3, range(5, 8))
+    for p, q in zip(ws3, ws):
+        np.testing.assert_array_equal(p.detach().cpu().numpy(), q.detach().cpu().numpy())
+    assert scaler3.state_dict() == scaler.state_dict()
+    assert [int(v["step"]) for v in opt3.state_dict()["state"].values()] == \
+        [int(v["step"]) for v in opt.state_dict()["state"].values()]
