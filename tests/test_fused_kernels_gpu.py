@@ -256,6 +256,23 @@ def test_add(dtype, shape, layout):
         np.testing.assert_array_equal(want, a + b)  # the reference is numpy's add
 
 
+@pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
+                                          ((7,), "rows")], ids=["groups-of-4", "odd", "unaligned", "short"])
+def test_add_mixed(shape, layout):
+    """float32 + float16 into float32: the float16 operand converted exactly, one float32
+    rounding (numpy's promotion), on the 4-element path and the one-element path."""
+    rng = _rng()
+    a = (rng.standard_normal(shape) * 1e2).astype(np.float32)
+    b = (rng.standard_normal(shape) * 1e2).astype(np.float16)
+    b.reshape(-1)[:2] = [np.inf, np.nan][:b.size]
+    da, db = _dev(a), _laid_out(b, layout)
+    _poison()
+    got = add.add_mixed_cuda(da, db)
+    assert got.dtype == np.float32 and add.mixed_chunked(da, db, got) == (layout == "rows" and a.size % 4 == 0)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(_host(got), a + b)
+
+
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32)], ids=["to-half", "to-float"])
 @pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
                                           ((7,), "rows")], ids=["groups-of-8", "odd", "unaligned", "short"])

@@ -764,3 +764,30 @@ def test_add_op_on_cuda_uses_the_kernel_for_operands_of_one_shape_and_dtype(cuda
         results[device] = [t.detach().cpu().numpy() for t in (z, x.grad, y.grad)]
     for got, want in zip(results["cuda"], results["cpu"]):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("order", ["float+half", "half+float"])
+def test_mixed_add_on_cuda_reads_the_half_operand_without_a_cast(cuda_double, order):
+    """float32 + float16 of one shape on CUDA (a residual add under float16 autocast): one mixed
+    kernel, no cast launched, the CPU's promoted values bit for bit; the float16 input's gradient
+    is float16, the float32 one's float32, as through the cast."""
+    rng = np.random.default_rng(4)
+    a_h = rng.standard_normal((6, 40)).astype(np.float32)
+    b_h = rng.standard_normal((6, 40)).astype(np.float16)
+    g_h = rng.standard_normal((6, 40)).astype(np.float32)
+    stats = cuda_double._double.stats
+    results = {}
+    for device in ("cpu", "cuda"):
+        a = flow.tensor(a_h, device=device, requires_grad=True)
+        b = flow.tensor(b_h, device=device, requires_grad=True)
+        stats.reset()
+        z = a + b if order == "float+half" else b + a
+        if device == "cuda":
+            kernels = {k: n for k, n in stats.by_name.items() if n}
+            assert kernels == {"engine_add_mixed__float_half": 1}, kernels
+        assert z.dtype == flow.float32
+        z.backward(flow.tensor(g_h, device=device))
+        assert a.grad.dtype == flow.float32 and b.grad.dtype == flow.float16
+        results[device] = [t.detach().cpu().numpy() for t in (z, a.grad, b.grad)]
+    for got, want in zip(results["cuda"], results["cpu"]):
+        np.testing.assert_array_equal(got, want)

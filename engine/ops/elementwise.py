@@ -62,6 +62,41 @@ class Add(_AddSub):
     ufunc = np.add
 
 
+class AddHalfToFloat(Op):
+    """float32 a + float16 b of one shape on CUDA, into float32: what `a + b` computes after
+    promoting b (an exact conversion), in one kernel that reads b as it is (engine/kernels/add.py)
+    instead of a cast kernel writing its float32 copy first. The residual adds of a model under
+    float16 autocast (the float32 stream plus a float16 branch). The gradients are those of the
+    cast and the add: g, and g cast to float16."""
+
+    name = "Add"
+
+    @staticmethod
+    def forward(ctx, a, b):
+        if add_kernel.mixed_supported(a, b):
+            return add_kernel.add_mixed_cuda(a, b)
+        return a + b.astype(np.float32)
+
+    @staticmethod
+    def backward(ctx, g):
+        gb = cast(g, dtypes.float16) if ctx.needs_input_grad[1] else None
+        return (g if ctx.needs_input_grad[0] else None), gb
+
+
+def _half_onto_float(a, b):
+    """(float32 operand, float16 operand) when `a + b` is a same-shape float32 + float16 add of
+    CUDA tensors (either order: IEEE addition commutes), else None."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a._device.type != "cuda" \
+            or b._device.type != "cuda" or (a._global is None) != (b._global is None):
+        return None
+    da, db = a._data.dtype, b._data.dtype
+    if da == np.float16 and db == np.float32:
+        a, b, da, db = b, a, db, da
+    if da != np.float32 or db != np.float16 or tuple(a.shape) != tuple(b.shape):
+        return None
+    return a, b
+
+
 class Sub(_AddSub):
     name = "Sub"
     ufunc = np.subtract
@@ -168,6 +203,10 @@ class Fmod(Op):
 
 
 def add(input, other, *, alpha=1):
+    if alpha == 1:
+        pair = _half_onto_float(input, other)
+        if pair is not None:
+            return AddHalfToFloat.apply(*pair)
     return binary_op(Add, input, other, alpha=alpha)
 
 

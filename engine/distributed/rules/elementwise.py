@@ -4,7 +4,7 @@ from ...ops import elementwise
 from .base import sbp_rule
 from .patterns import Pointwise
 
-sbp_rule(elementwise.Neg, elementwise.Add, elementwise.Sub)(Pointwise(linear=True))
+sbp_rule(elementwise.Neg, elementwise.Add, elementwise.AddHalfToFloat, elementwise.Sub)(Pointwise(linear=True))
 sbp_rule(elementwise.Mul)(Pointwise(scales=(0, 1)))
 sbp_rule(elementwise.Div)(Pointwise(scales=(0,)))
 sbp_rule(elementwise.FloorDivide, elementwise.Fmod, elementwise.Remainder, elementwise.Pow,

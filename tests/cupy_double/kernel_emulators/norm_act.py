@@ -286,6 +286,18 @@ def _add(name, grid, block, args, shared_mem):
     _buf(name, "y", y, n, t)[:] = add.add_reference(_buf(name, "a", a, n, t), _buf(name, "b", b, n, t))
 
 
+@emulates("engine_add_mixed")
+def _add_mixed(name, grid, block, args, shared_mem):
+    a, b, y, *scalars = args
+    n, chunked = _scalars(name, scalars, (np.uint64, np.int32))
+    _grid_stride(name, grid, block)
+    if chunked and n % add.MIXED_GROUP:
+        raise ValueError(f"{name}: the 4-element path with {n} elements")
+    aligned_chunks(name, chunked, n // add.MIXED_GROUP, dict(a=a, b=b, y=y))
+    _buf(name, "y", y, n, np.float32)[:] = add.add_mixed_reference(_buf(name, "a", a, n, np.float32),
+                                                                   _buf(name, "b", b, n, np.float16))
+
+
 # ------------------------------------------------------------------ float16 <-> float32 cast
 @emulates("engine_cast")
 def _cast(name, grid, block, args, shared_mem):
