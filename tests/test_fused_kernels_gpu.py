@@ -236,41 +236,27 @@ def test_bias_add(dtype, shape, layout):
     np.testing.assert_array_equal(_host(dev), want)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtypes", [(np.float16, np.float16), (np.float32, np.float32), (np.float64, np.float64),
+                                    (np.float32, np.float16)], ids=["half", "float", "double", "float+half"])
 @pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
                                           ((7,), "rows")], ids=["chunks", "odd", "unaligned", "short"])
-def test_add(dtype, shape, layout):
-    """a + b of one shape and dtype: numpy's bits (one rounding of the sum computed in the
-    accumulation type) on the 16-byte path and the one-element path; inf and NaN kept."""
+def test_add(dtypes, shape, layout):
+    """a + b of one shape, of one dtype or float32 + float16: numpy's bits (the sum computed in
+    the accumulation type, rounded once to a's dtype: numpy's promotion) on the vector path and
+    the one-element path; inf and NaN kept."""
     rng = _rng()
-    a, b = [(rng.standard_normal(shape) * 1e2).astype(dtype) for _ in range(2)]
+    a, b = [(rng.standard_normal(shape) * 1e2).astype(dt) for dt in dtypes]
     a.reshape(-1)[:3] = [np.inf, np.nan, -np.inf][:a.size]
-    da, db = _laid_out(a, layout), _dev(b)
+    b.reshape(-1)[-1:] = np.inf
+    da, db = _dev(a), _laid_out(b, layout)
     want = add.add_reference(a, b)
     _poison()
     got = add.add_cuda(da, db)
-    assert got.dtype == dtype and got.flags.c_contiguous
+    assert got.dtype == dtypes[0] and got.flags.c_contiguous
     assert add.chunked(da, db, got) == (layout == "rows" and a.nbytes % 16 == 0)
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(_host(got), want)
         np.testing.assert_array_equal(want, a + b)  # the reference is numpy's add
-
-
-@pytest.mark.parametrize("shape,layout", [((64, 768), "rows"), ((3, 1031), "rows"), ((5, 64), "unaligned"),
-                                          ((7,), "rows")], ids=["groups-of-4", "odd", "unaligned", "short"])
-def test_add_mixed(shape, layout):
-    """float32 + float16 into float32: the float16 operand converted exactly, one float32
-    rounding (numpy's promotion), on the 4-element path and the one-element path."""
-    rng = _rng()
-    a = (rng.standard_normal(shape) * 1e2).astype(np.float32)
-    b = (rng.standard_normal(shape) * 1e2).astype(np.float16)
-    b.reshape(-1)[:2] = [np.inf, np.nan][:b.size]
-    da, db = _dev(a), _laid_out(b, layout)
-    _poison()
-    got = add.add_mixed_cuda(da, db)
-    assert got.dtype == np.float32 and add.mixed_chunked(da, db, got) == (layout == "rows" and a.size % 4 == 0)
-    with np.errstate(invalid="ignore"):
-        np.testing.assert_array_equal(_host(got), a + b)
 
 
 @pytest.mark.parametrize("src,dst", [(np.float32, np.float16), (np.float16, np.float32)], ids=["to-half", "to-float"])

@@ -28,7 +28,7 @@ def _ufunc(ufunc, a, b):
     if isinstance(a, np.ndarray):
         if a.size >= MIN_PARALLEL_ELEMENTS or b.size >= MIN_PARALLEL_ELEMENTS:
             return parallel_ufunc(ufunc, a, b)
-    elif ufunc is np.add and not isinstance(a, np.generic) and add_kernel.supported(a, b):
+    elif ufunc is np.add and not isinstance(a, np.generic) and a.dtype == b.dtype and add_kernel.supported(a, b):
         return add_kernel.add_cuda(a, b)
     return ufunc(a, b)
 
@@ -73,8 +73,8 @@ class AddHalfToFloat(Op):
 
     @staticmethod
     def forward(ctx, a, b):
-        if add_kernel.mixed_supported(a, b):
-            return add_kernel.add_mixed_cuda(a, b)
+        if add_kernel.supported(a, b):
+            return add_kernel.add_cuda(a, b)
         return a + b.astype(np.float32)
 
     @staticmethod

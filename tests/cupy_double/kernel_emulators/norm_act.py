@@ -277,25 +277,13 @@ def _bias_add(name, grid, block, args, shared_mem):
 @emulates("engine_add")
 def _add(name, grid, block, args, shared_mem):
     a, b, y, *scalars = args
+    ta, tb = {v: k for k, v in add.NAMES.items()}[name]
     n, chunked = _scalars(name, scalars, (np.uint64, np.int32))
     _grid_stride(name, grid, block)
-    t = _elem(name)
-    if chunked and (n * t.itemsize) % _cuda.CHUNK_BYTES:
-        raise ValueError(f"{name}: the 16-byte path with {n * t.itemsize} bytes")
-    aligned_chunks(name, chunked, n * t.itemsize // _cuda.CHUNK_BYTES, dict(a=a, b=b, y=y))
-    _buf(name, "y", y, n, t)[:] = add.add_reference(_buf(name, "a", a, n, t), _buf(name, "b", b, n, t))
-
-
-@emulates("engine_add_mixed")
-def _add_mixed(name, grid, block, args, shared_mem):
-    a, b, y, *scalars = args
-    n, chunked = _scalars(name, scalars, (np.uint64, np.int32))
-    _grid_stride(name, grid, block)
-    if chunked and n % add.MIXED_GROUP:
-        raise ValueError(f"{name}: the 4-element path with {n} elements")
-    aligned_chunks(name, chunked, n // add.MIXED_GROUP, dict(a=a, b=b, y=y))
-    _buf(name, "y", y, n, np.float32)[:] = add.add_mixed_reference(_buf(name, "a", a, n, np.float32),
-                                                                   _buf(name, "b", b, n, np.float16))
+    if chunked and (n * ta.itemsize) % _cuda.CHUNK_BYTES:
+        raise ValueError(f"{name}: the 16-byte path with {n * ta.itemsize} bytes")
+    aligned_chunks(name, chunked, n * ta.itemsize // _cuda.CHUNK_BYTES, dict(a=a, b=b, y=y))
+    _buf(name, "y", y, n, ta)[:] = add.add_reference(_buf(name, "a", a, n, ta), _buf(name, "b", b, n, tb))
 
 
 # ------------------------------------------------------------------ float16 <-> float32 cast
