@@ -165,6 +165,45 @@ def test_fp16_gpt2_step_with_loss_scaling_makes_no_host_synchronisation(cuda_lay
     assert scaler.get_scale() == 2.0 ** 16 and all(s["step"] == 4 for s in opt.state.values())
 
 
+@pytest.mark.parametrize("fp16", [False, True], ids=["float32", "float16"])
+def test_the_trainer_reads_the_device_once_per_iteration(cuda_layers, tmp_path, fp16):
+    """LiBai's trainer on CUDA (the CuPy double), in process, as tools/train_net.py builds it:
+    each iteration (data, forward, backward, clipping, the GradScaler's unscale / step / update in
+    float16, AdamW, metrics) makes exactly one host synchronisation, the logged loss's read; the
+    only event the host waits for is the previous iteration's inf/nan flag. (The last iteration
+    also writes model_final, whose state dicts read the device.)"""
+    from gpt2_helpers import CONFIG
+    from libai.config import LazyConfig
+    from libai.engine import DefaultTrainer, default_argument_parser, default_setup
+    from libai.engine.hooks import HookBase
+
+    stats = cuda_layers._double.stats
+    opts = [*TINY, "train.train_iter=5", "train.log_period=1", "train.evaluation.enabled=False",
+            "train.checkpointer.period=100", "train.input_placement_device=cuda", f"train.output_dir={tmp_path}",
+            *(["train.amp.enabled=True", "train.amp.dtype=float16"] if fp16 else [])]
+    args = default_argument_parser().parse_args(["--config-file", CONFIG, *opts])
+    cfg = LazyConfig.apply_overrides(LazyConfig.load(CONFIG), args.opts)
+    default_setup(cfg, args)
+    seen = []
+
+    class CountReads(HookBase):
+        def before_step(self):
+            stats.reset()
+            stats.trace = True
+            self.clock = type(stats).clock
+
+        def after_step(self):
+            seen.append((stats.syncs, list(stats.sync_sites), [w < self.clock for w in stats.event_waits]))
+
+    trainer = DefaultTrainer(cfg)
+    trainer.register_hooks([CountReads()])
+    trainer.train()
+    assert len(seen) == 5
+    for i, (syncs, sites, waits) in enumerate(seen[:-1]):
+        assert syncs == 1, sites
+        assert waits == ([True] if fp16 and i else []), waits  # the first iteration has no earlier flag
+
+
 def _fp16_forward_backward(double, flash, monkeypatch, dropout=0.0):
     """(loss, launches, flash kernel launches, gradients) of one fp16 forward + backward of the
     tiny GPT-2 with flash attention on or off."""
