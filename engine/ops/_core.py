@@ -343,8 +343,9 @@ def binary_op(op_cls, a, b, **attrs):
     """The common path of a broadcasting binary op: PyTorch's type promotion of the operands
     (Tensors or scalars), a clear error for shapes that do not broadcast, then the op."""
     a, b = promote_operands(a, b)
-    if a._global is not None or a._data.shape != b._data.shape:
-        broadcast_shapes(a.shape, b.shape)  # clear error before numpy's
+    ga, gb = a._global, b._global
+    if (a._data.shape != b._data.shape if ga is None else gb is None or ga.shape != gb.shape):
+        broadcast_shapes(a.shape, b.shape)  # clear error before numpy's (global: on the logical shapes)
     return op_cls.apply(a, b, **attrs)
 
 
