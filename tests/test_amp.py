@@ -530,3 +530,25 @@ def test_grad_scaler_on_cuda_state_saved_right_after_a_skipped_step_resumes_exac
     assert scaler3.state_dict() == scaler.state_dict()
     assert [int(v["step"]) for v in opt3.state_dict()["state"].values()] == \
         [int(v["step"]) for v in opt.state_dict()["state"].values()]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_unscale_of_float16_gradients_multiplies_in_float32_as_torch(device, request):
+    """float16 gradients are unscaled by torch's float32 inverse scale, the product rounded once:
+    at a scale of 2^25 a float16 factor would be 0 (its smallest subnormal is 2^-24) and zero
+    every gradient. Against torch._amp_foreach_non_finite_check_and_unscale_, bit for bit."""
+    if device == "cuda":
+        request.getfixturevalue("cuda_double")
+    scale = 2.0 ** 25
+    g = (np.random.default_rng(5).standard_normal((4, 5)) * 2000).astype(np.float16)
+    p = flow.zeros((4, 5), dtype=flow.float16, device=device, requires_grad=True)
+    p.grad = flow.tensor(g, device=device)
+    scaler = flow.amp.GradScaler(device, init_scale=scale)
+    opt = flow.optim.SGD([p], lr=0.1)
+    scaler.unscale_(opt)
+    tg, found = torch.tensor(g), torch.zeros(1)
+    torch._amp_foreach_non_finite_check_and_unscale_([tg], found, torch.tensor([1.0 / scale]))
+    got = p.grad.cpu().numpy()
+    assert np.count_nonzero(got) > 10
+    np.testing.assert_array_equal(got.view(np.uint16), tg.numpy().view(np.uint16))
+    assert scaler.found_inf(opt) is False and found.item() == 0.0

@@ -329,10 +329,15 @@ class GradScaler:
 
         self._settle()
         inv = _reciprocal(self._scale)
-        found = 0.0
+        flag = np.zeros((), np.float32)
+        floats = [a for a in host if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        kgn.unscale_grads_numpy(floats, np.float32(self._scale), flag)  # the device kernel's arithmetic
+        found = float(flag)
         with np.errstate(all="ignore"):  # an inf inverse scale (a scale that underflowed): found below
             for a in host:
-                a *= a.dtype.type(inv) if a.dtype.kind == "f" else inv
+                if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+                    continue
+                a *= inv  # bfloat16 (ml_dtypes, kind "V")
                 if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
                     found = 1.0
         if on_device:

@@ -32,7 +32,7 @@ from . import _cuda, _multi_tensor as mt
 
 __all__ = ["grad_norm", "grad_norm_numpy", "grad_norm_cuda", "scale_grads", "scale_grads_numpy", "scale_grads_cuda",
            "multiply_grads", "multiply_grads_numpy", "multiply_grads_cuda",
-           "unscale_grads", "unscale_grads_numpy", "unscale_grads_cuda", "unscale_kernel",
+           "unscale_grads", "unscale_grads_numpy", "unscale_grads_cuda", "unscale_kernel", "unscale_factor",
            "norm_mode", "supported_norm", "finish_norm", "combine", "chunk_partials"]
 
 SUM_SQUARES, MAX_ABS, SUM_POW = 0, 1, 2
@@ -238,14 +238,15 @@ _CLIP_COEF = ("const norm_t* __restrict__ total, const norm_t max_norm", """norm
     c = c > (norm_t)1 ? (norm_t)1 : c;  // a NaN coefficient stays NaN, as numpy's minimum
     const compute_t coef = (compute_t)c;""", "")
 _FACTOR_COEF = ("const compute_t factor", "const compute_t coef = factor;", "")
-# the GradScaler's unscale: 1 / scale from the device (in double, rounded once to the tensor's
-# dtype, as multiply's host factor), and the flag raised where a stored value is not finite
+# the GradScaler's unscale: 1 / scale from the device (in double, rounded once to float32 for
+# float16 and float32 tensors, as torch's inverse scale; kept double for float64), the product in
+# the compute type rounded once, and the flag raised where a stored value is not finite
 # (x - x is 0 only for finite x); every writer writes the same 1, so no atomics are needed
 _UNSCALE_COEF = ("const float* __restrict__ scale, float* __restrict__ found",
                  "const compute_t coef = (compute_t)(${factor});",
                  """const compute_t b = widen(s);
             if (!(b - b == (compute_t)0)) found[0] = 1.0f;""")
-_UNSCALE_FACTOR = {"float16": "half_to_float(float_to_half(1.0 / (double)scale[0]))",
+_UNSCALE_FACTOR = {"float16": "(float)(1.0 / (double)scale[0])",  # float, as torch's: 2^-25 is no float16
                    "float32": "(float)(1.0 / (double)scale[0])", "float64": "1.0 / (double)scale[0]"}
 
 
@@ -354,14 +355,23 @@ def multiply_grads_cuda(arrays, factor):
                                      compute_type(dtype).type(dtype.type(factor))))
 
 
+def unscale_factor(scale, dtype):
+    """The factor the unscale multiplies `dtype` gradients by, in the type it multiplies in: 1 /
+    scale in double (inf for a scale of 0), rounded to float32 for float16 and float32 gradients
+    (as torch's inverse scale: a float16 factor would flush 2^-25 and below to 0)."""
+    with np.errstate(divide="ignore"):
+        inv = np.float64(1.0) / np.float64(scale)
+    return inv if np.dtype(dtype) == np.float64 else np.float32(inv)
+
+
 def unscale_grads_numpy(arrays, scale, found):
-    """Each array times 1 / scale (computed in double from the 0-d float32 `scale`, rounded to the
-    array's dtype) in place; `found` (a 0-d float32 array) is set to 1 when a result is not
+    """Each array times 1 / scale (unscale_factor: the product in float32 for float16 arrays,
+    rounded once) in place; `found` (a 0-d float32 array) is set to 1 when a result is not
     finite, and never cleared."""
     with np.errstate(all="ignore"):
-        inv = float(np.float64(1.0) / np.float64(scale))  # inf for a scale of 0, as the kernel's
         for a in arrays:
-            a *= a.dtype.type(inv)
+            f = unscale_factor(scale, a.dtype)
+            a[...] = (a.astype(f.dtype) * f).astype(a.dtype) if a.dtype == np.float16 else a * f
             if a.size and not np.isfinite(a).all():
                 found[...] = 1
 
@@ -372,7 +382,8 @@ def unscale_grads_cuda(arrays, scale, found):
     xp = xp_of(scale)
     for a in arrays:
         if a.size and not mt.dense(a):
-            xp.multiply(a, (1.0 / scale.astype(np.float64)).astype(a.dtype), out=a)
+            f = (1.0 / scale.astype(np.float64)).astype(compute_type(a.dtype))
+            xp.multiply(a.astype(f.dtype) if a.dtype == np.float16 else a, f, out=a, casting="unsafe")
             xp.maximum(found, (~xp.isfinite(a).all()).astype(np.float32), out=found)
     dense = [a for a in arrays if a.size and mt.dense(a)]
     for dtype, group in _by_dtype(dense).items():
