@@ -552,3 +552,34 @@ def test_unscale_of_float16_gradients_multiplies_in_float32_as_torch(device, req
     assert np.count_nonzero(got) > 10
     np.testing.assert_array_equal(got.view(np.uint16), tg.numpy().view(np.uint16))
     assert scaler.found_inf(opt) is False and found.item() == 0.0
+
+
+@pytest.mark.parametrize("bad", [None, "cpu", "cuda"])
+def test_grad_scaler_with_gradients_on_the_host_and_a_gpu(cuda_double, bad):
+    """One optimizer over a CPU and a CUDA parameter: the host path unscales the CPU gradient by
+    the kernel's numpy reference and the GPU one by the unscale kernel there (its flag read
+    back), with torch's float32 inverse scale; an inf on either side skips the step."""
+    g_cpu = np.full((2, 3), 6.0, np.float32)
+    g_gpu = np.full((4,), 12.0, np.float16)
+    if bad == "cpu":
+        g_cpu[0, 0] = np.inf
+    elif bad == "cuda":
+        g_gpu[1] = np.inf
+    p = flow.zeros((2, 3), requires_grad=True)
+    q = flow.zeros(4, dtype=flow.float16, device="cuda", requires_grad=True)
+    p.grad, q.grad = flow.tensor(g_cpu), flow.tensor(g_gpu, device="cuda")
+    opt = flow.optim.SGD([p, q], lr=1.0)
+    scaler = flow.amp.GradScaler("cuda", init_scale=3.0)
+    stats = cuda_double._double.stats
+    stats.reset()
+    scaler.unscale_(opt)
+    assert stats.by_name["engine_grad_unscale__half"] == 1
+    assert scaler.found_inf(opt) == (bad is not None)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(p.grad.numpy(), g_cpu * np.float32(1 / 3))
+        np.testing.assert_array_equal(q.grad.cpu().numpy(),
+                                      (g_gpu.astype(np.float32) * np.float32(1 / 3)).astype(np.float16))
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == (1.5 if bad else 3.0)
+    np.testing.assert_array_equal(p.detach().numpy(), 0.0 if bad else -g_cpu / 3)

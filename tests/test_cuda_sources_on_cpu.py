@@ -26,7 +26,6 @@ SMALL = " or ".join([
     "(cross_entropy and (-1- or -37- or -64-))",
     "multi_tensor_adam",
     "multi_tensor_grad_norm",
-    "multi_tensor_multiply",
     "multi_tensor_unscale",
     "loss_scale_update_kernel",
 ])

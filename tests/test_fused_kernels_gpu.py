@@ -448,14 +448,3 @@ def test_loss_scale_update_kernel():
         kls.update_scale_cuda(s, t, _dev(np.asarray(found, np.float32)), 2.0, 0.5, 3)
         want = kls.next_scale(scale, tracker, found != 0.0, 2.0, 0.5, 3)
         assert (float(_host(s)), int(_host(t))) == want, (scale, tracker, found)
-
-
-def test_multi_tensor_multiply():
-    """The GradScaler's unscale: numpy's bits (one rounding of the product) for every dtype."""
-    rng = _rng()
-    host = [(rng.standard_normal(s) * 300).astype(dt) for s, dt in zip(SHAPES, [np.float32, np.float16, np.float64] * 3)]
-    dev = [_dev(a) for a in host]
-    kgn.multiply_grads_cuda(dev, 1 / 3)
-    kgn.multiply_grads_numpy(host, 1 / 3)
-    for a, b in zip(host, dev):
-        np.testing.assert_array_equal(_host(b), a)

@@ -317,9 +317,10 @@ def test_grad_norm_launchers_match_reference(cuda_double, norm_type):
         np.testing.assert_array_equal(b.get(), a)
 
 
-def test_multiply_grads_launches_once_per_dtype_and_rounds_as_numpy(cuda_double):
+def test_unscale_grads_launches_once_per_dtype_and_rounds_as_numpy(cuda_double):
     """The GradScaler's unscale: float16/32/64 tensors (odd sizes, several chunks, an F-ordered
-    one) times a factor in place, one launch per dtype, numpy's bits; a strided view through CuPy."""
+    one) times 1 / a device scale in place, one launch per dtype and nothing read back, numpy's
+    bits; a strided view through CuPy; the flag stays clear on finite results."""
     rng = _rng(21)
     host = [(g * 300).astype(dt) for g, dt in zip(_params(rng, ODD_SHAPES + [(mt.CHUNK * 2 + 3,)]),
                                                   [np.float32, np.float16, np.float64] * 4)]
@@ -327,15 +328,18 @@ def test_multiply_grads_launches_once_per_dtype_and_rounds_as_numpy(cuda_double)
     dev = _dev(cuda_double, host)
     big = cuda_double.asarray(rng.standard_normal((4, 6)).astype(np.float32))
     strided, strided_host = big[:, ::2], big.get()[:, ::2] * np.float32(1 / 3)
+    scale, found = np.float32(3), np.zeros((), np.float32)
+    dev_scale, dev_found = cuda_double.asarray(scale), cuda_double.zeros((), dtype=np.float32)
     stats = cuda_double._double.stats
     stats.reset()
-    kgn.multiply_grads(dev, 1 / 3)
-    assert stats.launches == 3  # one per dtype
-    kgn.multiply_grads([strided], 1 / 3)
-    kgn.multiply_grads_numpy(host, 1 / 3)
+    kgn.unscale_grads(dev, dev_scale, dev_found)
+    assert stats.launches == 3 and stats.syncs == 0  # one per dtype
+    kgn.unscale_grads([strided], dev_scale, dev_found)
+    kgn.unscale_grads_numpy(host, scale, found)
     for a, b in zip(host, dev):
         np.testing.assert_array_equal(b.get(), a)
     np.testing.assert_array_equal(strided.get(), strided_host)
+    assert float(dev_found.get()) == float(found) == 0.0
 
 
 def test_grad_norm_partials_follow_the_kernels_chunk_order():
@@ -554,7 +558,6 @@ def test_cuda_sources_compile_with_nvrtc():
         for acc in (np.float32, np.float64):
             for src, name in (kgn.partial_kernel(dt, acc), kgn.scale_kernel(dt, acc)):
                 compile_(src, [name])
-        compile_(*kgn.multiply_kernel(dt)[:1], [kgn.multiply_kernel(dt)[1]])
         compile_(*kgn.unscale_kernel(dt)[:1], [kgn.unscale_kernel(dt)[1]])
     compile_(kls.SOURCE, [kls.KERNEL_NAME])
     for acc in (np.float32, np.float64):

@@ -134,18 +134,6 @@ class DeviceFlag:
         return self._value
 
 
-def _all_finite_on_device(arrays):
-    """Whether every element of the CUDA `arrays` is finite: their largest magnitude (a NaN kept),
-    by the multi-tensor norm kernels in two launches per dtype, read back once."""
-    from ..kernels import grad_norm as kgn
-
-    floats = [a for a in arrays if a.dtype.kind == "f" and a.size]
-    if not floats:
-        return True
-    acc = np.float64 if any(a.dtype == np.float64 for a in floats) else np.float32
-    return bool(xp_of(floats[0]).isfinite(kgn.grad_norm(floats, float("inf"), acc)))
-
-
 def flag_value(flag):
     """A found-inf flag as a float, whether a host float or a DeviceFlag."""
     return flag.value() if isinstance(flag, DeviceFlag) else float(flag)
@@ -324,15 +312,17 @@ class GradScaler:
         return found
 
     def _unscale_on_host(self, host, on_device):
-        """The gradients divided by the host's scale; the inf/nan check read back (a host float)."""
+        """The gradients divided by the scale, the inf/nan check read back (a host float): host
+        gradients by the device kernel's numpy reference, GPU ones by that kernel on each GPU
+        (gradients on host and GPU at once, or on several GPUs)."""
         from ..kernels import grad_norm as kgn
 
         self._settle()
-        inv = _reciprocal(self._scale)
         flag = np.zeros((), np.float32)
         floats = [a for a in host if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
-        kgn.unscale_grads_numpy(floats, np.float32(self._scale), flag)  # the device kernel's arithmetic
+        kgn.unscale_grads_numpy(floats, np.float32(self._scale), flag)
         found = float(flag)
+        inv = float(kgn.unscale_factor(self._scale, np.float64))
         with np.errstate(all="ignore"):  # an inf inverse scale (a scale that underflowed): found below
             for a in host:
                 if isinstance(a, np.ndarray) and a.dtype.kind == "f":
@@ -340,10 +330,12 @@ class GradScaler:
                 a *= inv  # bfloat16 (ml_dtypes, kind "V")
                 if isinstance(a, np.ndarray) and not found and not bool(np.isfinite(_host_sum(a))):
                     found = 1.0
-        if on_device:
-            kgn.multiply_grads(on_device, inv)
-            if not found:
-                found = 0.0 if _all_finite_on_device(on_device) else 1.0  # one host read
+        by_device = {}
+        for a in on_device:
+            by_device.setdefault(a.device.id, []).append(a)
+        for arrays in by_device.values():
+            if float(self._unscale_on_device(arrays)):  # one host read per GPU
+                found = 1.0
         return found
 
     def step(self, optimizer, *args, **kwargs):
@@ -441,13 +433,6 @@ class StaticGradScaler(GradScaler):
         if new_scale is not None:
             self._set_scale(new_scale.item() if isinstance(new_scale, Tensor) else new_scale)
         self._unscaled = {}
-
-
-def _reciprocal(scale):
-    """1 / scale in double, inf for a scale that underflowed to 0 (every step then skipped, as
-    torch's inverse scale becomes inf)."""
-    with np.errstate(divide="ignore"):
-        return float(np.float64(1.0) / np.float64(scale))
 
 
 def _host_sum(a):

@@ -10,8 +10,6 @@ the clip in one, with nothing read back to the host.
         each array *= min(max_norm / (total + 1e-6), 1), the coefficient computed from the 0-d
         array `total` in its own dtype (torch's clip_grads_with_norm_), the product in the wider
         of the two dtypes.
-    multiply_grads(arrays, factor)                  -> None
-        each array *= factor (rounded to its dtype), in place.
     unscale_grads(arrays, scale, found)             -> None
         each array *= 1 / scale, the 0-d scale read on the device, and the 0-d flag `found` set
         to 1 where a result is not finite: the GradScaler's unscale and check, no host read.
@@ -19,9 +17,8 @@ the clip in one, with nothing read back to the host.
 On CUDA, `engine_grad_norm_partial` walks the chunks of a multi-tensor table (see _multi_tensor.py)
 and leaves one partial per block; `engine_grad_norm_finish` adds the partials in a fixed order in
 one block (so the norm is deterministic) and takes the root; `engine_grad_scale` reads the norm
-from device memory; `engine_grad_mul` multiplies by a factor; `engine_grad_unscale` by the
-reciprocal of a scale in device memory, raising a flag in device memory on inf/nan. The numpy versions are the
-references.
+from device memory; `engine_grad_unscale` multiplies by the reciprocal of a scale in device
+memory, raising a flag in device memory on inf/nan. The numpy versions are the references.
 """
 from string import Template
 
@@ -31,7 +28,6 @@ from ..backend import xp_of
 from . import _cuda, _multi_tensor as mt
 
 __all__ = ["grad_norm", "grad_norm_numpy", "grad_norm_cuda", "scale_grads", "scale_grads_numpy", "scale_grads_cuda",
-           "multiply_grads", "multiply_grads_numpy", "multiply_grads_cuda",
            "unscale_grads", "unscale_grads_numpy", "unscale_grads_cuda", "unscale_kernel", "unscale_factor",
            "norm_mode", "supported_norm", "finish_norm", "combine", "chunk_partials"]
 
@@ -184,7 +180,7 @@ extern "C" __global__ void ${name}(const acc_t* __restrict__ partials, const int
 """
 
 # every element of the tensors times a coefficient, in place: the clip's (from the norm on the
-# device), a given factor's, or the GradScaler's 1 / scale (with its inf/nan check after each store)
+# device) or the GradScaler's 1 / scale (with its inf/nan check after each store)
 _SCALE = r"""
 ${half}
 typedef ${T} scalar_t;
@@ -237,17 +233,14 @@ def finish_kernel(acc):
 _CLIP_COEF = ("const norm_t* __restrict__ total, const norm_t max_norm", """norm_t c = max_norm / (total[0] + (norm_t)1e-6);
     c = c > (norm_t)1 ? (norm_t)1 : c;  // a NaN coefficient stays NaN, as numpy's minimum
     const compute_t coef = (compute_t)c;""", "")
-_FACTOR_COEF = ("const compute_t factor", "const compute_t coef = factor;", "")
 # the GradScaler's unscale: 1 / scale from the device (in double, rounded once to float32 for
 # float16 and float32 tensors, as torch's inverse scale; kept double for float64), the product in
 # the compute type rounded once, and the flag raised where a stored value is not finite
 # (x - x is 0 only for finite x); every writer writes the same 1, so no atomics are needed
 _UNSCALE_COEF = ("const float* __restrict__ scale, float* __restrict__ found",
-                 "const compute_t coef = (compute_t)(${factor});",
+                 "const compute_t coef = (compute_t)(1.0 / (double)scale[0]);",
                  """const compute_t b = widen(s);
             if (!(b - b == (compute_t)0)) found[0] = 1.0f;""")
-_UNSCALE_FACTOR = {"float16": "(float)(1.0 / (double)scale[0])",  # float, as torch's: 2^-25 is no float16
-                   "float32": "(float)(1.0 / (double)scale[0])", "float64": "1.0 / (double)scale[0]"}
 
 
 def _scale_source(dtype, norm_dtype, name, coef):
@@ -256,7 +249,6 @@ def _scale_source(dtype, norm_dtype, name, coef):
     compute = np.promote_types(np.float32 if half else dtype, norm_dtype)
     store = "float_to_half(x)" if half else "(scalar_t)x"
     params, coef_src, after = coef
-    coef_src = Template(coef_src).safe_substitute(factor=_UNSCALE_FACTOR[np.dtype(dtype).name])
     return Template(_SCALE).substitute(half=mt.HALF, T=storage, N=_ACC[np.dtype(norm_dtype).name][0],
                                        C=_ACC[compute.name][0], load=load, store=store, lookup=mt.MT_LOOKUP,
                                        widen="half_to_float(s)" if half else "s",
@@ -268,12 +260,6 @@ def scale_kernel(dtype, norm_dtype):
     return _scale_source(dtype, norm_dtype, name, _CLIP_COEF), name
 
 
-def multiply_kernel(dtype):
-    """Every element times `factor` (float for float16 and float32 tensors, double for float64)."""
-    name = f"engine_grad_mul__{_suffix(dtype)}"
-    return _scale_source(dtype, compute_type(dtype), name, _FACTOR_COEF), name
-
-
 def unscale_kernel(dtype):
     """Every element times 1 / scale (read from the device), the flag `found` set to 1 where a
     result is not finite: the GradScaler's unscale and inf/nan check in one pass."""
@@ -282,7 +268,9 @@ def unscale_kernel(dtype):
 
 
 def compute_type(dtype):
-    """The type the multiply kernel computes (and takes its factor) in for `dtype` tensors."""
+    """The type the unscale kernel computes (and rounds 1 / scale to) for `dtype` tensors:
+    float32 for float16 (torch's float32 inverse scale: a float16 one is 0 from 2^25) and float32,
+    float64 for float64."""
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
@@ -336,32 +324,13 @@ def scale_grads_cuda(arrays, total, max_norm):
                                      norm(max_norm)))
 
 
-def multiply_grads_numpy(arrays, factor):
-    """Each of `arrays` times `factor` rounded to its dtype, in place."""
-    for a in arrays:
-        a *= a.dtype.type(factor)
-
-
-def multiply_grads_cuda(arrays, factor):
-    """multiply_grads_numpy's result in one launch per dtype (the factor rounded to the dtype, the
-    product in float for float16, as CuPy's `a *= float16(factor)`); strided arrays through CuPy."""
-    dense = [a for a in arrays if a.size and mt.dense(a)]
-    multiply_grads_numpy([a for a in arrays if a.size and not mt.dense(a)], factor)
-    for dtype, group in _by_dtype(dense).items():
-        tab, n_chunks = mt.table([group], [a.size for a in group])
-        src, name = multiply_kernel(dtype)
-        _cuda.raw_kernel(src, name)((mt.grid_for(n_chunks),), (_cuda.THREADS,),
-                                    (tab, _cuda.i32(len(group)), _cuda.i64(n_chunks), _cuda.i32(mt.CHUNK),
-                                     compute_type(dtype).type(dtype.type(factor))))
-
-
 def unscale_factor(scale, dtype):
     """The factor the unscale multiplies `dtype` gradients by, in the type it multiplies in: 1 /
     scale in double (inf for a scale of 0), rounded to float32 for float16 and float32 gradients
     (as torch's inverse scale: a float16 factor would flush 2^-25 and below to 0)."""
     with np.errstate(divide="ignore"):
         inv = np.float64(1.0) / np.float64(scale)
-    return inv if np.dtype(dtype) == np.float64 else np.float32(inv)
+    return compute_type(dtype).type(inv)
 
 
 def unscale_grads_numpy(arrays, scale, found):
@@ -401,15 +370,6 @@ def unscale_grads(arrays, scale, found):
         unscale_grads_cuda(arrays, scale, found)
     else:
         unscale_grads_numpy(arrays, scale, found)
-
-
-def multiply_grads(arrays, factor):
-    """Each array *= factor in place: one multi-tensor launch per dtype on CUDA (148 launches of a
-    GPT-2 124M step's unscale become one), numpy otherwise."""
-    if arrays and xp_of(arrays[0]) is not np:
-        multiply_grads_cuda(arrays, factor)
-    else:
-        multiply_grads_numpy(arrays, factor)
 
 
 def grad_norm(arrays, norm_type, acc, root=True):

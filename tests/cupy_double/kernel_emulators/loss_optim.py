@@ -126,18 +126,6 @@ def grad_scale(name, grid, block, args, shared_mem):
     _gn.scale_grads_numpy(flats, total[:1].reshape(()), max_norm)
 
 
-@emulates("engine_grad_mul")
-def grad_mul(name, grid, block, args, shared_mem):
-    _linear(name, grid, block, shared_mem)
-    dtype, = _dtypes(name)
-    table, n, n_chunks, chunk, factor = args
-    compute = _gn.compute_type(dtype)
-    _scalar(name, factor, compute, "factor")
-    flats, = _table_views(name, table, n, n_chunks, chunk, 1, [dtype])
-    for f in flats:  # the product in the compute type, rounded once to the tensor's dtype
-        f[:] = (f.astype(compute) * factor).astype(dtype)
-
-
 @emulates("engine_grad_unscale")
 def grad_unscale(name, grid, block, args, shared_mem):
     _linear(name, grid, block, shared_mem)
