@@ -311,11 +311,7 @@ def _apply_on_one_rank(op, inputs, attrs, placement):
         if t is not None:
             device = t._device
             break
-    results = []
-    for a in outs:
-        r = Tensor._make(a, device)
-        r._global = GlobalMeta.trusted(placement, sbp, a.shape)
-        results.append(r)
+    results = [make_global(a, GlobalMeta.trusted(placement, sbp, a.shape), device) for a in outs]
     share_versions(inputs, results)
     if needs_grad:
         _attach_one_rank_backward(op, ctx, inputs, results, placement, sbp, device)
@@ -339,16 +335,9 @@ def _attach_one_rank_backward(op, ctx, inputs, results, placement, sbp, device):
             raise NotImplementedError(f"create_graph backward through {op.name} on global tensors is not supported")
         res = op.backward(c, *[None if g is None else Tensor._make(_whole_array(g, placement, sbp), g._device)
                                for g in grads])
-        out = []
-        for g, shape in zip(res if isinstance(res, tuple) else (res,), shapes):
-            if g is not None and shape is not None:
-                t = Tensor._make(g._data, device)
-                t._global = GlobalMeta.trusted(placement, sbp, shape)
-                g = t
-            else:
-                g = None
-            out.append(g)
-        return tuple(out)
+        return tuple(None if g is None or shape is None else
+                     make_global(g._data, GlobalMeta.trusted(placement, sbp, shape), device)
+                     for g, shape in zip(res if isinstance(res, tuple) else (res,), shapes))
 
     _record_node(op, backward_fn, ctx, inputs, results)
 
