@@ -59,20 +59,19 @@ class Adam(Optimizer):
         the kernel reads the flag and skips; the step counts are provisional until the flag is
         known (Optimizer._settle_skipped). A group with parameters the kernel cannot take reads
         the flag instead (a host read)."""
-        pairs = list(self._with_grads(group))
+        rest, fused = [], []
+        for p, g in self._with_grads(group):
+            w = p._data
+            (rest if xp_of(w) is np or not _fusable(w, g, self.state[p]) else fused).append((p, g))
         flag = getattr(self, "found_inf", None)
-        if flag is not None and not all(xp_of(p._data) is not np and p._data.device.id == flag.found.device.id
-                                        and _fusable(p._data, g, self.state[p]) for p, g in pairs):
+        if flag is not None and (rest or any(p._data.device.id != flag.found.device.id for p, _ in fused)):
             if flag.value():  # parameters the kernel cannot take: the flag is read, and skips them all
                 return []
             flag = None
-        rest, buckets = [], {}
-        for p, g in pairs:
+        buckets = {}
+        for p, g in fused:
             w = p._data
             state = self.state[p]
-            if xp_of(w) is np or not _fusable(w, g, state):
-                rest.append((p, g))
-                continue
             step = advance_moments(state, p)
             if group["amsgrad"] and "max_exp_avg_sq" not in state:
                 state["max_exp_avg_sq"] = zeros_state(p)
