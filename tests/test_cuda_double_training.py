@@ -172,33 +172,10 @@ def test_the_trainer_reads_the_device_once_per_iteration(cuda_layers, tmp_path, 
     float16, AdamW, metrics) makes exactly one host synchronisation, the logged loss's read; the
     only event the host waits for is the previous iteration's inf/nan flag. (The last iteration
     also writes model_final, whose state dicts read the device.)"""
-    from gpt2_helpers import CONFIG
-    from libai.config import LazyConfig
-    from libai.engine import DefaultTrainer, default_argument_parser, default_setup
-    from libai.engine.hooks import HookBase
+    from gpt2_helpers import train_counting_device_reads
 
-    stats = cuda_layers._double.stats
-    opts = [*TINY, "train.train_iter=5", "train.log_period=1", "train.evaluation.enabled=False",
-            "train.checkpointer.period=100", "train.input_placement_device=cuda", f"train.output_dir={tmp_path}",
-            *(["train.amp.enabled=True", "train.amp.dtype=float16"] if fp16 else [])]
-    args = default_argument_parser().parse_args(["--config-file", CONFIG, *opts])
-    cfg = LazyConfig.apply_overrides(LazyConfig.load(CONFIG), args.opts)
-    default_setup(cfg, args)
-    seen = []
-
-    class CountReads(HookBase):
-        def before_step(self):
-            stats.reset()
-            stats.trace = True
-            self.clock = type(stats).clock
-
-        def after_step(self):
-            seen.append((stats.syncs, list(stats.sync_sites), [w < self.clock for w in stats.event_waits]))
-
-    trainer = DefaultTrainer(cfg)
-    trainer.register_hooks([CountReads()])
-    trainer.train()
-    assert len(seen) == 5
+    seen = train_counting_device_reads(cuda_layers._double.stats, tmp_path, *(
+        ["train.amp.enabled=True", "train.amp.dtype=float16"] if fp16 else []), iters=5)
     for i, (syncs, sites, waits) in enumerate(seen[:-1]):
         assert syncs == 1, sites
         assert waits == ([True] if fp16 and i else []), waits  # the first iteration has no earlier flag

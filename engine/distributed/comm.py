@@ -431,16 +431,34 @@ def _check_member(g, what):
 
 
 # ------------------------------------------------------------------------- collectives
+_flags_on_gpu = None  # whether max_over_world agrees flags with NCCL (decided once per job)
+
+
 def max_over_world(value):
-    """The largest of every rank's `value` (a float, or a 0-d array read back to the host) as a
-    float; in one process `value` itself, as given (a GPU flag stays on the GPU; MPI is not
-    started for it)."""
+    """The largest of every rank's `value`: a float, or a 0-d device array (the GradScaler's
+    inf/nan flag). In one process `value` itself, as given (MPI is not started for it).
+
+    Flags are agreed on the GPUs (an NCCL max; the result stays a 0-d float32 device array, so
+    nothing is read back) when every rank's first flag was a device array, else over MPI on the
+    host (a device flag is then read back). That choice is made once, on the first flag, by all
+    ranks together: ranks that chose differently would wait in different transports for ever."""
+    global _flags_on_gpu
     if _world is None and int(os.environ.get("WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) == 1:
         return value
     world = init()
     if world.size == 1:
         return value
-    return float(world.comm.allreduce(float(value), op=MPI.MAX))
+    if _flags_on_gpu is None:
+        _flags_on_gpu = bool(world.comm.allreduce(int(_is_cupy(value)), op=MPI.MIN))
+    if not _flags_on_gpu:
+        return float(world.comm.allreduce(float(value), op=MPI.MAX))
+    if _is_cupy(value):
+        flag = value.astype(np.float32).reshape(1)  # a copy: the caller's flag is left as it was
+    else:
+        from .. import backend
+        flag = backend.cupy().full(1, value, dtype=np.float32)
+    nccl.backend_for(world, flag).all_reduce(flag, "max")
+    return flag.reshape(())
 
 
 def all_reduce(tensor, op="sum", group=None):

@@ -20,6 +20,16 @@ from ..backend import dtypes as _dtypes
 from .transport import Request, offsets, stats
 
 
+_queued = set()  # the backends holding isends / irecvs not launched yet
+
+
+def launch_queued():
+    """Launch every queued point-to-point operation, before a collective is: a peer whose stream
+    waits in a receive for one of them could otherwise never reach that collective."""
+    for backend in list(_queued):
+        backend.flush()
+
+
 def backend_for(group, arr):
     """The NCCL backend of `group` for the device holding `arr` (created on first use)."""
     dev = arr.device.id
@@ -29,6 +39,25 @@ def backend_for(group, arr):
     if be is None:
         be = group._nccl[dev] = NcclBackend(group, dev)
     return be
+
+
+def _check_distinct_devices(group, device_id):
+    """NCCL refuses a communicator with two ranks on one GPU ("Duplicate GPU detected"), and some
+    versions hang instead: say which ranks share which GPU, on every rank, before NCCL is asked."""
+    import os
+    import socket
+
+    where = group.comm.allgather((socket.gethostname(), int(device_id)))
+    first = {}
+    for r, key in enumerate(where):
+        if key in first:
+            hint = (f"ENGINE_CUDA_DEVICE={os.environ['ENGINE_CUDA_DEVICE']} is set for every rank; "
+                    if "ENGINE_CUDA_DEVICE" in os.environ else "")
+            raise RuntimeError(
+                f"NCCL needs one GPU per rank: ranks {group.ranks[first[key]]} and {group.ranks[r]} of "
+                f"{list(group.ranks)} both compute on cuda:{key[1]} of host {key[0]} ({hint}each rank "
+                f"takes GPU LOCAL_RANK % visible GPUs unless ENGINE_CUDA_DEVICE says otherwise)")
+        first[key] = r
 
 
 class NcclBackend:
@@ -41,6 +70,7 @@ class NcclBackend:
         self.nccl = nccl
         self.group = group
         self.device_id = device_id
+        _check_distinct_devices(group, device_id)
         uid = nccl.get_unique_id() if group.rank == 0 else None
         uid = group.comm.bcast(uid, root=0)
         with cp.cuda.Device(device_id):
@@ -93,6 +123,7 @@ class NcclBackend:
         return np.dtype(np.uint8) if dtype == np.bool_ else dtype
 
     def all_reduce(self, arr, op):
+        launch_queued()
         cp = self.cp
         with cp.cuda.Device(self.device_id):
             work = self._work_dtype(arr.dtype)
@@ -105,6 +136,7 @@ class NcclBackend:
         stats.record("all_reduce", 2 * (n - 1) * arr.nbytes // n)
 
     def all_gather(self, arr, axis, sizes):
+        launch_queued()
         cp = self.cp
         n, m = self.group.size, max(sizes)
         with cp.cuda.Device(self.device_id):
@@ -122,6 +154,7 @@ class NcclBackend:
             return self._back(out, axis)
 
     def reduce_scatter(self, arr, axis, sizes, op):
+        launch_queued()
         cp = self.cp
         n, m = self.group.size, max(sizes)
         with cp.cuda.Device(self.device_id):
@@ -143,6 +176,7 @@ class NcclBackend:
             return self._back(out, axis)
 
     def broadcast(self, arr, root):
+        launch_queued()
         cp = self.cp
         with cp.cuda.Device(self.device_id):
             buf = arr if arr.flags.c_contiguous else cp.ascontiguousarray(arr)
@@ -153,6 +187,7 @@ class NcclBackend:
             stats.record("broadcast", arr.nbytes)
 
     def all_to_all(self, arr, split_axis, concat_axis, ssizes, csizes):
+        launch_queued()
         cp, nccl = self.cp, self.nccl
         me = self.group.rank
         with cp.cuda.Device(self.device_id):
@@ -175,35 +210,41 @@ class NcclBackend:
             stats.record("all_to_all", sum(c.nbytes for i, c in enumerate(chunks) if i != me))
             return cp.ascontiguousarray(cp.moveaxis(out, (0, 1), (concat_axis, split_axis)))
 
+    # Point to point. A blocking send or receive is queued behind the isends / irecvs not yet
+    # launched and launched with them (`flush`): launched alone, a receive would wait on the GPU
+    # for a peer whose own receive waits behind sends this rank has not launched (a pipeline
+    # schedule's activations and gradients cross in both directions).
     def send(self, arr, peer):
-        with self.cp.cuda.Device(self.device_id):
-            buf = self.cp.ascontiguousarray(arr)
-            self.comm.send(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
+        self.isend(arr, peer).wait()
 
     def recv(self, arr, peer):
-        cp = self.cp
-        with cp.cuda.Device(self.device_id):
-            buf = arr if arr.flags.c_contiguous else cp.empty(arr.shape, arr.dtype)
-            self.comm.recv(buf.data.ptr, buf.size, self._raw_type(buf), peer, self._stream())
-            if buf is not arr:
-                arr[...] = buf
+        self.irecv(arr, peer, arr).wait()
 
     def isend(self, arr, peer):
-        buf = self.cp.ascontiguousarray(arr)
-        self._pending.append(("send", buf, peer))
+        with self.cp.cuda.Device(self.device_id):
+            buf = self.cp.ascontiguousarray(arr)
+        self._queue(("send", buf, peer))
         return Request(finish=self.flush, buf=buf)
 
     def irecv(self, arr, peer, result):
-        buf = arr if arr.flags.c_contiguous else self.cp.empty(arr.shape, arr.dtype)
-        self._pending.append(("recv", buf, peer))
+        with self.cp.cuda.Device(self.device_id):
+            buf = arr if arr.flags.c_contiguous else self.cp.empty(arr.shape, arr.dtype)
+        self._queue(("recv", buf, peer))
         return Request(finish=self.flush, buf=buf, target=arr if buf is not arr else None, result=result)
 
+    def _queue(self, op):
+        self._pending.append(op)
+        _queued.add(self)
+
     def flush(self):
-        """Launch all queued isend/irecv in one NCCL group and wait for them."""
+        """Launch all queued isend/irecv in one NCCL group, on the current stream. The host does
+        not wait for them (as torch's Work.wait() on NCCL): later work on the stream runs after
+        them, and a send buffer freed to CuPy's pool is reused only by later work on that stream."""
         if not self._pending:
             return
         cp, nccl = self.cp, self.nccl
         pending, self._pending = self._pending, []
+        _queued.discard(self)
         with cp.cuda.Device(self.device_id):
             st = self._stream()
             nccl.groupStart()
@@ -211,4 +252,3 @@ class NcclBackend:
                 fn = self.comm.send if kind == "send" else self.comm.recv
                 fn(buf.data.ptr, buf.size, self._raw_type(buf), peer, st)
             nccl.groupEnd()
-            cp.cuda.get_current_stream().synchronize()

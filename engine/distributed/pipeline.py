@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from ..autograd.grad_mode import _state
-from . import comm
+from . import comm, nccl
 from .boxing import _dtype_table
 from .global_tensor import GlobalMeta, _stage_state, device_of_placement, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
@@ -81,7 +81,8 @@ def send(tensor, placement, tag=0):
     if meta is None:
         raise TypeError("pipeline send: the tensor must be global (made with .to_global or on a placement)")
     me = comm.get_rank()
-    op = _Send(peer(me, meta.placement, placement), tag, _encode(tensor._data, meta, tensor.requires_grad))
+    op = _Send(peer(me, meta.placement, placement), tag, _encode(tensor._data, meta, tensor.requires_grad),
+               on_gpus=_on_gpus(meta.placement, placement))
     requests = op.post(tensor._data)
     if _state.tracer is not None:  # nn.Graph: a replay sends the replayed shard
         _state.tracer.call(op, (tensor._data,), None, "PipelineSend", f"{list(tensor._data.shape)} -> rank {op.dst}")
@@ -95,7 +96,7 @@ def recv(src_placement, placement, tag=0, device=None):
     did."""
     me = comm.get_rank()
     device = device_of_placement(placement) if device is None else device
-    op = _Recv(peer(me, placement, src_placement), tag, device)
+    op = _Recv(peer(me, placement, src_placement), tag, device, on_gpus=_on_gpus(src_placement, placement))
     head = op.header()
     dtype, requires_grad, sbp, local, logical = _decode(head)
     arr = op.payload(dtype, local)
@@ -165,6 +166,13 @@ def _wait_replayed_sends():
             _replayed_sends.pop().wait()
 
 
+def _on_gpus(src_placement, dst_placement):
+    """Whether a handoff goes GPU to GPU over NCCL (both stages on CUDA), without the host: the
+    header (dtype, shapes, SBP: host values) still travels over MPI. Otherwise the shard's bytes
+    go through host memory over MPI."""
+    return src_placement.type == "cuda" and dst_placement.type == "cuda"
+
+
 class _Send:
     """One handoff's send: a header, then the shard's bytes."""
 
@@ -172,13 +180,19 @@ class _Send:
     # live until then (engine.autograd.trace.Tape._held_until)
     holds_inputs_until = "PipelineWait"
 
-    def __init__(self, dst, tag, head):
-        self.dst, self.tag, self.head = dst, tag, head
+    def __init__(self, dst, tag, head, on_gpus=False):
+        self.dst, self.tag, self.head, self.on_gpus = dst, tag, head, on_gpus
 
     def post(self, arr):
+        head = comm.isend(self.head, self.dst, tag=self.tag)
+        if self.on_gpus:
+            # NCCL runs this rank's transfers in order on its stream: each send is launched in
+            # one group with the receive that follows it (launched when that receive is), as
+            # Megatron pairs send_forward with recv_backward; what an earlier send queued goes first
+            nccl.launch_queued()
+            return [head, comm.isend(arr, self.dst, tag=self.tag)]
         host = comm.host_contiguous(arr)
-        return [comm.isend(self.head, self.dst, tag=self.tag),
-                comm.isend(host.reshape(-1).view(np.uint8), self.dst, tag=self.tag)]
+        return [head, comm.isend(host.reshape(-1).view(np.uint8), self.dst, tag=self.tag)]
 
     def __call__(self, arr):  # a replay
         _replayed_sends.extend(self.post(arr))
@@ -187,8 +201,8 @@ class _Send:
 class _Recv:
     """One handoff's receive: the header, then the shard into a fresh array."""
 
-    def __init__(self, src, tag, device):
-        self.src, self.tag, self.device = src, tag, device
+    def __init__(self, src, tag, device, on_gpus=False):
+        self.src, self.tag, self.device, self.on_gpus = src, tag, device, on_gpus
         self.expected = None
 
     def header(self):
@@ -198,6 +212,13 @@ class _Recv:
         return head
 
     def payload(self, dtype, local):
+        if self.on_gpus:
+            from ..backend import cupy, to_device
+
+            arr = cupy().empty(local, dtype=dtype)  # on this rank's GPU
+            with _blocking():
+                comm.recv(arr, self.src, tag=self.tag)
+            return to_device(arr, self.device)
         raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
         with _blocking():
             comm.recv(raw, self.src, tag=self.tag)

@@ -1105,7 +1105,9 @@ class VocabParallelEmbedding(Op):
             raise ValueError(f"VocabParallelEmbedding: range [{start}, {stop}) does not match the shard's {n} rows")
         safe, mask = in_range(xp, ids, start, n)
         out = xp.take(weight, safe, axis=0)
-        if not mask.all():
+        if xp is not np:  # on a GPU without reading the mask back (a boolean index would)
+            out = xp.where(mask[..., None], out, xp.zeros((), dtype=out.dtype))
+        elif not mask.all():
             out[~mask] = 0
         ctx.num, ctx.start = n, start
         ctx.padding_idx = _local_pad(padding_idx, start, stop)
@@ -1128,9 +1130,12 @@ class VocabParallelEmbeddingBackward(Op):
     @staticmethod
     def forward(ctx, g, ids, num, start, padding_idx):
         ctx.num, ctx.start, ctx.padding_idx = num, start, padding_idx
-        safe, mask = in_range(xp_of(g), ids.reshape(-1), start, num)
+        xp = xp_of(g)
+        safe, mask = in_range(xp, ids.reshape(-1), start, num)
         rows = g.reshape(-1, g.shape[-1])
-        if not mask.all():
+        if xp is not np:  # out-of-range rows add zeros (to row 0) instead of a host read of the mask
+            rows = xp.where(mask[:, None], rows, xp.zeros((), dtype=rows.dtype))
+        elif not mask.all():
             safe, rows = safe[mask], rows[mask]
         return rows_gradient(num, safe, rows, padding_idx)
 

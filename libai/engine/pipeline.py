@@ -72,6 +72,19 @@ def schedule(kind, stage, stages, micro_batches):
     return order
 
 
+def _read_once(outputs):
+    """[{name: float}] of the output dicts' one-element tensors, read from a GPU in one transfer
+    (one host synchronisation per step, not one per micro-batch and value)."""
+    values = [v.detach() for out in outputs for v in out.values()]
+    if not values or values[0].device.type == "cpu":
+        flat = [v.item() for v in values]
+    else:
+        flat = flow.stack([dist.ttol(v).reshape(()).to(flow.float64) for v in values])
+        flat = flat.cpu().numpy().tolist()
+    it = iter(flat)
+    return [{key: next(it) for key in out} for out in outputs]
+
+
 class PipelineRunner:
     """Runs `model`'s pipeline steps on this rank's stage (see the module docstring).
 
@@ -141,7 +154,7 @@ class PipelineRunner:
     def share_logged(self, outputs):
         """The last stage's per-micro-batch output dicts (`outputs`, tensors there) as {name:
         float} dicts, on every rank."""
-        logged = [{key: v.item() for key, v in out.items()} for out in outputs] if self.is_last else None
+        logged = _read_once(outputs) if self.is_last else None
         return dist.broadcast_object(logged, src=int(np.asarray(self.placements[-1].mesh).reshape(-1)[0]))
 
     def _schedule(self, batch_of, m):

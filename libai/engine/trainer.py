@@ -371,11 +371,16 @@ class EagerTrainer(TrainerBase):
         their stage's gradients), combined with the other stages' over the ranks that share this
         rank's (dp, tp) coordinates."""
         grads = [p.grad for p in params if p.grad is not None]
-        local = float(flow.nn.utils.get_total_norm(grads, norm_type).item()) if grads else 0.0
+        topo = dist.get_dist_util()
         if self._stage_group is None:
-            topo = dist.get_dist_util()
             ranks = topo.ranks[:, topo.data_parallel_rank, topo.tensor_parallel_rank].tolist()
             self._stage_group = _edist.new_group(ranks)
+        if topo.device_type == "cuda":  # on the GPUs (NCCL), the norm never read back to the host
+            local = (flow.nn.utils.get_total_norm(grads, norm_type) if grads
+                     else flow.zeros((), dtype=flow.float32, device="cuda"))
+            stage_norms = _edist.all_gather(local.reshape(1), group=self._stage_group)
+            return flow.nn.utils.get_total_norm([stage_norms], norm_type)  # the norm of the norms
+        local = float(flow.nn.utils.get_total_norm(grads, norm_type).item()) if grads else 0.0
         stage_norms = _edist.all_gather(flow.tensor([local], dtype=flow.float64), group=self._stage_group)
         return float(flow.nn.utils.get_total_norm([stage_norms], norm_type).item())  # the norm of the norms
 
@@ -392,18 +397,15 @@ class EagerTrainer(TrainerBase):
         if scaler is not None:
             scaler.unscale_(self.optimizer)  # true gradients for clipping; inf/nan agreed over ranks
         self.clip_grads()
-        stepped = True
         if scaler is not None:
             scaler.step(self.optimizer)
-            if self.zero is not None:  # on a GPU a wait for the flag, which the step itself never makes
-                stepped = not scaler.found_inf(self.optimizer)
             if dist.is_main_process():  # the scale this step used (known: the flags before it are)
                 get_event_storage().put_scalar("loss_scale", scaler.get_scale(), smoothing_hint=False)
             scaler.update()
         else:
             self.optimizer.step()
-        if self.zero is not None and stepped:
-            self.zero.gather_parameters()
+        if self.zero is not None:  # also after a skipped step: its shards are unchanged, and knowing
+            self.zero.gather_parameters()  # that would mean waiting for the GPU's inf/nan flag
         self.zero_grad()
 
     def _run_pipeline(self):

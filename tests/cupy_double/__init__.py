@@ -120,13 +120,14 @@ __getattr__ = _missing("cupy")
 _MODULES = {"cupy": sys.modules[__name__], "cupy.cuda": cuda, "cupy.cuda.runtime": cuda.runtime,
             "cupy.random": random_module, "cupy.linalg": linalg, "cupy.fft": fft, "cupy.lib": lib,
             "cupy.lib.stride_tricks": lib.stride_tricks, "cupyx": cupyx, "cupyx.scipy": cupyx.scipy,
-            "cupyx.scipy.special": cupyx.scipy.special, "cupy.cuda.nccl": None, "cupy._core": _core,
+            "cupyx.scipy.special": cupyx.scipy.special, "cupy.cuda.nccl": cuda.nccl, "cupy._core": _core,
             "cupy._core._routines_linalg": _core._routines_linalg}
 
 
 def install(modules=None):
     """Make `import cupy` (and cupyx.scipy.special) the double in sys.modules; returns what was
-    there, for `uninstall`. `cupy.cuda.nccl` is made unimportable: NCCL needs real GPUs."""
+    there, for `uninstall`. `cupy.cuda.nccl` is NCCL's API over MPI (_nccl.py): each process of an
+    mpiexec job is one GPU rank."""
     saved = {k: sys.modules.get(k) for k in _MODULES}
     for k, v in _MODULES.items():
         sys.modules[k] = v

@@ -1,7 +1,7 @@
 """cupy.cuda in the double: devices, the current stream, the memory pool and the runtime queries."""
 import types
 
-from . import _double
+from . import _double, _nccl
 from ._double import Device, stats
 
 MemoryPointer = _double.MemoryPointer
@@ -165,6 +165,8 @@ def get_device_id():
     return _double.current_device()
 
 
+nccl = _nccl.module()
+
 runtime = types.ModuleType("cupy.cuda.runtime")
 runtime.getDeviceCount = lambda: _double.DEVICE_COUNT
 runtime.getDevice = _double.current_device
@@ -183,4 +185,4 @@ class CUDARuntimeError(RuntimeError):
 
 runtime.CUDARuntimeError = CUDARuntimeError
 __all__ = ["Device", "Stream", "Graph", "MemoryPool", "PinnedMemoryPool", "MemoryPointer", "get_current_stream",
-           "set_allocator", "get_allocator", "is_available", "get_device_id", "runtime"]
+           "set_allocator", "get_allocator", "is_available", "get_device_id", "runtime", "nccl"]

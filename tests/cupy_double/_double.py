@@ -115,6 +115,7 @@ _next_addr = [1 << 32]
 _addr_of = {}        # id(root numpy buffer) -> address
 _roots = {}          # address -> weakref to root buffer
 _sorted_addrs = []
+_device_of = {}      # id(root numpy buffer) -> the device of the arrays whose `.data` was taken
 
 
 def _root(a):
@@ -126,6 +127,7 @@ def _root(a):
 def _forget(addr, key):
     _roots.pop(addr, None)
     _addr_of.pop(key, None)
+    _device_of.pop(key, None)
     i = bisect.bisect_left(_sorted_addrs, addr)
     if i < len(_sorted_addrs) and _sorted_addrs[i] == addr:
         del _sorted_addrs[i]
@@ -174,6 +176,14 @@ def view(ptr, dtype, count):
     if flat is None:
         raise ValueError("address lookup into a non-contiguous allocation")
     return flat[offset: offset + count * dtype.itemsize].view(dtype)
+
+
+def device_at(ptr):
+    """The device of the allocation holding fake address `ptr`, when an array of it has handed out
+    its `.data` (None if unknown)."""
+    i = bisect.bisect_right(_sorted_addrs, int(ptr)) - 1
+    root = _roots[_sorted_addrs[i]]() if i >= 0 else None
+    return None if root is None else _device_of.get(id(root))
 
 
 # ------------------------------------------------------------------ arrays
@@ -256,7 +266,10 @@ class ndarray:
 
     @property
     def data(self):
-        return MemoryPointer(address(self._a), self._dev, _root(self._a))
+        root = _root(self._a)
+        ptr = address(self._a)
+        _device_of[id(root)] = self._dev
+        return MemoryPointer(ptr, self._dev, root)
 
     @property
     def __cuda_array_interface__(self):

@@ -67,3 +67,35 @@ def max_rel_err(got, ref):
 
 def rel_err(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
+
+
+def train_counting_device_reads(stats, out, *args, iters):
+    """Train the tiny GPT-2 on CUDA in this process, as tools/train_net.py builds the trainer,
+    with `args` overrides; `stats` are the CuPy double's counters. Returns, per iteration,
+    (host synchronisations, their sites, [whether each event the host waited for was recorded
+    before the iteration began])."""
+    from libai.config import LazyConfig
+    from libai.engine import DefaultTrainer, default_argument_parser, default_setup
+    from libai.engine.hooks import HookBase
+
+    opts = [*TINY, f"train.train_iter={iters}", "train.log_period=1", "train.evaluation.enabled=False",
+            "train.checkpointer.period=100", "train.input_placement_device=cuda", f"train.output_dir={out}", *args]
+    parsed = default_argument_parser().parse_args(["--config-file", CONFIG, *opts])
+    cfg = LazyConfig.apply_overrides(LazyConfig.load(CONFIG), parsed.opts)
+    default_setup(cfg, parsed)
+    seen = []
+
+    class CountReads(HookBase):
+        def before_step(self):
+            stats.reset()
+            stats.trace = True
+            self.clock = type(stats).clock
+
+        def after_step(self):
+            seen.append((stats.syncs, list(stats.sync_sites), [w < self.clock for w in stats.event_waits]))
+
+    trainer = DefaultTrainer(cfg)
+    trainer.register_hooks([CountReads()])
+    trainer.train()
+    assert len(seen) == iters, seen
+    return seen

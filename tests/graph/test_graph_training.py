@@ -171,11 +171,13 @@ def test_graph_mode_under_pipeline_parallelism_trains_the_eager_losses(tmp_path,
 
 
 def test_pipeline_on_cuda_through_the_double_eagerly_and_in_graph_mode(tmp_path, monkeypatch):
-    """pp=2 on CUDA placements (the CuPy double): the received activations live on the stage's
-    device (they stayed on the host before, and the next stage's first kernel failed); eager
-    pp=2 matches one process, and graph mode matches eager bit for bit."""
+    """pp=2 on CUDA placements (the CuPy double, one GPU per rank): the activations and gradients
+    cross from GPU to GPU over NCCL (the double's, over MPI) and live on the stage's device;
+    eager pp=2 matches one process, and graph mode (whose replays send and receive again)
+    matches eager bit for bit."""
     for k, v in double_env().items():
         monkeypatch.setenv(k, v)
+    monkeypatch.setenv("CUPY_DOUBLE_DEVICES", "2")
     name = "gpt2_pretrain"
     args = ["train.input_placement_device=cuda", "train.num_accumulation_steps=4"] + vocab(name) + NO_DROPOUT[name]
     single = run(str(tmp_path / "single"), name, *args, iters=4)

@@ -7,3 +7,24 @@ from engine.backend import cublas as _engine_cublas
 
 cupy_double.install()
 _engine_cublas.install_api(DoubleCublas())
+
+
+def _report_at_exit():
+    """CUPY_DOUBLE_REPORT=DIR: each process writes DIR/<pid>.json at exit with its launches per
+    name (so a test of a launched job can see what ran on the double GPUs, NCCL calls included)."""
+    import atexit
+    import json
+    import os
+
+    where = os.environ.get("CUPY_DOUBLE_REPORT")
+    if not where:
+        return
+
+    def write():
+        stats = cupy_double._double.stats
+        with open(os.path.join(where, f"{os.getpid()}.json"), "w") as f:
+            json.dump({"rank": os.environ.get("RANK"), "launches": stats.launches, "by_name": dict(stats.by_name)}, f)
+    atexit.register(write)
+
+
+_report_at_exit()

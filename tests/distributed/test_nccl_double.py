@@ -1,0 +1,101 @@
+"""Several GPUs without GPUs: each MPI rank's `import cupy` is the CuPy double with one "GPU" of
+its own, and the double's `cupy.cuda.nccl` is NCCL's API over MPI (tests/cupy_double/_nccl.py:
+float16 summed in float16, buffers checked against the communicator's device, duplicate devices
+refused, unmatched sends hang as on GPUs). So the engine's NCCL transport
+(engine/distributed/nccl.py) and every parallel layout on CUDA placements run here:
+
+* every collective of engine.distributed.comm on CUDA arrays gives, bit for bit, what the MPI
+  path gives on the same host arrays (2, 3 and 4 ranks; float16 sums accumulate in float32);
+* two ranks on one GPU are refused at once with the ranks and the device named;
+* tools/train_net.py trains GPT-2 on CUDA under dp, tp, pp, their mix on 8 ranks and ZeRO, and
+  logs the single-process CPU losses within 1e-5;
+* a training step on several GPUs reads the device once per iteration (the logged loss, on the
+  last pipeline stage) and never waits for its own work, in float32 and float16 (the GradScaler's
+  inf/nan flag agreed by an NCCL max), under dp, tp, pp, dp x tp with ZeRO-3.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gpt2"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from gpt2_helpers import TINY, max_rel_err, trained_losses  # noqa: E402
+from gpu_helper import double_env  # noqa: E402
+from mpi_helper import ROOT, SCRIPTS, mpi_env, run_command, run_mpi  # noqa: E402
+
+
+def gpu_env(nprocs, **extra):
+    """The environment of an mpiexec job whose ranks each have one double GPU."""
+    env = double_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], ROOT])
+    return mpi_env(**env, CUPY_DOUBLE_DEVICES=str(nprocs), PYTHONHASHSEED="0", **extra)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_nccl_collectives_match_the_mpi_path(nprocs):
+    _, out, _ = run_mpi(nprocs, "nccl_collectives.py", env=gpu_env(nprocs))
+    assert f"nccl collectives OK on {nprocs} ranks" in out
+
+
+def test_two_ranks_on_one_gpu_are_refused_by_name():
+    rc, out, err = run_mpi(2, "nccl_collectives.py", env=gpu_env(2, ENGINE_CUDA_DEVICE="0"), check=False)
+    assert rc != 0
+    assert "NCCL needs one GPU per rank: ranks 0 and 1 of [0, 1] both compute on cuda:0" in err, err[-3000:]
+    assert "ENGINE_CUDA_DEVICE=0" in err
+
+
+BASE = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False", "train.checkpointer.period=0",
+        "train.train_micro_batch_size=null", "train.global_batch_size=8", *TINY]
+
+
+def layout(dp=1, tp=1, pp=1):
+    return [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
+            f"train.dist.pipeline_parallel_size={pp}", f"tokenization.make_vocab_size_divisible_by={256 // tp}"]
+
+
+def test_gpt2_layouts_on_gpus_match_one_cpu_process(tmp_path, monkeypatch):
+    acc = ["train.num_accumulation_steps=2"]
+    ref = trained_losses(str(tmp_path / "cpu"), *BASE, *acc, *layout(), iters=3)
+    worst = {}
+    for name, (dp, tp, pp), extra in [("dp2", (2, 1, 1), []), ("tp2", (1, 2, 1), []), ("pp2", (1, 1, 2), []),
+                                      ("dp2_zero2", (2, 1, 1), ["train.zero_optimization.enabled=True",
+                                                                "train.zero_optimization.stage=2"]),
+                                      ("dp2_tp2_pp2", (2, 2, 2), [])]:
+        n = dp * tp * pp
+        report = tmp_path / f"{name}_report"
+        report.mkdir()
+        for k, v in gpu_env(n, CUPY_DOUBLE_REPORT=str(report)).items():
+            monkeypatch.setenv(k, v)
+        got = trained_losses(str(tmp_path / name), *BASE, *acc, *layout(dp, tp, pp), *extra,
+                             "train.input_placement_device=cuda", iters=3, nprocs=n)
+        worst[name] = max_rel_err(got, ref)
+        assert worst[name] < 1e-5, (name, worst[name], got, ref)
+        ranks = [json.loads(p.read_text()) for p in report.iterdir()]
+        ranks = [r for r in ranks if r["rank"] is not None]  # not the launcher
+        assert len(ranks) == n and all(r["launches"] > 100 for r in ranks), ranks
+        nccl = {k for r in ranks for k in r["by_name"] if k.startswith("nccl.")}
+        assert dp * tp == 1 or "nccl.allReduce" in nccl, (name, nccl)  # gradients, row-parallel outputs
+        if pp > 1:  # activations and gradients cross stages GPU to GPU
+            assert {"nccl.send", "nccl.recv"} <= nccl, (name, nccl)
+    print("GPT-2 on double GPUs, max relative loss error vs 1 CPU process:", {k: f"{v:.1e}" for k, v in worst.items()})
+
+
+FP16 = ["train.amp.enabled=True", "train.amp.dtype=float16"]
+
+
+@pytest.mark.parametrize("nprocs,args", [
+    (2, ["train.dist.data_parallel_size=2", *FP16]),
+    (2, ["train.dist.tensor_parallel_size=2"]),
+    (2, ["train.dist.pipeline_parallel_size=2", "train.num_accumulation_steps=2", *FP16]),
+    (4, ["train.dist.data_parallel_size=2", "train.dist.tensor_parallel_size=2", "train.zero_optimization.enabled=True",
+         "train.zero_optimization.stage=3", *FP16]),
+], ids=["dp2-fp16", "tp2", "pp2-fp16", "dp2-tp2-zero3-fp16"])
+def test_a_step_on_several_gpus_reads_the_device_once(tmp_path, nprocs, args):
+    cmd = [sys.executable, "-m", "engine.distributed.launch", "--nproc-per-node", str(nprocs),
+           os.path.join(SCRIPTS, "device_reads.py"), str(tmp_path), *args]
+    _, out, _ = run_command(cmd, timeout=300, env=gpu_env(nprocs))
+    assert out.count("device reads OK") == nprocs, out
