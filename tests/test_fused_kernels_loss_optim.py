@@ -475,6 +475,22 @@ def test_cross_entropy_on_cuda_marks_bad_targets_and_debug_sync_raises(cuda_doub
         F.cross_entropy(x, t)
 
 
+def test_binary_cross_entropy_on_cuda_checks_its_input_range_only_in_debug_sync_mode(cuda_double, monkeypatch):
+    """binary_cross_entropy's check that the probabilities lie in [0, 1] reads them back: on CUDA
+    only with ENGINE_CUDA_SYNC_CHECKS=1, as the other host checks (it read them at every call)."""
+    p = flow.tensor(np.array([0.2, 0.9, 0.5], np.float32), device="cuda")
+    t = flow.tensor(np.array([0.0, 1.0, 1.0], np.float32), device="cuda")
+    stats = cuda_double._double.stats
+    stats.reset()
+    loss = F.binary_cross_entropy(p, t)
+    assert stats.syncs == 0
+    want = F.binary_cross_entropy(p.cpu(), t.cpu())
+    np.testing.assert_allclose(loss.cpu().numpy(), want.numpy(), rtol=1e-6)
+    monkeypatch.setenv("ENGINE_CUDA_SYNC_CHECKS", "1")
+    with pytest.raises(RuntimeError, match=r"should be between 0 and 1, got values in \[0.2\d*, 1.5\]"):
+        F.binary_cross_entropy(flow.tensor(np.array([0.2, 1.5], np.float32), device="cuda"), t[:2])
+
+
 def test_vocab_cross_entropy_ops_on_cuda_shards_match_cpu(cuda_double):
     """The vocab-parallel phases as engine ops on two shards of the classes: every shard's loss is
     the whole loss, the shards' gradients are the whole gradient's columns (the collectives done

@@ -83,6 +83,14 @@ class GlobalMeta:
         return box_local(local, self.shape, self.placement, self.sbp, (broadcast,) * self.placement.ndim,
                          self.coords())
 
+    def to_device_type(self, tensor, device_type):
+        """`tensor.to(device)` / `.cpu()` / `.cuda()` of this global tensor (OneFlow's): the same
+        mesh of ranks and SBP on a placement of `device_type`, through autograd (a rank's GPU
+        index is its own, from its local rank)."""
+        if self.placement.type == device_type:
+            return tensor
+        return tensor.to_global(placement=type(self.placement)(device_type, self.placement.ranks), sbp=self.sbp)
+
     def leaf_gradient(self, leaf, grad):
         """`grad` boxed to this leaf's own layout before it accumulates into `leaf.grad` (a
         broadcast parameter used on split data gets an all-reduced gradient); see _box_leaf_grad."""

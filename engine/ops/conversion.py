@@ -27,6 +27,8 @@ class ToDevice(Op):
 
 
 def _to_device(t, dev):
+    if t._global is not None:  # the placement's device type changes, its ranks and SBP stay
+        return t._global.to_device_type(t, dev.type)
     if t._device == dev:
         return t
     out = ToDevice.apply(t, device=dev)

@@ -773,7 +773,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
         raise ValueError(f"binary_cross_entropy: using a target size ({shape_str(target.shape)}) that is "
                          f"different to the input size ({shape_str(input.shape)}) is deprecated. Please "
                          "ensure they have the same size.")
-    if input.numel():
+    if input.numel() and host_checks(input._data):  # on a GPU only with ENGINE_CUDA_SYNC_CHECKS=1
         vals = input._data if input._global is None else input._host()
         lo, hi = float(vals.min()), float(vals.max())
         if lo < 0 or hi > 1:
@@ -791,7 +791,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         broadcast_shapes(tuple(pos_weight.shape), tuple(input.shape))
         # an attribute of the kernel, which runs on all-broadcast inputs: the logical value
         extra["pos_weight"] = pos_weight.detach() if pos_weight._global is None else \
-            Tensor._make(pos_weight._host(), input._device)
+            Tensor._make(pos_weight._global.logical_value(pos_weight._data), input._device)
     return _run_pointwise("bce_logits", input, target, weight, reduction, extra,
                           "binary_cross_entropy_with_logits", same_shape=True)
 

@@ -203,11 +203,12 @@ def main():
     fraction = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     only = sys.argv[3:]
     rank, world = comm.get_rank(), comm.get_world_size()
+    device = harness.DEVICE  # ENGINE_TEST_DEVICE=cuda: CUDA placements, one GPU per rank
     if mesh == "2x2":
         assert world == 4, "the 2x2 mesh needs 4 ranks"
-        placement = flow.placement("cpu", [[0, 1], [2, 3]])
+        placement = flow.placement(device, [[0, 1], [2, 3]])
     else:
-        placement = flow.placement("cpu", list(range(world)))
+        placement = flow.placement(device, list(range(world)))
     cfg = f"{mesh}-{world}"
     cases = [c for c in ALL_CASES + EXTRA_CASES if c.id not in SKIP]
     skipped = [c.id for c in ALL_CASES if c.id in SKIP]

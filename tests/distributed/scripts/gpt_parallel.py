@@ -1,6 +1,7 @@
 """libai layers / GPT-2 on a dp x tp layout vs the single-process run (under mpiexec).
 
-    python -m engine.distributed.run gpt_parallel.py REF.npz DP TP
+    python -m engine.distributed.run gpt_parallel.py REF.npz DP TP [DEVICE]
+    python -m engine.distributed.run gpt_parallel.py --write REF.npz DEVICE   (one process)
 
 REF.npz holds the single-process results of the same computations (written by
 tests/distributed/test_gpt_parallel.py with `compute(...)` below); every rank builds the same
@@ -59,10 +60,10 @@ def compute():
         y = layer(x, mask)
         assert tuple(y.sbp) == tuple(hidden_sbp), (y.sbp, hidden_sbp)
         (y * flow.tensor(g_np, placement=placement, sbp=hidden_sbp)).sum().backward()
-        out[f"layer_{mask_type}_out"] = y.detach().numpy()
-        out[f"layer_{mask_type}_dx"] = x.grad.numpy()
+        out[f"layer_{mask_type}_out"] = host(y)
+        out[f"layer_{mask_type}_dx"] = host(x.grad)
         for k, p in layer.named_parameters():
-            out[f"layer_{mask_type}_grad.{k}"] = p.grad.numpy()
+            out[f"layer_{mask_type}_grad.{k}"] = host(p.grad)
 
     # ---- a 2-layer GPT: logits (split on the vocabulary), vocab-parallel loss, gradients
     flow.manual_seed(5)
@@ -83,12 +84,17 @@ def compute():
     # data-parallel gradients); nothing is gathered (no logits, no weights, no activations)
     gathered = rec.bytes_of("all_gather") + rec.bytes_of("all_to_all")
     assert gathered == 0, f"forward/backward gathered {gathered} bytes: {rec.calls}"
-    out["gpt_logits"] = logits.detach().numpy()
-    out["gpt_per_token"] = per_token.detach().numpy()
+    out["gpt_logits"] = host(logits)
+    out["gpt_per_token"] = host(per_token)
     out["gpt_loss"] = np.asarray(loss.item())
     for k, p in model.named_parameters():
-        out[f"gpt_grad.{k}"] = p.grad.numpy()
+        out[f"gpt_grad.{k}"] = host(p.grad)
     return out
+
+
+def host(t):
+    """The whole logical value of global tensor `t` as a numpy array (from any device)."""
+    return t.detach().cpu().numpy()
 
 
 def rel(a, b):
@@ -97,8 +103,14 @@ def rel(a, b):
 
 
 def main():
+    if sys.argv[1] == "--write":  # gpt_parallel.py --write OUT.npz DEVICE: the one-process reference
+        dist.set_device_type(sys.argv[3])
+        np.savez(sys.argv[2], **compute())
+        return
     ref_file, dp, tp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
     dist.setup_dist_util({"data_parallel_size": dp, "tensor_parallel_size": tp})
+    dist.set_device_type(device)
     ref = dict(np.load(ref_file))
     got = compute()
     assert sorted(got) == sorted(ref), set(got) ^ set(ref)
@@ -110,7 +122,7 @@ def main():
         assert got[k].shape == ref[k].shape, (k, got[k].shape, ref[k].shape)
         assert r <= 1e-5, f"{k}: relative error {r:.3g} on dp={dp} tp={tp}"
     if dist.get_rank() == 0:
-        print(f"gpt_parallel OK dp={dp} tp={tp}: " + ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())))
+        print(f"gpt_parallel OK dp={dp} tp={tp} on {device}: " + ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items())))
 
 
 if __name__ == "__main__":

@@ -192,6 +192,32 @@ def test_max_over_world():
     assert comm.max_over_world(0.5 * R) == 0.5 * (N - 1)
 
 
+def test_global_tensors_change_device_type():
+    """`.cpu()` / `.cuda()` / `.to(device)` of a global tensor (OneFlow's): the same ranks and SBP
+    on a placement of the other device type, the logical value kept, gradients flowing back; a
+    module of global parameters moved with `.cpu()` keeps its parameters' identity."""
+    from engine.distributed import sbp as S
+
+    mesh = np.arange(N).reshape(2, -1).tolist() if N % 2 == 0 and N >= 4 else list(range(N))
+    gpu_p = flow.placement("cuda", mesh)
+    sbp = (S.split(1),) * gpu_p.ndim if gpu_p.ndim == 1 else (S.split(0), S.broadcast)
+    value = data(0, (4, 2 * N))
+    x = flow.tensor(value, placement=gpu_p, sbp=sbp, requires_grad=True)
+    host = x.cpu()
+    assert host.placement == flow.placement("cpu", mesh) and host.sbp == x.sbp, (host.placement, host.sbp)
+    assert host.device.type == "cpu" and np.array_equal(host.detach().numpy(), value)
+    (host * 3).sum().backward()
+    assert x.grad.placement == gpu_p and x.grad.device == GPU
+    assert np.array_equal(x.grad.cpu().numpy(), np.full(value.shape, 3, np.float32))
+    back = host.detach().cuda()
+    assert back.placement == gpu_p and back.sbp == x.sbp and back.device == GPU
+    assert x.to("cuda") is x and host.to("cpu") is host
+    lin = flow.nn.Linear(2 * N, 3).to_global(placement=gpu_p, sbp=(S.broadcast,) * gpu_p.ndim)
+    weight = lin.weight
+    lin.cpu()
+    assert lin.weight is weight and weight.placement.type == "cpu" and weight.device.type == "cpu"
+
+
 def test_the_double_behaves_as_nccl():
     """What makes the checks above able to fail: the double's NCCL itself sums float16 in float16
     (3+ ranks: 2048 + 1 + 1 rounds back to 2048 at each addition) and refuses a buffer that is not
