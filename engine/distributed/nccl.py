@@ -8,10 +8,10 @@ take one count for all ranks.
 Point-to-point: NCCL sends block until the matching receive is posted, so an isend followed by
 an irecv on the same stream would deadlock in a ring. isend/irecv are therefore queued and
 launched together inside one `groupStart/groupEnd` when any of their requests is waited on (or
-`flush()` is called): NCCL then matches them all at once.
+`launch_queued()` is called, as before every collective): NCCL then matches them all at once.
 
-This path cannot be exercised on a CPU-only machine; it is written against CuPy's
-`cupy.cuda.nccl` API, and CuPy is imported only when a CUDA array is first communicated.
+Without a GPU this runs in CI through the CuPy double, whose `cupy.cuda.nccl` is NCCL's API over
+MPI (tests/cupy_double/_nccl.py); CuPy is imported only when a CUDA array is first communicated.
 """
 import numpy as np
 
@@ -20,19 +20,39 @@ from ..backend import dtypes as _dtypes
 from .transport import Request, offsets, stats
 
 
-_queued = set()  # the backends holding isends / irecvs not launched yet
+_queued = []  # (backend, "send" | "recv", buffer, peer): the isends / irecvs not launched yet
 
 
 def launch_queued():
-    """Launch every queued point-to-point operation, before a collective is: a peer whose stream
-    waits in a receive for one of them could otherwise never reach that collective."""
-    for backend in list(_queued):
-        backend.flush()
+    """Launch every queued send and receive, in one NCCL group per GPU, on the current stream;
+    also before any collective (a peer whose stream waits in a receive for one of them could
+    otherwise never reach it). The host does not wait for them (as torch's Work.wait() on NCCL):
+    later work on the stream runs after them, and a send buffer freed to CuPy's pool is reused
+    only by later work on that stream."""
+    if not _queued:
+        return
+    ops = list(_queued)
+    _queued.clear()
+    for device_id in dict.fromkeys(be.device_id for be, _, _, _ in ops):
+        first = next(be for be, _, _, _ in ops if be.device_id == device_id)
+        cp, nccl = first.cp, first.nccl
+        with cp.cuda.Device(device_id):
+            st = first._stream()
+            nccl.groupStart()
+            for be, kind, buf, peer in ops:
+                if be.device_id == device_id:
+                    fn = be.comm.send if kind == "send" else be.comm.recv
+                    fn(buf.data.ptr, buf.size, be._raw_type(buf), peer, st)
+            nccl.groupEnd()
 
 
 def backend_for(group, arr):
     """The NCCL backend of `group` for the device holding `arr` (created on first use)."""
-    dev = arr.device.id
+    return backend_on(group, arr.device.id)
+
+
+def backend_on(group, dev):
+    """The NCCL backend of `group` on GPU `dev` (created on first use: collective over the group)."""
     if group._nccl is None:
         group._nccl = {}
     be = group._nccl.get(dev)
@@ -75,7 +95,6 @@ class NcclBackend:
         uid = group.comm.bcast(uid, root=0)
         with cp.cuda.Device(device_id):
             self.comm = nccl.NcclCommunicator(group.size, uid, group.rank)
-        self._pending = []
         self._types = {
             np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
             np.dtype(np.float16): nccl.NCCL_FLOAT16, np.dtype(np.int64): nccl.NCCL_INT64,
@@ -210,10 +229,11 @@ class NcclBackend:
             stats.record("all_to_all", sum(c.nbytes for i, c in enumerate(chunks) if i != me))
             return cp.ascontiguousarray(cp.moveaxis(out, (0, 1), (concat_axis, split_axis)))
 
-    # Point to point. A blocking send or receive is queued behind the isends / irecvs not yet
-    # launched and launched with them (`flush`): launched alone, a receive would wait on the GPU
-    # for a peer whose own receive waits behind sends this rank has not launched (a pipeline
-    # schedule's activations and gradients cross in both directions).
+    # Point to point, on the group's communicator (made by all its ranks together: a pipeline
+    # makes it first, comm.prepare_nccl). Sends and receives are queued, every communicator's in
+    # one queue, and launched together in one NCCL group when one of them is waited for, a
+    # blocking send or receive included: launched alone, a receive would wait on the GPU for a
+    # peer whose own receive waits behind sends this rank has not launched.
     def send(self, arr, peer):
         self.isend(arr, peer).wait()
 
@@ -223,32 +243,11 @@ class NcclBackend:
     def isend(self, arr, peer):
         with self.cp.cuda.Device(self.device_id):
             buf = self.cp.ascontiguousarray(arr)
-        self._queue(("send", buf, peer))
-        return Request(finish=self.flush, buf=buf)
+        _queued.append((self, "send", buf, peer))
+        return Request(finish=launch_queued, buf=buf)
 
     def irecv(self, arr, peer, result):
         with self.cp.cuda.Device(self.device_id):
             buf = arr if arr.flags.c_contiguous else self.cp.empty(arr.shape, arr.dtype)
-        self._queue(("recv", buf, peer))
-        return Request(finish=self.flush, buf=buf, target=arr if buf is not arr else None, result=result)
-
-    def _queue(self, op):
-        self._pending.append(op)
-        _queued.add(self)
-
-    def flush(self):
-        """Launch all queued isend/irecv in one NCCL group, on the current stream. The host does
-        not wait for them (as torch's Work.wait() on NCCL): later work on the stream runs after
-        them, and a send buffer freed to CuPy's pool is reused only by later work on that stream."""
-        if not self._pending:
-            return
-        cp, nccl = self.cp, self.nccl
-        pending, self._pending = self._pending, []
-        _queued.discard(self)
-        with cp.cuda.Device(self.device_id):
-            st = self._stream()
-            nccl.groupStart()
-            for kind, buf, peer in pending:
-                fn = self.comm.send if kind == "send" else self.comm.recv
-                fn(buf.data.ptr, buf.size, self._raw_type(buf), peer, st)
-            nccl.groupEnd()
+        _queued.append((self, "recv", buf, peer))
+        return Request(finish=launch_queued, buf=buf, target=arr if buf is not arr else None, result=result)

@@ -37,7 +37,7 @@ from .boxing import _dtype_table
 from .global_tensor import GlobalMeta, _stage_state, device_of_placement, make_global
 from .sbp import broadcast, partial_max, partial_sum, split
 
-__all__ = ["send", "recv", "begin", "wait", "peer", "stand_ins", "stage_local", "blocked_time"]
+__all__ = ["send", "recv", "recv_many", "begin", "wait", "peer", "stand_ins", "stage_local", "blocked_time"]
 
 _HEADER = 48  # int64 slots: dtype, requires_grad, ndim, mesh ndim, sbp codes, local shape, logical shape
 _CODES = {broadcast: -1, partial_sum: -2, partial_max: -3}
@@ -74,15 +74,21 @@ def _decode(head):
     return dtype, requires_grad, sbp, local, logical
 
 
-def send(tensor, placement, tag=0):
+def send(tensor, placement, tag=0, launch=True):
     """Send this rank's shard of global `tensor` to its peer in `placement` (non-blocking).
-    Returns the requests; their buffers stay alive until waited on."""
+    Returns the requests; their buffers stay alive until waited on.
+
+    Between GPUs (NCCL) `launch=False` keeps the transfer queued, to be launched in one group
+    with this rank's next receive (Megatron's send_forward_recv_backward: two stages whose
+    activations and gradients cross must each send and receive in one group, or each waits in
+    its send for a receive queued behind the other's send); `launch=True` launches it now, for
+    a peer that needs it before it can send anything back."""
     meta = tensor._global
     if meta is None:
         raise TypeError("pipeline send: the tensor must be global (made with .to_global or on a placement)")
     me = comm.get_rank()
     op = _Send(peer(me, meta.placement, placement), tag, _encode(tensor._data, meta, tensor.requires_grad),
-               on_gpus=_on_gpus(meta.placement, placement))
+               on_gpus=_on_gpus(meta.placement, placement), launch=launch)
     requests = op.post(tensor._data)
     if _state.tracer is not None:  # nn.Graph: a replay sends the replayed shard
         _state.tracer.call(op, (tensor._data,), None, "PipelineSend", f"{list(tensor._data.shape)} -> rank {op.dst}")
@@ -94,19 +100,34 @@ def recv(src_placement, placement, tag=0, device=None):
     `send` (blocking), on `device` (default: the placement's device on this rank, so a cuda
     stage gets its activations on its GPU). It is a leaf, requiring grad when the sent tensor
     did."""
+    return recv_many(src_placement, placement, 1, tag, device)[0]
+
+
+def recv_many(src_placement, placement, n, tag=0, device=None):
+    """`n` tensors `recv` would receive one after another, their transfers between GPUs launched
+    in one NCCL group (with the sends this rank queued): a peer sending several tensors in one
+    group could otherwise wait for the later ones while this rank waits for the first."""
     me = comm.get_rank()
     device = device_of_placement(placement) if device is None else device
-    op = _Recv(peer(me, placement, src_placement), tag, device, on_gpus=_on_gpus(src_placement, placement))
-    head = op.header()
-    dtype, requires_grad, sbp, local, logical = _decode(head)
-    arr = op.payload(dtype, local)
-    if _state.tracer is not None:  # nn.Graph: a replay receives again, expecting this very header
-        op.expected = head
-        _state.tracer.call(op, (), arr, "PipelineRecv", f"rank {op.src} -> {list(local)}")
-    t = make_global(arr, GlobalMeta(placement, sbp, logical), device)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
+    src, on_gpus = peer(me, placement, src_placement), _on_gpus(src_placement, placement)
+    out = []
+    for i in range(n):
+        op = _Recv(src, tag, device, on_gpus=on_gpus, launch=i == n - 1)
+        head = op.header()
+        dtype, requires_grad, sbp, local, logical = _decode(head)
+        arr = op.payload(dtype, local)
+        if _state.tracer is not None:  # nn.Graph: a replay receives again, expecting this very header
+            op.expected = head
+            _state.tracer.call(op, (), arr, "PipelineRecv", f"rank {op.src} -> {list(local)}")
+        t = make_global(arr, GlobalMeta(placement, sbp, logical), device)
+        if requires_grad:
+            t.requires_grad_(True)
+        out.append(t)
+    if n == 0:  # nothing to receive: the sends queued to go with it go now
+        nccl.launch_queued()
+        if _state.tracer is not None:
+            _state.tracer.call(nccl.launch_queued, (), None, "PipelineLaunch")
+    return out
 
 
 def begin():
@@ -180,17 +201,16 @@ class _Send:
     # live until then (engine.autograd.trace.Tape._held_until)
     holds_inputs_until = "PipelineWait"
 
-    def __init__(self, dst, tag, head, on_gpus=False):
-        self.dst, self.tag, self.head, self.on_gpus = dst, tag, head, on_gpus
+    def __init__(self, dst, tag, head, on_gpus=False, launch=True):
+        self.dst, self.tag, self.head, self.on_gpus, self.launch = dst, tag, head, on_gpus, launch
 
     def post(self, arr):
         head = comm.isend(self.head, self.dst, tag=self.tag)
-        if self.on_gpus:
-            # NCCL runs this rank's transfers in order on its stream: each send is launched in
-            # one group with the receive that follows it (launched when that receive is), as
-            # Megatron pairs send_forward with recv_backward; what an earlier send queued goes first
-            nccl.launch_queued()
-            return [head, comm.isend(arr, self.dst, tag=self.tag)]
+        if self.on_gpus:  # queued; launched now, or with this rank's next receive (see `send`)
+            requests = [head, comm.isend(arr, self.dst, tag=self.tag)]
+            if self.launch:
+                nccl.launch_queued()
+            return requests
         host = comm.host_contiguous(arr)
         return [head, comm.isend(host.reshape(-1).view(np.uint8), self.dst, tag=self.tag)]
 
@@ -201,8 +221,8 @@ class _Send:
 class _Recv:
     """One handoff's receive: the header, then the shard into a fresh array."""
 
-    def __init__(self, src, tag, device, on_gpus=False):
-        self.src, self.tag, self.device, self.on_gpus = src, tag, device, on_gpus
+    def __init__(self, src, tag, device, on_gpus=False, launch=True):
+        self.src, self.tag, self.device, self.on_gpus, self.launch = src, tag, device, on_gpus, launch
         self.expected = None
 
     def header(self):
@@ -216,8 +236,10 @@ class _Recv:
             from ..backend import cupy, to_device
 
             arr = cupy().empty(local, dtype=dtype)  # on this rank's GPU
-            with _blocking():
-                comm.recv(arr, self.src, tag=self.tag)
+            comm.irecv(arr, self.src, tag=self.tag)  # queued: the last receive of a group launches
+            if self.launch:
+                with _blocking():
+                    nccl.launch_queued()
             return to_device(arr, self.device)
         raw = np.empty(int(np.prod(local, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
         with _blocking():

@@ -72,6 +72,22 @@ def schedule(kind, stage, stages, micro_batches):
     return order
 
 
+def paired_sends(kind, stage, stages, micro_batches):
+    """The positions in `schedule(...)` whose sends go in one group with the next operation's
+    receives (between GPUs), as Megatron's 1F1B pairs them: in the steady phase a forward's
+    activations with the next backward's incoming gradients (send_forward_recv_backward) and a
+    backward's gradients with the next forward's activations (send_backward_recv_forward), but
+    the last; everything else (warm-up, cool-down, GPipe) launches its sends at once, since the
+    peer needs them before it can send anything back."""
+    if kind != "1F1B":
+        return set()
+    warmup = min(stages - stage - 1, micro_batches)
+    steady = micro_batches - warmup
+    forwards = {warmup + 2 * k for k in range(steady)}
+    backwards = {warmup + 2 * k + 1 for k in range(steady - 1)}
+    return forwards | backwards
+
+
 def _read_once(outputs):
     """[{name: float}] of the output dicts' one-element tensors, read from a GPU in one transfer
     (one host synchronisation per step, not one per micro-batch and value)."""
@@ -102,6 +118,7 @@ class PipelineRunner:
         self.stages, self.stage = topo.pipeline_parallel_size, topo.pipeline_stage
         self.placements = [flow.placement(device_type, topo.get_stage_ranks(s)) for s in range(self.stages)]
         self.here = self.placements[self.stage]
+        self._nccl_ready = False
         steps = list(model.pipeline_steps())
         stage_ids = [topo.get_layer_stage_id(st.layer_idx) for st in steps]
         if stage_ids != sorted(stage_ids) or stage_ids[0] != 0 or stage_ids[-1] != self.stages - 1:
@@ -161,20 +178,29 @@ class PipelineRunner:
         """Run this stage's part of the schedule: ([the last stage's detached output dict per
         micro-batch], seconds busy)."""
         handoff.begin()
+        self._prepare_nccl()
         self._pending = []
         self._inputs, self._outputs, self._losses, self._results = {}, {}, {}, []
         busy = 0.0
         stand = self._fetch_tied()
-        for op, k in schedule(self.kind, self.stage, self.stages, m):
+        paired = paired_sends(self.kind, self.stage, self.stages, m)
+        for i, (op, k) in enumerate(schedule(self.kind, self.stage, self.stages, m)):
             t0 = time.perf_counter()
             if op == "F":
-                self._forward(k, batch_of(k), m, stand)
+                self._forward(k, batch_of(k), m, stand, launch=i not in paired)
             else:
-                self._backward(k)
+                self._backward(k, launch=i not in paired)
             busy += time.perf_counter() - t0
         self._return_tied_grads(stand)
         handoff.wait(self._pending)
         return self._results, busy
+
+    def _prepare_nccl(self):
+        """On GPUs, the NCCL communicator of all ranks, made by all of them at once before the
+        first handoff (made by a transfer, it would wait for ranks that never join it)."""
+        if not self._nccl_ready and self.here.type == "cuda":
+            edist.comm.prepare_nccl()
+            self._nccl_ready = True
 
     def _batch(self, next_data):
         t0 = time.perf_counter()
@@ -182,7 +208,7 @@ class PipelineRunner:
         self._data_time += time.perf_counter() - t0
         return batch
 
-    def _forward(self, k, batch, m, stand):
+    def _forward(self, k, batch, m, stand, launch=True):
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
         self._inputs[k] = carry
         with handoff.stage_local(), handoff.stand_ins(stand), self.autocast():
@@ -195,15 +221,15 @@ class PipelineRunner:
             self._losses[k] = self.scale_loss(loss) if self.scale_loss is not None else loss
             self._results.append({key: v.detach() for key, v in carry.items()})
         else:
-            self._outputs[k] = self._send_carry(carry, _TAG_FORWARD)
+            self._outputs[k] = self._send_carry(carry, _TAG_FORWARD, launch)
 
-    def _backward(self, k):
+    def _backward(self, k, launch=True):
         with edist.no_grad_sync(), handoff.stage_local():
             if self.is_last:
                 self._losses.pop(k).backward()
             else:
                 sent = [t for t in self._outputs.pop(k) if t.requires_grad]
-                grads = [self._recv(self.placements[self.stage + 1], _TAG_BACKWARD) for _ in sent]
+                grads = self._recv(self.placements[self.stage + 1], _TAG_BACKWARD, len(sent))
                 if sent:
                     flow.autograd.backward(sent, grads)
         inputs = self._inputs.pop(k)
@@ -212,16 +238,17 @@ class PipelineRunner:
             for t in inputs.values():
                 if t is not None and t.requires_grad:
                     g = t.grad if t.grad is not None else flow.zeros_like(t)
-                    self._pending += handoff.send(g, prev, tag=_TAG_BACKWARD)
+                    self._pending += handoff.send(g, prev, tag=_TAG_BACKWARD, launch=launch)
 
     # ------------------------------------------------------------------ handoff
-    def _recv(self, src_placement, tag):
+    def _recv(self, src_placement, tag, n=None):
+        """One tensor from `src_placement`'s stage, or with `n` a list of `n` (in one group)."""
         t0 = time.perf_counter()
-        t = handoff.recv(src_placement, self.here, tag=tag)
+        got = handoff.recv_many(src_placement, self.here, 1 if n is None else n, tag=tag)
         self._wait_time += time.perf_counter() - t0
-        return t
+        return got[0] if n is None else got
 
-    def _send_carry(self, carry, tag):
+    def _send_carry(self, carry, tag, launch=True):
         """Send the carry's names, then its tensors, to the next stage; returns the tensors."""
         if not isinstance(carry, dict) or not all(v is None or isinstance(v, flow.Tensor) for v in carry.values()):
             raise TypeError("a pipeline step must return a dict of tensors (or None values) to the next stage, got "
@@ -234,7 +261,7 @@ class PipelineRunner:
         sent = []
         for v in carry.values():
             if v is not None:
-                self._pending += handoff.send(v, nxt, tag=tag)
+                self._pending += handoff.send(v, nxt, tag=tag, launch=launch)
                 sent.append(v)
         return sent
 
@@ -248,7 +275,8 @@ class PipelineRunner:
         edist.recv(raw, src, tag=_TAG_NAMES)
         self._wait_time += time.perf_counter() - t0
         names = json.loads(raw.tobytes().decode())
-        return {k: (self._recv(prev, tag) if present else None) for k, present in names}
+        got = iter(self._recv(prev, tag, sum(bool(present) for _, present in names)))
+        return {k: (next(got) if present else None) for k, present in names}
 
     # ------------------------------------------------------------------ tied parameters
     def _fetch_tied(self, requires_grad=True):
@@ -288,6 +316,7 @@ class PipelineRunner:
         """One batch forward through the stages (no autograd): (the batch on this stage, the
         model's output dict on the last stage or None elsewhere)."""
         batch = self.get_batch(data, self.here)
+        self._prepare_nccl()
         self._pending = []
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
         with handoff.stage_local(), handoff.stand_ins(self._fetch_tied(requires_grad=False)), self.autocast():

@@ -126,11 +126,13 @@ def groupEnd():
 
 
 def _post_together(ops):
-    """A group's sends and receives, posted at once (NCCL matches them all together)."""
+    """A group's sends and receives, posted at once (NCCL matches them all together). A send
+    completes only once its receive is posted (MPI's synchronous mode, not an eager buffered
+    send), as NCCL's does: a group whose send nobody receives yet holds the rank there."""
     requests = []
     for comm, kind, buf, peer in ops:
         if kind == "send":
-            requests.append(comm._mpi.Isend(buf, dest=peer, tag=0))
+            requests.append(comm._mpi.Issend(buf, dest=peer, tag=0))
         else:
             requests.append(comm._mpi.Irecv(buf, source=peer, tag=0))
     _wait(requests)

@@ -84,6 +84,27 @@ def test_gpt2_layouts_on_gpus_match_one_cpu_process(tmp_path, monkeypatch):
     print("GPT-2 on double GPUs, max relative loss error vs 1 CPU process:", {k: f"{v:.1e}" for k, v in worst.items()})
 
 
+@pytest.mark.parametrize("pp,m,kind,extra", [
+    (2, 1, "1F1B", []), (3, 4, "1F1B", []), (4, 2, "GPipe", []), (3, 1, "GPipe", []),
+    (2, 4, "1F1B", ["train.graph.enabled=True"]), (4, 4, "GPipe", ["train.graph.enabled=True"]),
+], ids=["pp2-m1-1f1b", "pp3-m4-1f1b", "pp4-m2-gpipe", "pp3-m1-gpipe", "pp2-m4-1f1b-graph", "pp4-m4-gpipe-graph"])
+def test_pipeline_schedules_on_gpus_match_one_cpu_process(tmp_path, monkeypatch, pp, m, kind, extra):
+    """Every stage on its own GPU, activations and gradients over NCCL. The double's NCCL
+    completes a send only when its receive is posted and runs each rank's GPU work in order on
+    the host, so it hangs where GPUs would (sends that cross, each queued behind the other's
+    receive: all 1F1B sends launched alone do) and also where only a host running ahead of its
+    GPU would not (all sends held for the next receive: GPipe's then are): the pairing of
+    libai.engine.pipeline.paired_sends passes both."""
+    args = [*BASE, "model.cfg.hidden_layers=4", f"train.num_accumulation_steps={m}",
+            f"train.dist.pipeline_schedule={kind}"]
+    ref = trained_losses(str(tmp_path / "cpu"), *args, *layout(), iters=3)
+    for k, v in gpu_env(pp).items():
+        monkeypatch.setenv(k, v)
+    got = trained_losses(str(tmp_path / "gpus"), *args, *layout(pp=pp), *extra, "train.input_placement_device=cuda",
+                         iters=3, nprocs=pp)
+    assert max_rel_err(got, ref) < 1e-5, (got, ref)
+
+
 FP16 = ["train.amp.enabled=True", "train.amp.dtype=float16"]
 
 

@@ -133,9 +133,30 @@ def test_a_model_without_pipeline_steps_is_refused_by_name():
 
 
 # ------------------------------------------------------------------ the engine's handoff
-def test_handoff_between_stages_on_4_ranks():
-    _, out, _ = run_mpi(4, "pipeline_handoff.py")
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_handoff_between_stages_on_4_ranks(device):
+    """On cuda: one GPU per rank (the CuPy double), the shards crossing over its NCCL."""
+    from test_nccl_double import gpu_env
+
+    _, out, _ = run_mpi(4, "pipeline_handoff.py", env=gpu_env(4, ENGINE_TEST_DEVICE="cuda") if device == "cuda" else None)
     assert out.count("pipeline handoff ok") == 4
+
+
+def test_sends_are_paired_with_the_next_receive_as_megatron_pairs_them():
+    """1F1B's steady phase: a forward's sends go with the next backward's receives, a backward's
+    with the next forward's (but the last backward's); warm-up, cool-down and GPipe send at once."""
+    from libai.engine.pipeline import paired_sends
+
+    # 4 stages, 6 micro-batches: stage 0 warms up with 3 forwards, then 3 (F, B) pairs, then 3 B
+    order = schedule("1F1B", 0, 4, 6)
+    assert order[:3] == [("F", 0), ("F", 1), ("F", 2)]
+    assert {order[i] for i in paired_sends("1F1B", 0, 4, 6)} == {("F", 3), ("B", 0), ("F", 4), ("B", 1), ("F", 5)}
+    # the last stage: no warm-up, every backward but the last pairs with the next forward's receive
+    order = schedule("1F1B", 3, 4, 3)
+    assert [order[i] for i in sorted(paired_sends("1F1B", 3, 4, 3))] == [("F", 0), ("B", 0), ("F", 1), ("B", 1),
+                                                                         ("F", 2)]
+    assert paired_sends("1F1B", 0, 4, 2) == set()  # two micro-batches on 4 stages: all warm-up and cool-down
+    assert paired_sends("GPipe", 1, 4, 8) == set()
 
 
 def test_a_frozen_tied_weight_gets_no_gradient_eagerly_or_in_graph_mode():

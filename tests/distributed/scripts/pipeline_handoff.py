@@ -1,7 +1,10 @@
 """engine.distributed.pipeline on 4 ranks as 2 stages of a 2-rank mesh: a shard goes to the rank
 at the same mesh coordinates with its SBP, the received leaf's gradient comes back and flows
 into the sender's graph, stand-ins replace a tensor of another stage, and stage-local execution
-refuses an op on a tensor this rank does not hold."""
+refuses an op on a tensor this rank does not hold. With ENGINE_TEST_DEVICE=cuda the stages are
+CUDA placements (one GPU per rank; the handoffs go over NCCL)."""
+import os
+
 import numpy as np
 
 import engine as flow
@@ -10,7 +13,8 @@ from engine.distributed import sbp as S
 
 r = flow.env.get_rank()
 assert flow.env.get_world_size() == 4
-stage0, stage1 = flow.placement("cpu", [0, 1]), flow.placement("cpu", [2, 3])
+DEV = os.environ.get("ENGINE_TEST_DEVICE", "cpu")
+stage0, stage1 = flow.placement(DEV, [0, 1]), flow.placement(DEV, [2, 3])
 here = stage0 if r < 2 else stage1
 rng = np.random.default_rng(3)
 X = rng.standard_normal((4, 6)).astype(np.float32)
@@ -29,12 +33,12 @@ if r < 2:
     flow.autograd.backward([y], [g])
     for q in reqs:
         q.wait()
-    grad_w = w.grad.to_global(sbp=S.broadcast).to_local().numpy()
+    grad_w = w.grad.to_global(sbp=S.broadcast).to_local().cpu().numpy()
     np.testing.assert_allclose(grad_w, X.T @ (2 * X @ W), rtol=1e-5, atol=1e-5)
 else:
     y = pipeline.recv(stage0, stage1, tag=5)
     assert y.sbp == (S.split(0),) and tuple(y.shape) == (4, 6) and y.requires_grad and y.is_leaf
-    np.testing.assert_allclose(y.detach().to_local().numpy(), np.split(X @ W, 2)[r - 2], rtol=1e-5)
+    np.testing.assert_allclose(y.detach().to_local().cpu().numpy(), np.split(X @ W, 2)[r - 2], rtol=1e-5)
     (y * y).sum().backward()
     for q in pipeline.send(y.grad, stage0, tag=6):
         q.wait()
@@ -45,7 +49,7 @@ if r >= 2:
     copy = flow.tensor(W * 2, placement=stage1, sbp=S.broadcast, requires_grad=True)
     with pipeline.stand_ins({p: copy}):
         moved = p.to_global(placement=stage1, sbp=S.broadcast)
-    np.testing.assert_allclose(moved.detach().to_local().numpy(), W * 2)
+    np.testing.assert_allclose(moved.detach().to_local().cpu().numpy(), W * 2)
 
 # stage-local execution: an op on another stage's tensor is an error, not an empty result
 other = flow.tensor(X, placement=stage1 if r < 2 else stage0, sbp=S.broadcast)

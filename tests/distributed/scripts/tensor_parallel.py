@@ -5,8 +5,10 @@
 Sections: `embedding` (vocab-parallel embedding vs torch, 1-D placement and a mesh axis of
 the 2x2 mesh), `ce` (vocab-parallel cross-entropy vs torch, with the communication check),
 `mlp` (Megatron MLP on the 2x2 mesh trained with SGD vs the single-process engine run, and
-with gradient accumulation). Any failed assert aborts the whole job.
+with gradient accumulation). Any failed assert aborts the whole job. With ENGINE_TEST_DEVICE=cuda
+the placements are CUDA ones (one GPU per rank; collectives over NCCL).
 """
+import os
 import sys
 
 import numpy as np
@@ -18,12 +20,13 @@ from engine.distributed import comm, sbp as S
 F = flow.nn.functional
 R, N = comm.get_rank(), comm.get_world_size()
 B, P = S.broadcast, S.partial_sum
-ALL = flow.placement("cpu", list(range(N)))
+DEV = os.environ.get("ENGINE_TEST_DEVICE", "cpu")
+ALL = flow.placement(DEV, list(range(N)))
 
 
 def close(a, b, what, rtol=1e-5, atol=1e-6):
-    a = a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
-    b = b.detach().numpy() if hasattr(b, "detach") else np.asarray(b)
+    a = a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+    b = b.detach().cpu().numpy() if hasattr(b, "detach") else np.asarray(b)
     assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
     assert np.allclose(a, b, rtol=rtol, atol=atol), f"{what}: max abs diff {np.abs(a - b).max()}"
 
@@ -79,7 +82,7 @@ def test_embedding():
     # table split on the embedding dim: the plain kernel on column shards
     check_embedding(ALL, (B,), (S.split(1),), (S.split(2),), 11, 2 * N, (3, 7), 4, seed=7)
     if N == 4:  # a mesh axis of the 2x2 mesh: ids batch-split on axis 0, vocab split on axis 1
-        mesh = flow.placement("cpu", [[0, 1], [2, 3]])
+        mesh = flow.placement(DEV, [[0, 1], [2, 3]])
         for V, pad in ((11, None), (11, 5)):
             check_embedding(mesh, (S.split(0), B), (B, S.split(0)), (S.split(0), P), V, 6, (4, 5), pad, seed=3)
     if R == 0:
@@ -127,7 +130,7 @@ def test_cross_entropy():
     check_ce(ALL, (S.split(1),), (B,), X3, T3, rng.standard_normal((3, 4)).astype(np.float32),
              reduction="none", label_smoothing=0.1)
     if N == 4:  # 2x2 mesh: rows data-parallel on axis 0, classes tensor-parallel on axis 1
-        mesh = flow.placement("cpu", [[0, 1], [2, 3]])
+        mesh = flow.placement(DEV, [[0, 1], [2, 3]])
         for red in ("mean", "none"):
             check_ce(mesh, (S.split(0), S.split(1)), (S.split(0), B), X, T, G, reduction=red, label_smoothing=0.1)
 
@@ -207,7 +210,7 @@ class _null:
 
 def test_mlp():
     assert N == 4
-    mesh = flow.placement("cpu", [[0, 1], [2, 3]])
+    mesh = flow.placement(DEV, [[0, 1], [2, 3]])
     layout = dict(w1=(B, S.split(0)), b1=(B, S.split(0)), w2=(B, S.split(1)), b2=(B, B))
     data_sbp = (S.split(0), B)
     init, X, Y = mlp_data()
@@ -234,7 +237,7 @@ def test_mlp():
         what = f"micro={micro}" + (" LAMB+clip" if lamb_clip else "")
         assert worst <= 1e-5, f"{what}: step losses (and grad norms) differ (rel {worst}): {got} vs {ref}"
         for k in init:
-            d = rel_diff(glob[k].detach().numpy(), local[k].detach().numpy())
+            d = rel_diff(glob[k].detach().cpu().numpy(), local[k].detach().cpu().numpy())
             assert d <= 1e-5, f"{what}: final {k} differs (rel {d})"
         if R == 0:
             losses = ref[1::2] if lamb_clip else ref  # LAMB+clip lists (grad norm, loss) per step
