@@ -133,7 +133,9 @@ class WindowAttention(nn.Module):
         win = qkv.to_global(sbp=sbp).to_local()  # [n_l, nW * w^2, 3 C_l]: this rank's samples and heads
         heads = win.shape[2] // (3 * self.head_size)
         nw = (hp // window) * (wp // window)
-        table = self.relative_position_bias_table.to_local()  # [(2w-1)^2, h_l] (this rank's heads)
+        # [(2w-1)^2, h_l]: this rank's heads (boxed to its declared layout first: ZeRO-3 stores
+        # it split over the data-parallel ranks too, and to_local() would read that shard)
+        table = self.relative_position_bias_table.to_global(sbp=dist.get_nd_sbp([B, S(1)])).to_local()
         bias = table[self.relative_position_index].view(window * window, window * window, heads)
         bias = bias.permute(2, 0, 1)  # [h_l, w^2, w^2]
         if shift:

@@ -99,6 +99,21 @@ def test_zero_with_tensor_and_pipeline_parallelism(tmp_path):
     assert max_rel_err(got, single) < 1e-6
 
 
+def test_zero3_trains_swin_as_plain_data_parallelism(tmp_path):
+    """Swin's attention reads its relative-position bias table as this rank's heads
+    (`to_local()`): under stage 3 the table is stored split over the data-parallel ranks too,
+    and that read took half the heads (a shape error at the first step)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "vision"))
+    from vision_helpers import SWIN_CONFIG, SWIN_NO_DROP
+
+    args = ["train.train_iter=3", "train.log_period=1", "train.train_micro_batch_size=null", "train.global_batch_size=8",
+            "train.evaluation.enabled=False", "train.checkpointer.period=0", "train.dist.data_parallel_size=2",
+            *SWIN_NO_DROP]
+    plain = trained_losses(str(tmp_path / "plain"), *args, iters=3, nprocs=2, config=SWIN_CONFIG)
+    got = trained_losses(str(tmp_path / "zero3"), *args, *zero(3), iters=3, nprocs=2, config=SWIN_CONFIG)
+    assert max_rel_err(got, plain) < 1e-6, (got, plain)
+
+
 def test_a_zero3_checkpoint_resumes_in_one_process(tmp_path):
     full = run(tmp_path, "full", "train.checkpointer.period=5")
     out = str(tmp_path / "resumed")
