@@ -686,18 +686,6 @@ def _recv_target(tensor_or_spec):
     return arr, tensor_or_spec
 
 
-def prepare_nccl(group=None):
-    """Make the NCCL communicator of `group` on this rank's GPU now: a collective over the
-    group's ranks, as NCCL makes communicators. Point-to-point transfers on it then need no
-    other rank: made lazily by the first transfer, it would wait for every rank of the group
-    (a pipeline's middle stage never joins a transfer between its neighbours). A no-op in one
-    process."""
-    g = _group(group)
-    if g.size > 1:
-        from .. import backend
-        nccl.backend_on(g, backend.local_cuda_index())
-
-
 def send(tensor, dst, tag=0, group=None):
     """Blocking send to global rank `dst`."""
     g = _group(group)

@@ -83,13 +83,13 @@ class GlobalMeta:
         return box_local(local, self.shape, self.placement, self.sbp, (broadcast,) * self.placement.ndim,
                          self.coords())
 
-    def to_device_type(self, tensor, device_type):
-        """`tensor.to(device)` / `.cpu()` / `.cuda()` of this global tensor (OneFlow's): the same
-        mesh of ranks and SBP on a placement of `device_type`, through autograd (a rank's GPU
-        index is its own, from its local rank)."""
-        if self.placement.type == device_type:
-            return tensor
-        return tensor.to_global(placement=type(self.placement)(device_type, self.placement.ranks), sbp=self.sbp)
+    def on_device_type(self, device_type):
+        """(this layout on a placement of `device_type` with the same mesh of ranks and SBP, the
+        device a rank's shard then lives on): what `.to(device)` / `.cpu()` / `.cuda()` of a global
+        tensor gives (OneFlow's), each rank moving its own shard, with no communication (a
+        rank's GPU is its own, from its local rank)."""
+        meta = GlobalMeta(type(self.placement)(device_type, self.placement.ranks), self.sbp, self.shape)
+        return meta, device_of_placement(meta.placement)
 
     def leaf_gradient(self, leaf, grad):
         """`grad` boxed to this leaf's own layout before it accumulates into `leaf.grad` (a

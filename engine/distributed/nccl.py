@@ -39,11 +39,13 @@ def launch_queued():
         with cp.cuda.Device(device_id):
             st = first._stream()
             nccl.groupStart()
-            for be, kind, buf, peer in ops:
-                if be.device_id == device_id:
-                    fn = be.comm.send if kind == "send" else be.comm.recv
-                    fn(buf.data.ptr, buf.size, be._raw_type(buf), peer, st)
-            nccl.groupEnd()
+            try:
+                for be, kind, buf, peer in ops:
+                    if be.device_id == device_id:
+                        fn = be.comm.send if kind == "send" else be.comm.recv
+                        fn(buf.data.ptr, buf.size, be._raw_type(buf), peer, st)
+            finally:  # never leave NCCL inside an open group (every later call would be deferred)
+                nccl.groupEnd()
 
 
 def backend_for(group, arr):
@@ -67,17 +69,22 @@ def _check_distinct_devices(group, device_id):
     import os
     import socket
 
-    where = group.comm.allgather((socket.gethostname(), int(device_id)))
+    cp = backend.cupy()
+    try:  # physical GPUs: a rank that sees only its own GPU (per-rank CUDA_VISIBLE_DEVICES) calls it cuda:0
+        bus = cp.cuda.Device(device_id).pci_bus_id
+    except (AttributeError, RuntimeError):
+        bus = f"ordinal {device_id}"
+    where = group.comm.allgather((socket.gethostname(), bus, int(device_id)))
     first = {}
-    for r, key in enumerate(where):
-        if key in first:
-            hint = (f"ENGINE_CUDA_DEVICE={os.environ['ENGINE_CUDA_DEVICE']} is set for every rank; "
+    for r, (host, bus, ordinal) in enumerate(where):
+        if (host, bus) in first:
+            hint = (f"ENGINE_CUDA_DEVICE={os.environ['ENGINE_CUDA_DEVICE']} is set; "
                     if "ENGINE_CUDA_DEVICE" in os.environ else "")
             raise RuntimeError(
-                f"NCCL needs one GPU per rank: ranks {group.ranks[first[key]]} and {group.ranks[r]} of "
-                f"{list(group.ranks)} both compute on cuda:{key[1]} of host {key[0]} ({hint}each rank "
-                f"takes GPU LOCAL_RANK % visible GPUs unless ENGINE_CUDA_DEVICE says otherwise)")
-        first[key] = r
+                f"NCCL needs one GPU per rank: ranks {group.ranks[first[host, bus]]} and {group.ranks[r]} of "
+                f"{list(group.ranks)} both compute on cuda:{ordinal} (PCI bus {bus}) of host {host} ({hint}each "
+                f"rank takes GPU LOCAL_RANK % visible GPUs unless ENGINE_CUDA_DEVICE says otherwise)")
+        first[host, bus] = r
 
 
 class NcclBackend:
@@ -229,11 +236,12 @@ class NcclBackend:
             stats.record("all_to_all", sum(c.nbytes for i, c in enumerate(chunks) if i != me))
             return cp.ascontiguousarray(cp.moveaxis(out, (0, 1), (concat_axis, split_axis)))
 
-    # Point to point, on the group's communicator (made by all its ranks together: a pipeline
-    # makes it first, comm.prepare_nccl). Sends and receives are queued, every communicator's in
-    # one queue, and launched together in one NCCL group when one of them is waited for, a
-    # blocking send or receive included: launched alone, a receive would wait on the GPU for a
-    # peer whose own receive waits behind sends this rank has not launched.
+    # Point to point, on the group's communicator (made by all its ranks together, at its first
+    # use: a pipeline's handoffs use the group of their two ranks). Sends and receives are
+    # queued, every communicator's in one queue, and launched together in one NCCL group when one
+    # of them is waited for, a blocking send or receive included: launched alone, a receive would
+    # wait on the GPU for a peer whose own receive waits behind sends this rank has not launched.
+    # NCCL has no tags: two ranks' transfers are matched in the order they are made.
     def send(self, arr, peer):
         self.isend(arr, peer).wait()
 

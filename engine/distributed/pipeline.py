@@ -82,7 +82,11 @@ def send(tensor, placement, tag=0, launch=True):
     with this rank's next receive (Megatron's send_forward_recv_backward: two stages whose
     activations and gradients cross must each send and receive in one group, or each waits in
     its send for a receive queued behind the other's send); `launch=True` launches it now, for
-    a peer that needs it before it can send anything back."""
+    a peer that needs it before it can send anything back.
+
+    Between GPUs two ranks' shards are matched in the order the transfers are made, whatever
+    their tags (NCCL has none; the headers, over MPI, are matched by tag): both ranks must make
+    their handoffs to each other in one order."""
     meta = tensor._global
     if meta is None:
         raise TypeError("pipeline send: the tensor must be global (made with .to_global or on a placement)")
@@ -187,6 +191,14 @@ def _wait_replayed_sends():
             _replayed_sends.pop().wait()
 
 
+def _pair(peer_rank):
+    """The group of this rank and `peer_rank`, whose NCCL communicator carries their handoffs
+    between GPUs (made by the two at their first transfer, as PyTorch's point-to-point: one of
+    all the ranks is made by all of them at once, and a pipeline's middle stage never joins a
+    transfer between its neighbours, so the first such transfer would wait for it for ever)."""
+    return comm.new_group(sorted({comm.get_rank(), int(peer_rank)}))
+
+
 def _on_gpus(src_placement, dst_placement):
     """Whether a handoff goes GPU to GPU over NCCL (both stages on CUDA), without the host: the
     header (dtype, shapes, SBP: host values) still travels over MPI. Otherwise the shard's bytes
@@ -207,7 +219,7 @@ class _Send:
     def post(self, arr):
         head = comm.isend(self.head, self.dst, tag=self.tag)
         if self.on_gpus:  # queued; launched now, or with this rank's next receive (see `send`)
-            requests = [head, comm.isend(arr, self.dst, tag=self.tag)]
+            requests = [head, comm.isend(arr, self.dst, tag=self.tag, group=_pair(self.dst))]
             if self.launch:
                 nccl.launch_queued()
             return requests
@@ -236,7 +248,7 @@ class _Recv:
             from ..backend import cupy, to_device
 
             arr = cupy().empty(local, dtype=dtype)  # on this rank's GPU
-            comm.irecv(arr, self.src, tag=self.tag)  # queued: the last receive of a group launches
+            comm.irecv(arr, self.src, tag=self.tag, group=_pair(self.src))  # queued: a group's last receive launches
             if self.launch:
                 with _blocking():
                     nccl.launch_queued()

@@ -27,12 +27,17 @@ class ToDevice(Op):
 
 
 def _to_device(t, dev):
-    if t._global is not None:  # the placement's device type changes, its ranks and SBP stay
-        return t._global.to_device_type(t, dev.type)
-    if t._device == dev:
+    meta = None
+    if t._global is not None:  # the placement's device type changes; its ranks and SBP stay
+        if t._global.placement.type == dev.type:
+            return t
+        meta, dev = t._global.on_device_type(dev.type)
+    elif t._device == dev:
         return t
-    out = ToDevice.apply(t, device=dev)
-    out._device = dev  # dispatch gives outputs the input's device; this op is the exception
+    out = ToDevice.apply(t, device=dev)  # a global tensor: each rank moves its own shard
+    out._device = dev  # dispatch gives outputs the input's device (and layout); this op is the exception
+    if meta is not None:
+        out._global = meta
     return out
 
 

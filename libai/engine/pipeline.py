@@ -118,7 +118,6 @@ class PipelineRunner:
         self.stages, self.stage = topo.pipeline_parallel_size, topo.pipeline_stage
         self.placements = [flow.placement(device_type, topo.get_stage_ranks(s)) for s in range(self.stages)]
         self.here = self.placements[self.stage]
-        self._nccl_ready = False
         steps = list(model.pipeline_steps())
         stage_ids = [topo.get_layer_stage_id(st.layer_idx) for st in steps]
         if stage_ids != sorted(stage_ids) or stage_ids[0] != 0 or stage_ids[-1] != self.stages - 1:
@@ -178,7 +177,6 @@ class PipelineRunner:
         """Run this stage's part of the schedule: ([the last stage's detached output dict per
         micro-batch], seconds busy)."""
         handoff.begin()
-        self._prepare_nccl()
         self._pending = []
         self._inputs, self._outputs, self._losses, self._results = {}, {}, {}, []
         busy = 0.0
@@ -194,13 +192,6 @@ class PipelineRunner:
         self._return_tied_grads(stand)
         handoff.wait(self._pending)
         return self._results, busy
-
-    def _prepare_nccl(self):
-        """On GPUs, the NCCL communicator of all ranks, made by all of them at once before the
-        first handoff (made by a transfer, it would wait for ranks that never join it)."""
-        if not self._nccl_ready and self.here.type == "cuda":
-            edist.comm.prepare_nccl()
-            self._nccl_ready = True
 
     def _batch(self, next_data):
         t0 = time.perf_counter()
@@ -316,10 +307,14 @@ class PipelineRunner:
         """One batch forward through the stages (no autograd): (the batch on this stage, the
         model's output dict on the last stage or None elsewhere)."""
         batch = self.get_batch(data, self.here)
-        self._prepare_nccl()
         self._pending = []
+        # the tied parameters first, as in a training step: between GPUs the transfers of two
+        # stages are matched in the order they are made (NCCL has no tags), so both stages make
+        # them in one order (the last stage had received the activations first: the first stage's
+        # embedding then met the receive of the activations)
+        stand = self._fetch_tied(requires_grad=False)
         carry = self._recv_carry(_TAG_FORWARD) if not self.is_first else {}
-        with handoff.stage_local(), handoff.stand_ins(self._fetch_tied(requires_grad=False)), self.autocast():
+        with handoff.stage_local(), handoff.stand_ins(stand), self.autocast():
             for step in self.steps:
                 carry = step.fn(carry, batch)
         if not self.is_last:

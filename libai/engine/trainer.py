@@ -376,8 +376,8 @@ class EagerTrainer(TrainerBase):
             ranks = topo.ranks[:, topo.data_parallel_rank, topo.tensor_parallel_rank].tolist()
             self._stage_group = _edist.new_group(ranks)
         if topo.device_type == "cuda":  # on the GPUs (NCCL), the norm never read back to the host
-            local = (flow.nn.utils.get_total_norm(grads, norm_type) if grads
-                     else flow.zeros((), dtype=flow.float32, device="cuda"))
+            local = (flow.nn.utils.get_total_norm(grads, norm_type).to(flow.float32) if grads
+                     else flow.zeros((), dtype=flow.float32, device="cuda"))  # one dtype on every stage
             stage_norms = _edist.all_gather(local.reshape(1), group=self._stage_group)
             return flow.nn.utils.get_total_norm([stage_norms], norm_type)  # the norm of the norms
         local = float(flow.nn.utils.get_total_norm(grads, norm_type).item()) if grads else 0.0

@@ -205,6 +205,16 @@ class Device:
     def use(self):
         set_current_device(self.id)
 
+    @property
+    def pci_bus_id(self):
+        """The GPU's PCI bus id, which tells physical GPUs apart where ordinals do not (a rank
+        that sees only its own GPU calls it cuda:0). CUPY_DOUBLE_FIRST_BUS offsets the double's
+        buses; "local_rank" gives each rank of a node its own, as per-rank CUDA_VISIBLE_DEVICES."""
+        first = os.environ.get("CUPY_DOUBLE_FIRST_BUS", "0")
+        if first == "local_rank":
+            first = os.environ.get("LOCAL_RANK", os.environ.get("MPI_LOCALRANKID", "0"))
+        return f"0000:{int(first) + self.id + 1:02X}:00.0"
+
     def synchronize(self):
         stats.sync("Device.synchronize")
 

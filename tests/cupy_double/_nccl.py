@@ -84,10 +84,21 @@ def _world():
     return _polite(MPI.COMM_WORLD)
 
 
-def _wait(requests):
+def _wait(requests, receives=()):
+    """Wait for `requests`; `receives` are (index in requests, buffer, peer) of receives, each of
+    which must have got exactly its buffer's bytes: NCCL matches a pair's transfers in the order
+    they are made (it has no tags), and a receive matched with a send of another size is an
+    error (on GPUs a hang or garbage), not the silent partial fill MPI allows."""
     from engine.distributed.waiting import wait_until
     from mpi4py import MPI
-    wait_until(lambda: MPI.Request.Testall(requests))
+    statuses = [MPI.Status() for _ in requests]
+    wait_until(lambda: MPI.Request.Testall(requests, statuses))
+    for i, buf, peer in receives:
+        got = statuses[i].Get_count(MPI.BYTE)
+        if got != buf.nbytes:
+            raise NcclError(_INVALID_USAGE, f"a receive of {buf.nbytes} bytes from rank {peer} was matched with a "
+                                            f"send of {got} bytes: the two ranks make their transfers in different "
+                                            "orders")
 
 
 def _any_source():
@@ -129,13 +140,14 @@ def _post_together(ops):
     """A group's sends and receives, posted at once (NCCL matches them all together). A send
     completes only once its receive is posted (MPI's synchronous mode, not an eager buffered
     send), as NCCL's does: a group whose send nobody receives yet holds the rank there."""
-    requests = []
+    requests, receives = [], []
     for comm, kind, buf, peer in ops:
         if kind == "send":
             requests.append(comm._mpi.Issend(buf, dest=peer, tag=0))
         else:
-            requests.append(comm._mpi.Irecv(buf, source=peer, tag=0))
-    _wait(requests)
+            receives.append((len(requests), buf, peer))
+            requests.append(comm._mpi.Irecv(buf, source=peer, tag=0))  # a larger send: MPI's truncation error
+    _wait(requests, receives)
 
 
 # ------------------------------------------------------------------ the communicator
@@ -166,7 +178,7 @@ class NcclCommunicator:
             raise NcclError(_INVALID_ARGUMENT, "a unique id is 128 bytes")
         world = _world()
         creator, key = int(commId[0]), commId
-        me = (key, rank, world.Get_rank(), socket.gethostname(), _double.current_device(), ndev)
+        me = (key, rank, world.Get_rank(), socket.gethostname(), _double.Device().pci_bus_id, ndev)
         if rank == 0:
             if creator != world.Get_rank():
                 raise NcclError(_INVALID_USAGE, "rank 0 of a communicator is the process that made its id")
@@ -183,10 +195,10 @@ class NcclCommunicator:
             world.send(me, dest=creator, tag=_JOIN_TAG)
             table = _receive(creator, _MEMBERS_TAG, "members", key)[1]
         seen = {}
-        for r, (_, host, dev) in enumerate(table):
+        for r, (_, host, dev) in enumerate(table):  # NCCL tells GPUs apart by their bus id
             if (host, dev) in seen:
                 raise NcclError(_INVALID_USAGE, f"Duplicate GPU detected : rank {r} and rank {seen[host, dev]} "
-                                                f"both on CUDA device {dev} of {host}")
+                                                f"both on CUDA device with busId {dev} of {host}")
             seen[host, dev] = r
         ranks = [w for w, _, _ in table]
         self._mpi = _polite(world.Create_group(world.Get_group().Incl(ranks), tag=int(commId[1]) % 16_384 + 1))
@@ -325,7 +337,7 @@ class NcclCommunicator:
             _group["ops"].append((self, kind, buf, peer))
             return
         work = (lambda: _wait([self._mpi.Issend(buf, dest=peer, tag=0)])) if kind == "send" else (
-            lambda: self._mpi.Recv(buf, source=peer, tag=0))
+            lambda: _wait([self._mpi.Irecv(buf, source=peer, tag=0)], [(0, buf, peer)]))
         work()
         _double.record(work)
 

@@ -32,7 +32,9 @@ def gpu_env(nprocs, **extra):
     """The environment of an mpiexec job whose ranks each have one double GPU."""
     env = double_env()
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], ROOT])
-    return mpi_env(**env, CUPY_DOUBLE_DEVICES=str(nprocs), PYTHONHASHSEED="0", **extra)
+    env.update(CUPY_DOUBLE_DEVICES=str(nprocs), PYTHONHASHSEED="0")
+    env.update(extra)
+    return mpi_env(**env)
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
@@ -46,6 +48,14 @@ def test_two_ranks_on_one_gpu_are_refused_by_name():
     assert rc != 0
     assert "NCCL needs one GPU per rank: ranks 0 and 1 of [0, 1] both compute on cuda:0" in err, err[-3000:]
     assert "ENGINE_CUDA_DEVICE=0" in err
+
+
+def test_ranks_that_each_see_only_their_own_gpu_are_accepted():
+    """Per-rank CUDA_VISIBLE_DEVICES (or SLURM's --gpus-per-task=1): every rank computes on
+    "cuda:0", distinct GPUs all the same: told apart by their PCI bus ids, as NCCL does."""
+    env = gpu_env(2, CUPY_DOUBLE_DEVICES="1", CUPY_DOUBLE_FIRST_BUS="local_rank")
+    _, out, _ = run_mpi(2, "nccl_collectives.py", env=env)
+    assert "nccl collectives OK on 2 ranks" in out
 
 
 BASE = ["train.train_iter=3", "train.log_period=1", "train.evaluation.enabled=False", "train.checkpointer.period=0",
@@ -103,6 +113,25 @@ def test_pipeline_schedules_on_gpus_match_one_cpu_process(tmp_path, monkeypatch,
     got = trained_losses(str(tmp_path / "gpus"), *args, *layout(pp=pp), *extra, "train.input_placement_device=cuda",
                          iters=3, nprocs=pp)
     assert max_rel_err(got, ref) < 1e-5, (got, ref)
+
+
+def test_pipeline_evaluation_on_gpus_matches_one_cpu_process(tmp_path, monkeypatch):
+    """The evaluator's forward-only passes through pp=3 GPU stages (the tied embedding fetched,
+    then the activations: between GPUs a pair's transfers are matched in the order they are made,
+    and the last stage once received them the other way round, a hang) give one process's
+    perplexity."""
+    from gpt2_helpers import records
+
+    args = [*BASE, "model.cfg.hidden_layers=4", "train.num_accumulation_steps=2", "train.evaluation.enabled=True",
+            "train.evaluation.eval_period=2", "train.evaluation.eval_iter=2"]
+    trained_losses(str(tmp_path / "cpu"), *args, *layout(), iters=3)
+    for k, v in gpu_env(3).items():
+        monkeypatch.setenv(k, v)
+    trained_losses(str(tmp_path / "gpus"), *args, *layout(pp=3), "train.dist.pipeline_num_layers=4",
+                   "train.input_placement_device=cuda", iters=3, nprocs=3)
+    ppl = {name: [r["PPL"] for r in records(str(tmp_path / name)) if "PPL" in r] for name in ("cpu", "gpus")}
+    assert len(ppl["cpu"]) == 2 and len(ppl["gpus"]) == 2, ppl
+    assert all(abs(g - c) <= 1e-5 * c for g, c in zip(ppl["gpus"], ppl["cpu"])), ppl
 
 
 FP16 = ["train.amp.enabled=True", "train.amp.dtype=float16"]

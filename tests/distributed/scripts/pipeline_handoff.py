@@ -51,6 +51,19 @@ if r >= 2:
         moved = p.to_global(placement=stage1, sbp=S.broadcast)
     np.testing.assert_allclose(moved.detach().to_local().cpu().numpy(), W * 2)
 
+# two stages trading two tensors each at once (a float and an int64 mask), the sends held to go
+# with the receives (Megatron's crossing pairs; on GPUs one NCCL group: launched one by one, each
+# stage's first send would wait for a receive queued behind the other's)
+there = stage1 if r < 2 else stage0
+a = flow.tensor(np.full((2, 3), r, np.float32), placement=here, sbp=S.split(0))
+b = flow.tensor(np.full((4,), 10 + r, np.int64), placement=here, sbp=S.broadcast)
+reqs = pipeline.send(a, there, tag=8, launch=False) + pipeline.send(b, there, tag=8, launch=False)
+got_a, got_b = pipeline.recv_many(there, here, 2, tag=8)
+pipeline.wait(reqs)
+peer_r = pipeline.peer(r, here, there)
+assert got_a.sbp == (S.split(0),) and got_b.dtype == flow.int64, (got_a.sbp, got_b.dtype)
+assert np.all(got_a.to_local().cpu().numpy() == peer_r) and np.all(got_b.to_local().cpu().numpy() == 10 + peer_r)
+
 # stage-local execution: an op on another stage's tensor is an error, not an empty result
 other = flow.tensor(X, placement=stage1 if r < 2 else stage0, sbp=S.broadcast)
 with pipeline.stage_local():
