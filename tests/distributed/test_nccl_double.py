@@ -6,7 +6,8 @@ refused, unmatched sends hang as on GPUs). So the engine's NCCL transport
 
 * every collective of engine.distributed.comm on CUDA arrays gives, bit for bit, what the MPI
   path gives on the same host arrays (2, 3 and 4 ranks; float16 sums accumulate in float32);
-* two ranks on one GPU are refused at once with the ranks and the device named;
+* two ranks on one GPU are refused at once with the ranks and the device named (ranks that each
+  see only their own GPU, all "cuda:0", are not); GradScaler flags of mixed kinds agree over MPI;
 * tools/train_net.py trains GPT-2 on CUDA under dp, tp, pp, their mix on 8 ranks and ZeRO, and
   logs the single-process CPU losses within 1e-5;
 * a training step on several GPUs reads the device once per iteration (the logged loss, on the
@@ -41,6 +42,11 @@ def gpu_env(nprocs, **extra):
 def test_nccl_collectives_match_the_mpi_path(nprocs):
     _, out, _ = run_mpi(nprocs, "nccl_collectives.py", env=gpu_env(nprocs))
     assert f"nccl collectives OK on {nprocs} ranks" in out
+
+
+def test_flags_of_mixed_kinds_are_agreed_over_mpi():
+    _, out, _ = run_mpi(2, "flags_mixed.py", env=gpu_env(2))
+    assert out.count("mixed flags OK") == 2, out
 
 
 def test_two_ranks_on_one_gpu_are_refused_by_name():
