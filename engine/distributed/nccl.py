@@ -31,30 +31,27 @@ def launch_queued():
     only by later work on that stream."""
     if not _queued:
         return
-    ops = list(_queued)
+    by_device = {}
+    for op in _queued:
+        by_device.setdefault(op[0].device_id, []).append(op)
     _queued.clear()
-    for device_id in dict.fromkeys(be.device_id for be, _, _, _ in ops):
-        first = next(be for be, _, _, _ in ops if be.device_id == device_id)
-        cp, nccl = first.cp, first.nccl
-        with cp.cuda.Device(device_id):
+    for device_id, ops in by_device.items():
+        first = ops[0][0]
+        with first.cp.cuda.Device(device_id):
             st = first._stream()
-            nccl.groupStart()
+            first.nccl.groupStart()
             try:
                 for be, kind, buf, peer in ops:
-                    if be.device_id == device_id:
-                        fn = be.comm.send if kind == "send" else be.comm.recv
-                        fn(buf.data.ptr, buf.size, be._raw_type(buf), peer, st)
+                    fn = be.comm.send if kind == "send" else be.comm.recv
+                    fn(buf.data.ptr, buf.size, be._raw_type(buf), peer, st)
             finally:  # never leave NCCL inside an open group (every later call would be deferred)
-                nccl.groupEnd()
+                first.nccl.groupEnd()
 
 
 def backend_for(group, arr):
-    """The NCCL backend of `group` for the device holding `arr` (created on first use)."""
-    return backend_on(group, arr.device.id)
-
-
-def backend_on(group, dev):
-    """The NCCL backend of `group` on GPU `dev` (created on first use: collective over the group)."""
+    """The NCCL backend of `group` for the device holding `arr` (created on first use:
+    collective over the group)."""
+    dev = arr.device.id
     if group._nccl is None:
         group._nccl = {}
     be = group._nccl.get(dev)

@@ -39,6 +39,18 @@ def mpi_env(**extra):
     return env
 
 
+def gpu_env(nprocs, **extra):
+    """The environment of an mpiexec job whose `nprocs` ranks each have one GPU of the CuPy double
+    (and its NCCL over MPI); `extra` overrides."""
+    from gpu_helper import double_env
+
+    env = double_env()
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], ROOT])
+    env.update(CUPY_DOUBLE_DEVICES=str(nprocs), PYTHONHASHSEED="0")
+    env.update(extra)
+    return mpi_env(**env)
+
+
 def run_command(cmd, timeout=180, check=True, env=None):
     """Run `cmd` in its own session; on timeout kill that session. Returns (rc, stdout, stderr)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env or mpi_env(), stdout=subprocess.PIPE,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from mpi_helper import run_mpi
+from mpi_helper import gpu_env, run_mpi
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -16,8 +16,6 @@ from mpi_helper import run_mpi
                          ids=["2ranks-all", "4ranks-third", "2x2mesh-third"])
 def test_op_matrix_on_global_inputs(nprocs, mesh, fraction, device):
     """On cuda: CUDA placements with one GPU per rank, the CuPy double's (and its NCCL)."""
-    from test_nccl_double import gpu_env
-
     env = gpu_env(nprocs, ENGINE_TEST_DEVICE="cuda") if device == "cuda" else None
     rc, out, err = run_mpi(nprocs, "global_ops_matrix.py", args=(mesh, fraction), timeout=300, env=env)
     m = re.search(r"MATRIX \S+: ran (\d+) cases, (\d+) passed, (\d+) failed", out)

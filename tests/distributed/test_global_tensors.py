@@ -5,15 +5,13 @@ consistency, local <-> global casts, grad_sbp and deferred gradient sync.
 Each configuration is one mpiexec launch that runs many checks (scripts/global_*.py)."""
 import pytest
 
-from mpi_helper import run_mpi
+from mpi_helper import gpu_env, run_mpi
 
 
 @pytest.mark.parametrize("nprocs", [2, 4])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_boxing_matrix_values_and_grads(nprocs, device):
     """On cuda: one GPU per rank, the CuPy double's (its NCCL over MPI under the engine's)."""
-    from test_nccl_double import gpu_env
-
     _, out, _ = run_mpi(nprocs, "global_boxing.py", [device], env=gpu_env(nprocs) if device == "cuda" else None)
     assert f"global boxing OK on {nprocs} ranks ({device})" in out
 

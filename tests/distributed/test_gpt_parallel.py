@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from mpi_helper import SCRIPTS, run_mpi
+from mpi_helper import SCRIPTS, gpu_env, run_mpi
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,6 @@ def test_gpt_parallel_matches_single_process(reference, nprocs, dp, tp):
 def gpu_reference(tmp_path_factory):
     """The one-process results on one GPU (the CuPy double): the CUDA path's own numerics (its
     products and kernels sum in another order than the CPU's: up to 1e-5 relative apart)."""
-    from test_nccl_double import gpu_env
-
     path = os.path.join(str(tmp_path_factory.mktemp("gpt_gpu_ref")), "ref.npz")
     run_mpi(1, "gpt_parallel.py", ["--write", path, "cuda"], env=gpu_env(1))
     return path
@@ -47,8 +45,6 @@ def gpu_reference(tmp_path_factory):
 @pytest.mark.parametrize("nprocs,dp,tp", [(2, 1, 2), (4, 2, 2)])
 def test_gpt_parallel_on_gpus_matches_one_gpu(gpu_reference, nprocs, dp, tp):
     """The same layers on CUDA placements, one GPU per rank (the CuPy double and its NCCL)."""
-    from test_nccl_double import gpu_env
-
     rc, out, err = run_mpi(nprocs, "gpt_parallel.py", [gpu_reference, dp, tp, "cuda"], timeout=300,
                            env=gpu_env(nprocs))
     assert f"gpt_parallel OK dp={dp} tp={tp} on cuda" in out, out + err

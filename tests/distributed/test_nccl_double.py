@@ -25,17 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "gpt2"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from gpt2_helpers import TINY, max_rel_err, trained_losses  # noqa: E402
-from gpu_helper import double_env  # noqa: E402
-from mpi_helper import ROOT, SCRIPTS, mpi_env, run_command, run_mpi  # noqa: E402
-
-
-def gpu_env(nprocs, **extra):
-    """The environment of an mpiexec job whose ranks each have one double GPU."""
-    env = double_env()
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], ROOT])
-    env.update(CUPY_DOUBLE_DEVICES=str(nprocs), PYTHONHASHSEED="0")
-    env.update(extra)
-    return mpi_env(**env)
+from mpi_helper import SCRIPTS, gpu_env, run_command, run_mpi  # noqa: E402
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])

@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpt2"))
 
 from gpt2_helpers import TINY, losses, max_rel_err, records, train_net, trained_losses  # noqa: E402
-from mpi_helper import run_mpi  # noqa: E402
+from mpi_helper import gpu_env, run_mpi  # noqa: E402
 
 
 # ------------------------------------------------------------------ schedules
@@ -136,9 +136,8 @@ def test_a_model_without_pipeline_steps_is_refused_by_name():
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_handoff_between_stages_on_4_ranks(device):
     """On cuda: one GPU per rank (the CuPy double), the shards crossing over its NCCL."""
-    from test_nccl_double import gpu_env
-
-    _, out, _ = run_mpi(4, "pipeline_handoff.py", env=gpu_env(4, ENGINE_TEST_DEVICE="cuda") if device == "cuda" else None)
+    env = gpu_env(4, ENGINE_TEST_DEVICE="cuda") if device == "cuda" else None
+    _, out, _ = run_mpi(4, "pipeline_handoff.py", env=env)
     assert out.count("pipeline handoff ok") == 4
 
 
