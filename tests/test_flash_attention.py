@@ -89,15 +89,15 @@ def cpu_kernels():
     from cuda_on_cpu import compile_kernels
     cache = {}
 
-    def get(d):
-        if d not in cache:
-            cache[d] = compile_kernels(fa.source(d))
-        return cache[d]
+    def get(d, m_tiles=None):
+        if (d, m_tiles) not in cache:
+            cache[d, m_tiles] = compile_kernels(fa.source(d, m_tiles))
+        return cache[d, m_tiles]
 
     return get
 
 
-def _run_source(kernels, qkv, mask, causal, g, dropout):
+def _run_source(kernels, qkv, mask, causal, g, dropout, m_tiles=None):
     """The three kernels as forward_cuda / backward_cuda launch them, on numpy memory."""
     b, s, heads, d3 = qkv.shape
     d = d3 // 3
@@ -106,7 +106,9 @@ def _run_source(kernels, qkv, mask, causal, g, dropout):
     grid = fa._grid(s, heads, b)
     out = np.full((b, s, heads, d), np.nan, np.float16)
     lse = np.full((b, heads, s), np.nan, np.float32)
-    kernels[f"flash_fwd__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, lse, *tail[1:]))
+    fwd_rows = fa.ROWS * (fa.forward_m_tiles(d) if m_tiles is None else m_tiles)
+    kernels[fa.forward_name(d, m_tiles)](fa._grid(s, heads, b, fwd_rows), (fa.THREADS,),
+                                         (qkv, tail[0], out, lse, *tail[1:]))
     dqkv = np.full(qkv.shape, np.nan, np.float16)
     dsum = np.full((b, heads, s), np.nan, np.float32)
     kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
@@ -114,7 +116,7 @@ def _run_source(kernels, qkv, mask, causal, g, dropout):
     return out, lse, dqkv, dsum
 
 
-@pytest.mark.parametrize("d,b,s,heads,kind,causal,dropout", [
+_SOURCE_CASES = [
     (16, 2, 70, 2, "none", False, None),      # two tiles, the second partial
     (16, 1, 130, 1, "none", True, None),      # causal tile skipping over three tiles
     (32, 2, 33, 3, "padding", False, None),   # a batch row with every key masked: uniform rows
@@ -131,13 +133,25 @@ def _run_source(kernels, qkv, mask, causal, g, dropout):
     (64, 1, 130, 1, "none", True, DROPOUT),
     (16, 2, 68, 2, "padding", True, DROPOUT),
     (32, 1, 128, 2, "none", True, (0.5, 11, 1)),
-])
-def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal, dropout):
+    # the forward with one m-tile per warp (64-query blocks: head sizes above 64), GPT-2's two
+    # m-tiles at an odd length that ends inside the second m-tile, and at 3 x 64 queries, where
+    # the last block's second m-tile has no queries at all
+    (16, 1, 130, 1, "none", True, None, 1),
+    (32, 2, 33, 3, "padding", False, DROPOUT, 1),
+    (16, 2, 67, 2, "full", True, (0.1, 5, 0), 1),
+    (16, 2, 100, 2, "none", True, DROPOUT),
+    (32, 1, 192, 2, "none", True, None),
+]
+
+
+@pytest.mark.parametrize("d,b,s,heads,kind,causal,dropout,m_tiles",
+                         [c + (None,) * (8 - len(c)) for c in _SOURCE_CASES])
+def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal, dropout, m_tiles):
     rng = np.random.default_rng(d * 1000 + s)
     qkv = _qkv(rng, b, s, heads, d)
     mask = _mask(rng, kind, b, heads, s)
     g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
-    out, lse, dqkv, dsum = _run_source(cpu_kernels(d), qkv, mask, causal, g, dropout)
+    out, lse, dqkv, dsum = _run_source(cpu_kernels(d, m_tiles), qkv, mask, causal, g, dropout, m_tiles)
     want_out, want_lse = fa.forward_reference(qkv, mask, SCALE, FILL, causal, dropout)
     _rel(out, want_out, "ctx")
     np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-4)
@@ -151,7 +165,8 @@ def test_every_head_size_compiles_with_nvrtc():
     from nvrtc_helper import nvrtc_compiler
     compile_ = nvrtc_compiler()
     for d in fa.HEAD_SIZES:
-        compile_(fa.source(d), [f"flash_{k}__hd{d}" for k in ("fwd", "dq", "dkdv")])
+        for m_tiles in (1, 2):
+            compile_(fa.source(d, m_tiles), [fa.forward_name(d, m_tiles)] + [f"flash_{k}__hd{d}" for k in ("dq", "dkdv")])
 
 
 def test_unsupported_head_sizes_and_dtypes():
@@ -210,10 +225,10 @@ def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal, drop
     stats = cuda_double._double.stats
     stats.reset()
     ctx, dqkv, state = _attention_step(qkv, heads, mask, causal, g, True, dropout_p)
-    assert [stats.by_name[f"flash_{k}__hd{d}"] for k in ("fwd", "dq", "dkdv")] == [1, 1, 1]
+    assert [stats.by_name[name] for name in (fa.forward_name(d), f"flash_dq__hd{d}", f"flash_dkdv__hd{d}")] == [1, 1, 1]
     stats.reset()
     want_ctx, want_dqkv, want_state = _attention_step(qkv, heads, mask, causal, g, False, dropout_p)
-    assert stats.by_name[f"flash_fwd__hd{d}"] == 0 and stats.by_name["cublasGemm"] > 0
+    assert stats.by_name[fa.forward_name(d)] == 0 and stats.by_name["cublasGemm"] > 0
     _rel(ctx, want_ctx, "ctx", 4e-3)
     _rel(dqkv, want_dqkv, "dqkv", 4e-3)
     offsets = state.get("cuda", {}), want_state.get("cuda", {})
@@ -241,7 +256,7 @@ def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):
     with flow.autocast("cuda", dtype=flow.float16):
         flow.nn.functional.packed_qkv_attention(qkv, 2)
         flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.1)
-    assert stats.by_name["flash_fwd__hd32"] == 2
+    assert stats.by_name[fa.forward_name(32)] == 2
 
 
 def test_views_off_a_16_byte_boundary_are_copied_first(cuda_double):
@@ -263,10 +278,10 @@ def test_views_off_a_16_byte_boundary_are_copied_first(cuda_double):
 
     args = (None, SCALE, FILL, True)
     with pytest.raises(ValueError, match="16-byte boundary"):
-        raw = fa.raw_kernel(fa.source(d), f"flash_fwd__hd{d}")
+        raw = fa.raw_kernel(fa.source(d), fa.forward_name(d))
         m, *tail = fa._tail(cp, None, (b, heads, s, s), SCALE, FILL, True, None, cp.empty(1))
-        raw(fa._grid(s, heads, b), (fa.THREADS,), (off_boundary(qkv), m, cp.empty((b, s, heads, d), np.float16),
-                                                   cp.empty((b, heads, s), np.float32), *tail))
+        raw(fa._grid(s, heads, b, fa.ROWS * fa.forward_m_tiles(d)), (fa.THREADS,),
+            (off_boundary(qkv), m, cp.empty((b, s, heads, d), np.float16), cp.empty((b, heads, s), np.float32), *tail))
     out, lse = fa.forward_cuda(off_boundary(qkv), *args)
     want_out, want_lse = fa.forward_reference(qkv, *args)
     _rel(cp.asnumpy(out), want_out, "ctx")

@@ -11,8 +11,10 @@ for query i when j > i; with no other mask the tiles above the diagonal are skip
 exp(fill - max) is 0 in float32 wherever a row has an unmasked key, and under a causal mask
 every row has one: key 0).
 
-The kernels follow FlashAttention-2 (Dao, 2023). One block of 4 warps handles 64 rows; each warp
-owns 16 of them and computes with `mma.sync.m16n8k16` (float16 operands, float32 accumulators),
+The kernels follow FlashAttention-2 (Dao, 2023). One block of 4 warps handles 64 rows (the
+backward's) or 128 (the forward's, up to head size 64: two m-tiles of 16 per warp, so that each
+K and V fragment read from shared memory feeds two products); each warp's m-tile of 16 rows is
+computed with `mma.sync.m16n8k16` (float16 operands, float32 accumulators),
 whose register layout the PTX ISA documents ("Matrix Fragments for mma.m16n8k16 with floating
 point type"). That documented layout is what lets the probabilities stay in registers: the
 accumulator fragments of two 16 x 8 score tiles are exactly the A-operand fragment of the
@@ -20,6 +22,10 @@ accumulator fragments of two 16 x 8 score tiles are exactly the A-operand fragme
 
 - forward (grid: query tiles x heads x batch): running row max m and sum l, the output
   accumulator rescaled by exp(m_old - m_new); writes ctx and lse = m + log(l) [b, heads, s].
+  Registers (ptxas, sm_90, head size 64): 168 per thread with one m-tile, 255 with two (no spill
+  inside the loop; 20 bytes around it); from head size 80 two m-tiles spill 44-956 bytes, so
+  those sizes keep one (`forward_m_tiles`). Speed of either shape on a GPU: not yet measured
+  (tools/benchmarks/gpu_flash.py times both).
 - backward, two kernels, no atomics (deterministic): `dq` per query tile (also writes
   D = rowsum(dO * O), which the softmax's gradient needs), then `dkdv` per key tile, reading D.
   Both recompute p = exp(z - lse) tile by tile.
@@ -58,6 +64,12 @@ _SOURCE = "#include <cuda_fp16.h>\n" + philox.DEVICE + r"""
 #define PAD (HD + 8)    // shared-memory row, padded against bank conflicts
 #define ROWS 64
 #define COLS 64
+#define MT __M_TILES__       // query m-tiles of 16 rows per warp in the forward
+#define FROWS (64 * MT)    // queries of one forward block
+// dq's blocks per multiprocessor asked of ptxas: 3 (168 registers; 214 unasked at head size 64,
+// which leaves room for 2) up to head size 64, where its loop still has no spill; above, 3 would
+// spill inside the loop
+#define DQ_MIN_BLOCKS (HD <= 64 ? 3 : 1)
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 #define THREADS 128
@@ -136,41 +148,81 @@ __device__ __forceinline__ void load_tile(__half (*dst)[PAD], const __half* m, l
   }
 }
 
-// acc[16 x 64] = A[16 x HD] (fragments) times the 64 rows of `tile`, transposed. One ldmatrix
-// gives the B fragments of two n tiles: matrices (n tile 2 np, columns +0 / +8 of the k step),
-// then (n tile 2 np + 1, +0 / +8).
-__device__ __forceinline__ void mma_rows_t(float acc[8][4], const unsigned a[KS][4], const __half (*tile)[PAD], int lane) {
+// acc[m][16 x 64] = A_m[16 x HD] (fragments) times the 64 rows of `tile`, transposed, for M
+// m-tiles of 16 rows: each B fragment is read from shared memory once for all M. One ldmatrix gives
+// the B fragments of two n tiles: matrices (n tile 2 np, columns +0 / +8 of the k step), then
+// (n tile 2 np + 1, +0 / +8). M-tiles below `first` are not computed (left as they are).
+template <int M>
+__device__ __forceinline__ void mma_rows_tm(float (&acc)[M][8][4], const unsigned (&a)[M][KS][4],
+                                            const __half (*tile)[PAD], int lane, int first) {
   const int lr = lane & 7, lm = lane >> 3;  // this lane addresses row lr of matrix lm
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  for (int mt = 0; mt < M; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk)
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       unsigned b[4];
       ldsm_x4(b, &tile[(2 * np + (lm >> 1)) * 8 + lr][kk * 16 + (lm & 1) * 8]);
-      mma16816(acc[2 * np], a[kk], b);
-      mma16816(acc[2 * np + 1], a[kk], b + 2);
+#pragma unroll
+      for (int mt = 0; mt < M; ++mt) {
+        if (mt < first) continue;
+        mma16816(acc[mt][2 * np], a[mt][kk], b);
+        mma16816(acc[mt][2 * np + 1], a[mt][kk], b + 2);
+      }
     }
 }
 
-// acc[16 x HD] += P[16 x 64] (accumulator layout, rounded to float16) times `tile` [64 x HD]. One
+// acc[m][16 x HD] += P_m[16 x 64] times `tile` [64 x HD], P_m as A fragments (pa[m][j]: the k
+// step of columns [16 j, 16 j + 16)), for M m-tiles; each B fragment read once for all M. One
 // ldmatrix.trans gives the B fragments of two n tiles: matrices (rows +0 / +8 of the k step, n
-// tile 2 np), then (+0 / +8, n tile 2 np + 1).
-__device__ __forceinline__ void mma_p_tile(float acc[NT][4], const float p[8][4], const __half (*tile)[PAD], int lane) {
+// tile 2 np), then (+0 / +8, n tile 2 np + 1). M-tiles below `first` are left as they are.
+template <int M>
+__device__ __forceinline__ void mma_pa(float (&acc)[M][NT][4], const unsigned (&pa)[M][4][4], const __half (*tile)[PAD],
+                                       int lane, int first) {
   const int lr = lane & 7, lm = lane >> 3;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {  // 16 columns of P (two n tiles) = one k step
-    const unsigned a[4] = {pack2(p[2 * j][0], p[2 * j][1]), pack2(p[2 * j][2], p[2 * j][3]),
-                           pack2(p[2 * j + 1][0], p[2 * j + 1][1]), pack2(p[2 * j + 1][2], p[2 * j + 1][3])};
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       unsigned b[4];
       ldsm_x4_t(b, &tile[j * 16 + (lm & 1) * 8 + lr][(2 * np + (lm >> 1)) * 8]);
-      mma16816(acc[2 * np], a, b);
-      mma16816(acc[2 * np + 1], a, b + 2);
+#pragma unroll
+      for (int mt = 0; mt < M; ++mt) {
+        if (mt < first) continue;
+        mma16816(acc[mt][2 * np], pa[mt][j], b);
+        mma16816(acc[mt][2 * np + 1], pa[mt][j], b + 2);
+      }
     }
+}
+
+// The A fragments of a 16 x 64 tile held in the accumulator layout (rounded to float16): the
+// accumulators of n tiles 2 j and 2 j + 1 are the A fragment of k step j.
+__device__ __forceinline__ void pack_a(unsigned (&pa)[4][4], const float (&p)[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    pa[j][0] = pack2(p[2 * j][0], p[2 * j][1]);
+    pa[j][1] = pack2(p[2 * j][2], p[2 * j][3]);
+    pa[j][2] = pack2(p[2 * j + 1][0], p[2 * j + 1][1]);
+    pa[j][3] = pack2(p[2 * j + 1][2], p[2 * j + 1][3]);
   }
+}
+
+// One m-tile: acc[16 x 64] = A[16 x HD] times `tile` transposed (the backward kernels)
+__device__ __forceinline__ void mma_rows_t(float (&acc)[8][4], const unsigned (&a)[KS][4], const __half (*tile)[PAD],
+                                           int lane) {
+  mma_rows_tm<1>(reinterpret_cast<float(&)[1][8][4]>(acc), reinterpret_cast<const unsigned(&)[1][KS][4]>(a), tile,
+                 lane, 0);
+}
+
+// One m-tile: acc[16 x HD] += P[16 x 64] (accumulator layout) times `tile` [64 x HD]
+__device__ __forceinline__ void mma_p_tile(float (&acc)[NT][4], const float (&p)[8][4], const __half (*tile)[PAD],
+                                           int lane) {
+  unsigned pa[1][4][4];
+  pack_a(pa[0], p);
+  mma_pa<1>(reinterpret_cast<float(&)[1][NT][4]>(acc), pa, tile, lane, 0);
 }
 
 // Whether score (query i, key j) is masked (set to fill). Only called for i, j < s.
@@ -296,100 +348,126 @@ __device__ __forceinline__ bool edge_tile(int has_mask, int causal, int s, int i
 // started as soon as every warp is done with the buffer it goes to, and waited for just before
 // its use.
 
+// The forward: MT m-tiles of 16 queries per warp (FROWS = 64 MT queries per block), so that each
+// K and V fragment read from shared memory serves MT tensor-core products, and each warp has MT
+// independent tiles to work on while another waits (FlashAttention-2's 128-query blocks of 4
+// warps). Warp w's m-tile mt holds queries (tile) FROWS + 64 mt + 16 w + [0, 16): under a causal
+// mask without a user mask, the key tiles past m-tile mt's last query are skipped for it, by
+// the whole block at once.
 extern "C" __global__ void __launch_bounds__(128)
-flash_fwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, __half* __restrict__ out,
-              float* __restrict__ lse, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-              long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
+flash_fwd_m__M_TILES____hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
+              __half* __restrict__ out, float* __restrict__ lse, int s, int heads, float scale, float fill, int causal,
+              int has_mask, long long mb, long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p,
+              float keep_scale) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
-  const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 queries from r0
+  const int g = w.g, t = w.t, lane = w.lane;
+  const int t0 = w.tile * FROWS, q0 = t0 + w.warp * 16;  // the block's first query; the warp's m-tile 0
   const long long rs = w.rs;
   const unsigned char* bm = w.mask;
-  const int row[2] = {r0 + g, r0 + g + 8};
+  int row[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) row[mt][0] = q0 + 64 * mt + g, row[mt][1] = q0 + 64 * mt + g + 8;
   const float sl = scale * LOG2E, fl = fill * LOG2E;  // m, the scores and fill in log2 units
-  const int kend = (causal && !has_mask) ? min(s, (tile + 1) * ROWS) : s;
+  const bool skip = causal && !has_mask;
+  const int kend = skip ? min(s, t0 + FROWS) : s;
   load_tile(ks, w.k, rs, 0, s);
   cp_async_commit();
-  unsigned qa[KS][4];
-  load_a(qa, w.q, rs, r0, s, g, t);
-  float o[NT][4];
+  unsigned qa[MT][KS][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
-  float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+  for (int mt = 0; mt < MT; ++mt) load_a(qa[mt], w.q, rs, q0 + 64 * mt, s, g, t);
+  float o[MT][NT][4], m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
+    m[mt][0] = m[mt][1] = NEG_INF;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
   for (int k0 = 0; k0 < kend; k0 += COLS) {
     cp_async_wait_all();
     __syncthreads();  // this K tile is here; every warp is done with the last V tile
     load_tile(vs, w.v, rs, k0, s);
     cp_async_commit();
-    float z[8][4];
-    mma_rows_t(z, qa, ks, lane);
-    const bool edge = edge_tile(has_mask, causal, s, r0, k0, false);
-    float mx[2] = {NEG_INF, NEG_INF};
+    // m-tiles [0, first) see none of these keys (causal: k0 is past their last query t0 + 64 mt + 63)
+    const int first = (skip && k0 > t0) ? (k0 - t0) / 64 : 0;
+    float z[MT][8][4];
+    mma_rows_tm<MT>(z, qa, ks, lane, first);
+    unsigned pa[MT][4][4];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int mt = 0; mt < MT; ++mt) {
+      if (mt < first) continue;
+      const bool edge = edge_tile(has_mask, causal, s, q0 + 64 * mt, k0, false);
+      float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = row[e >> 1], j = k0 + nt * 8 + 2 * t + (e & 1);
-        float val = z[nt][e] * sl;
-        if (edge) {
-          if (j >= s) val = NEG_INF;  // no such key
-          else if (i < s && masked(i, j, causal, bm, mq, mk)) val = fl;
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = row[mt][e >> 1], j = k0 + nt * 8 + 2 * t + (e & 1);
+          float val = z[mt][nt][e] * sl;
+          if (edge) {
+            if (j >= s) val = NEG_INF;  // no such key
+            else if (i < s && masked(i, j, causal, bm, mq, mk)) val = fl;
+          }
+          z[mt][nt][e] = val;
+          mx[e >> 1] = fmaxf(mx[e >> 1], val);
         }
-        z[nt][e] = val;
-        mx[e >> 1] = fmaxf(mx[e >> 1], val);
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // the row's max over the quad of threads that hold it
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float mnew = fmaxf(m[mt][r], mx[r]);  // finite: key k0 < s exists and fill is finite
+        alpha[r] = exp2f(m[mt][r] - mnew);
+        m[mt][r] = mnew;
+        l[mt][r] *= alpha[r];
       }
-    float alpha[2];
+      const unsigned kb = dr.bits(w.bh, s, row[mt][0], row[mt][1], k0 + 2 * t, false);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {  // the row's max over the quad of threads that hold it
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float mnew = fmaxf(m[r], mx[r]);  // finite: key k0 < s exists and fill is finite
-      alpha[r] = exp2f(m[r] - mnew);
-      m[r] = mnew;
-      l[r] *= alpha[r];
-    }
-    const unsigned kb = dr.bits(w.bh, s, row[0], row[1], k0 + 2 * t, false);
+      for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+        for (int e = 0; e < 4; ++e) {  // the row sum takes every probability, P @ V the kept ones
+          const float p = exp2f(z[mt][nt][e] - m[mt][e >> 1]);
+          l[mt][e >> 1] += p;
+          z[mt][nt][e] = p * dr.factor(kb, nt, e);
+        }
+      pack_a(pa[mt], z[mt]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {  // the row sum takes every probability, P @ V the kept ones
-        const float p = exp2f(z[nt][e] - m[e >> 1]);
-        l[e >> 1] += p;
-        z[nt][e] = p * dr.factor(kb, nt, e);
+      for (int nt = 0; nt < NT; ++nt) {
+        o[mt][nt][0] *= alpha[0]; o[mt][nt][1] *= alpha[0];
+        o[mt][nt][2] *= alpha[1]; o[mt][nt][3] *= alpha[1];
       }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      o[nt][0] *= alpha[0]; o[nt][1] *= alpha[0];
-      o[nt][2] *= alpha[1]; o[nt][3] *= alpha[1];
     }
     cp_async_wait_all();
     __syncthreads();  // this V tile is here; every warp is done with this K tile
     if (k0 + COLS < kend) load_tile(ks, w.k, rs, k0 + COLS, s);
     cp_async_commit();
-    mma_p_tile(o, z, vs, lane);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    mma_pa<MT>(o, pa, vs, lane, first);
   }
   __half* ob = out + w.ob;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (row[r] >= s) continue;
-    const float inv = 1.f / l[r];
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      *reinterpret_cast<unsigned*>(ob + row[r] * w.os + nt * 8 + 2 * t) = pack2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (t == 0) lse[w.bh + row[r]] = (m[r] + log2f(l[r])) * LN2;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float lr = l[mt][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int i = row[mt][r];
+      if (i >= s) continue;
+      const float inv = 1.f / lr;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        *reinterpret_cast<unsigned*>(ob + i * w.os + nt * 8 + 2 * t) = pack2(o[mt][nt][2 * r] * inv,
+                                                                             o[mt][nt][2 * r + 1] * inv);
+      if (t == 0) lse[w.bh + i] = (m[mt][r] + log2f(lr)) * LN2;
+    }
 }
 
 // dq = scale * sum_j ds_ij k_j with ds = p (dp - D), dp = dO v^T (times the dropout factor); also
 // D = rowsum(dO * O)
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, DQ_MIN_BLOCKS)
 flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, const __half* __restrict__ out,
              const __half* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ dsum,
              __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
@@ -567,11 +645,27 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
 """
 
 
-def source(head_size):
-    """The CUDA source of the three kernels for one head size (a multiple of 16, at most 128)."""
+def forward_m_tiles(head_size):
+    """Query m-tiles of 16 rows per warp in the forward: 2 (128-query blocks, FlashAttention-2's)
+    up to head size 64; above, the second tile's Q fragments and output accumulators would not fit
+    in the 255 registers a thread has (tests/test_flash_attention.py checks that no kernel spills)."""
+    return 2 if head_size <= 64 else 1
+
+
+def source(head_size, m_tiles=None):
+    """The CUDA source of the three kernels for one head size (a multiple of 16, at most 128), the
+    forward with `m_tiles` query m-tiles per warp (default: forward_m_tiles(head_size))."""
     if head_size not in HEAD_SIZES:
         raise ValueError(f"flash attention: head size {head_size} is not a multiple of 16 in [16, 128]")
-    return _SOURCE.replace("__HEAD_SIZE__", str(head_size))
+    m_tiles = forward_m_tiles(head_size) if m_tiles is None else m_tiles
+    if m_tiles not in (1, 2):
+        raise ValueError(f"flash attention: {m_tiles} m-tiles per warp in the forward; 1 or 2")
+    return _SOURCE.replace("__HEAD_SIZE__", str(head_size)).replace("__M_TILES__", str(m_tiles))
+
+
+def forward_name(head_size, m_tiles=None):
+    """The forward kernel's name in source(head_size, m_tiles)."""
+    return f"flash_fwd_m{forward_m_tiles(head_size) if m_tiles is None else m_tiles}__hd{head_size}"
 
 
 # The largest |fill| the kernels take. The backward recomputes p = exp(z - lse) from the row's
@@ -656,9 +750,9 @@ def mask_strides(xp, mask, shape):
     return mask, strides
 
 
-def _grid(s, heads, b):
-    """One block per 64 rows of each (batch row, head): (heads, batch, tiles), see Place."""
-    return (heads, b, -(-s // ROWS))
+def _grid(s, heads, b, rows=ROWS):
+    """One block per `rows` rows of each (batch row, head): (heads, batch, tiles), see Place."""
+    return (heads, b, -(-s // rows))
 
 
 def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
@@ -683,15 +777,17 @@ def _aligned(cp, a):
     return a if a.data.ptr % 16 == 0 else a.copy()
 
 
-def forward_cuda(qkv4, mask, scale, fill, causal, dropout=None):
+def forward_cuda(qkv4, mask, scale, fill, causal, dropout=None, m_tiles=None):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
+    m_tiles = forward_m_tiles(d) if m_tiles is None else m_tiles
     qkv4 = _aligned(cp, qkv4)
     out = cp.empty((b, s, heads, d), np.float16)
     lse = cp.empty((b, heads, s), np.float32)
     m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)
-    raw_kernel(source(d), f"flash_fwd__hd{d}")(_grid(s, heads, b), (THREADS,), (qkv4, m, out, lse, *tail))
+    raw_kernel(source(d, m_tiles), forward_name(d, m_tiles))(_grid(s, heads, b, ROWS * m_tiles), (THREADS,),
+                                                             (qkv4, m, out, lse, *tail))
     return out, lse
 
 
@@ -710,12 +806,14 @@ def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None):
 
 
 # ------------------------------------------------------------------ dispatch
-def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None):
+def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None, m_tiles=None):
     """(ctx [b, s, heads, d], lse [b, heads, s]) of qkv4 [b, s, heads, 3d] (see the module doc);
-    `dropout`: (p, seed, offset) of the generator stream the probabilities' dropout draws from."""
+    `dropout`: (p, seed, offset) of the generator stream the probabilities' dropout draws from;
+    `m_tiles`: the CUDA forward's query m-tiles per warp (None: forward_m_tiles; the benchmark
+    times both)."""
     if isinstance(qkv4, np.ndarray):
         return forward_reference(qkv4, mask, scale, fill, causal, dropout)
-    return forward_cuda(qkv4, mask, scale, fill, causal, dropout)
+    return forward_cuda(qkv4, mask, scale, fill, causal, dropout, m_tiles)
 
 
 def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None):

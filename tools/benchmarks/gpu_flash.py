@@ -10,8 +10,10 @@ unfused attention core (cuBLAS products + the fused softmax), at GPT-2 124M's at
 
 Inputs: qkv [b, s, heads, 3d] and the output gradient [b, s, heads, d] in float16, drawn once
 (standard normal); scale d^-0.5; causal unless --no-causal. Times: each version's forward
-(flash_forward: one kernel) and backward (flash_backward: the dq and dkdv kernels) as the median
-of --reps timings, each of --inner calls between two device synchronisations, after a warm-up.
+(flash_forward: one kernel; up to head size 64 also with the forward's other block shape, one
+query m-tile of 16 rows per warp instead of two) and backward (flash_backward: the dq and dkdv
+kernels) as the median of --reps timings, each of --inner calls between two device
+synchronisations, after a warm-up.
 TFLOP/s count FlashAttention's convention: forward 4 b heads s^2 d (half of it when causal),
 backward 2.5 times that (its five products; the engine's backward does seven, recomputing the
 scores and dP in each of its two kernels, and is still credited five).
@@ -23,12 +25,14 @@ exits if any is above 1e-2, or if an output is not finite (the memory pool is fi
 The last line printed is a JSON record (also appended to --json PATH).
 """
 import argparse
+import functools
 import importlib.util
 import json
 import os
 import statistics
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -118,8 +122,12 @@ def main():
     def torch_fwd():
         return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, scale=scale)
 
-    versions = [("engine flash", fa)] + [(f"flash of {os.path.basename(path)}", load_module(path, n))
-                                         for n, path in enumerate(a.baseline)]
+    versions = [("engine flash", fa)]
+    if fa.forward_m_tiles(d) != 1:  # the forward's other block shape: 64 queries, one m-tile per warp
+        versions.append(("engine flash, fwd 1 m-tile/warp",
+                         types.SimpleNamespace(flash_forward=functools.partial(fa.flash_forward, m_tiles=1),
+                                               flash_backward=fa.flash_backward)))
+    versions += [(f"flash of {os.path.basename(path)}", load_module(path, n)) for n, path in enumerate(a.baseline)]
     record = dict(benchmark="gpu_flash", device=flow.cuda.get_device_name(), batch=b, seq=s, heads=h, head_size=d,
                   causal=causal, dropout=a.dropout, smoke=a.smoke)
 

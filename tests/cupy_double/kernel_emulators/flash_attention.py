@@ -25,16 +25,16 @@ def _aligned16(name, what, view):
     return view
 
 
-def _layout(name, grid, block, mask, scalars):
+def _layout(name, grid, block, mask, scalars, rows=flash.ROWS):
     """(b, s, heads, d, mask or None, scale, fill, causal, dropout (p, seed, offset) or None) of a
-    launch, checked."""
+    launch whose blocks take `rows` rows each, checked."""
     s, heads, scale, fill, causal, has_mask, *strides, seed, offset, p, keep_scale = _scalars(name, scalars, _TAIL)
     d = int(name.rsplit("__hd", 1)[1])
     b = grid[1]
     if block != (flash.THREADS, 1, 1):
         raise ValueError(f"{name}: block {block}; the kernels are written for {flash.THREADS} threads (4 warps)")
-    if grid[0] != heads or grid[2] * flash.ROWS < s:  # (heads, batch, tiles)
-        raise ValueError(f"{name}: grid {grid} does not cover {s} rows of {heads} heads")
+    if grid[0] != heads or grid[2] != -(-s // rows):  # (heads, batch, tiles)
+        raise ValueError(f"{name}: grid {grid} is not one block per {rows} rows of {s} for {heads} heads")
     m = None
     if has_mask:
         shape = (b, heads, s, s)
@@ -50,15 +50,20 @@ def _layout(name, grid, block, mask, scalars):
     return b, s, heads, d, m, scale, fill, bool(causal), dropout
 
 
-@emulates("flash_fwd")
 def _flash_fwd(name, grid, block, args, shared_mem):
+    """flash_fwd_m{1,2}: blocks of 64 queries per m-tile of each warp"""
     qkv, mask, out, lse, *scalars = args
-    b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars)
+    m_tiles = int(name.split("__")[0].rsplit("_m", 1)[1])
+    b, s, heads, d, m, scale, fill, causal, dropout = _layout(name, grid, block, mask, scalars, flash.ROWS * m_tiles)
     qkv = _aligned16(name, "qkv", qkv)
     qkv4 = _buf(name, "qkv", qkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)
     o, l = flash.forward_reference(qkv4, m, scale, fill, causal, dropout)
     _buf(name, "out", out, o.size, np.float16)[:] = o.reshape(-1)
     _buf(name, "lse", lse, l.size, np.float32)[:] = l.reshape(-1)
+
+
+for _m in (1, 2):
+    emulates(f"flash_fwd_m{_m}")(_flash_fwd)
 
 
 def _backward(name, grid, block, qkv, mask, out, g, lse, scalars):
