@@ -34,6 +34,7 @@ CUDA arrays (cupy) go through nccl.py's `NcclBackend`; the CPU path never import
 These functions do not record autograd history: they move data. Differentiable redistribution
 is built on top of them (engine.distributed.boxing).
 """
+import contextlib
 import math
 import os
 import sys
@@ -42,6 +43,7 @@ import traceback
 
 import numpy as np
 
+from .. import backend
 from ..backend import dtypes as _dtypes
 from . import nccl
 from .sbp import balanced_sizes
@@ -214,6 +216,46 @@ def install_abort_on_exception():
 
 
 # ---------------------------------------------------------------------------- groups
+_metadata = threading.local()
+
+
+@contextlib.contextmanager
+def metadata_exchange():
+    """MPI calls made inside only agree on host metadata (shapes, placements, SBP), which stays
+    the same at every replay of a CUDA graph: they are allowed inside a capture (NoMPIInCapture)."""
+    before = getattr(_metadata, "on", False)
+    _metadata.on = True
+    try:
+        yield
+    finally:
+        _metadata.on = before
+
+
+class NoMPIInCapture:
+    """An MPI communicator that refuses to communicate while this process captures a CUDA graph.
+
+    A replay re-runs the captured kernels, NCCL's collectives among them, and never host code: an
+    MPI call made during the capture would happen once, at capture, and be missing from every
+    replay (stale data, or a peer waiting forever). Local queries (`Get_rank`, `Get_size`, ...)
+    and metadata agreement (`metadata_exchange`) stay allowed."""
+
+    __slots__ = ("_comm",)
+
+    def __init__(self, comm):
+        self._comm = comm
+
+    def __getattr__(self, name):
+        if (backend.capture_state() is not None and not name.startswith("Get_")
+                and not getattr(_metadata, "on", False)):
+            raise RuntimeError(f"MPI {name} inside a CUDA graph capture: a replay re-runs the captured GPU "
+                               "kernels (NCCL collectives included), never host code, so this transfer would be "
+                               "missing from every replay; keep MPI communication outside the captured region")
+        return getattr(self._comm, name)
+
+    def __repr__(self):
+        return f"NoMPIInCapture({self._comm!r})"
+
+
 class ProcessGroup:
     """An ordered list of global ranks and the MPI communicator connecting them.
 
@@ -223,8 +265,9 @@ class ProcessGroup:
 
     def __init__(self, ranks, comm):
         self.ranks = tuple(int(r) for r in ranks)
-        # waits sleep instead of spinning a core (engine.distributed.waiting)
-        self.comm = PoliteComm(comm) if comm is not None and polite() else comm
+        # waits sleep instead of spinning a core (engine.distributed.waiting); no MPI while a CUDA
+        # graph is captured
+        self.comm = None if comm is None else NoMPIInCapture(PoliteComm(comm) if polite() else comm)
         self.size = len(self.ranks)
         self.rank = comm.Get_rank() if comm is not None else -1
         self._nccl = None  # per-device NCCL communicators, made on first CUDA collective

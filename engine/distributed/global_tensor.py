@@ -177,12 +177,15 @@ def _placement_group(p):
 
 def _allgather_rows(group, row):
     """Every member's int64 `row` (one small Allgather; not counted in comm.stats, which
-    measures data movement). Returns an array of shape (group size, len(row))."""
+    measures data movement). Returns an array of shape (group size, len(row)). Rows are
+    metadata (shapes, hashes of arguments), the same at every replay of a CUDA graph: allowed
+    inside a capture."""
     row = np.ascontiguousarray(row, dtype=np.int64)
     if group is None or group.size == 1:
         return row[None]
     out = np.empty((group.size, row.size), dtype=np.int64)
-    group.comm.Allgather([row, comm.MPI.INT64_T], [out, comm.MPI.INT64_T])
+    with comm.metadata_exchange():
+        group.comm.Allgather([row, comm.MPI.INT64_T], [out, comm.MPI.INT64_T])
     return out
 
 
@@ -197,7 +200,8 @@ def _agree(group, what, fields):
     if (rows == rows[0]).all():
         return
     bad = [i for i, n in enumerate(names) if (rows[:, i] != rows[0, i]).any()]
-    values = group.comm.allgather({names[i]: repr(fields[names[i]]) for i in bad})
+    with comm.metadata_exchange():
+        values = group.comm.allgather({names[i]: repr(fields[names[i]]) for i in bad})
     lines = []
     for i in bad:
         n = names[i]

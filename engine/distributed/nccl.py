@@ -88,6 +88,10 @@ class NcclBackend:
     """NCCL collectives for CuPy arrays over one ProcessGroup on one device."""
 
     def __init__(self, group, device_id):
+        if backend.capture_state() is not None:  # making a communicator is host work among all members
+            raise RuntimeError(f"the NCCL communicator of ranks {list(group.ranks)} would first be made inside a CUDA "
+                               "graph capture; run the captured code eagerly once first (a warm-up iteration), so "
+                               "that every communicator it uses exists before the capture")
         self.cp = cp = backend.cupy()
         from cupy.cuda import nccl
 

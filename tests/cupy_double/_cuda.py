@@ -102,6 +102,7 @@ class Graph:
         for piece in self._work:
             piece()
         stats.launches += len(self._work) and 1  # one graph launch
+        stats.by_name["cudaGraphLaunch"] += 1
 
 
 Stream.null = Stream(null=True)
