@@ -33,14 +33,23 @@ being written (an optimizer other than the fused AdamW), into the buffers the gr
 Memory: everything allocated during capture comes from a private CuPy memory pool that the graph
 keeps (the replays reuse those addresses); `CUDAGraph.pool_bytes()` says how much it holds.
 
+Random draws on the GPU (dropout, `rand`, flash attention's and bias + dropout + add's own
+draws) are graph-safe, as PyTorch's Philox is: a captured kernel reads its stream's seed and
+base offset from device memory the graph owns and adds its draw's place in the graph, and each
+replay moves the Generator past its draws. So every replay draws new numbers, exactly those the
+eager steps it stands for would draw from the same generator state, and a reseed between
+replays is followed (`_CapturedStream`).
+
 Refused inside a capture, with an error naming the cause (each would replay wrong or not at all):
 host-to-device and device-to-host copies (`.item()`, `.numpy()`, `tensor(...)` of host data,
 `.to('cuda')` of a CPU tensor: the graph would replay a copy from a host buffer that no longer
-holds the data), random draws on the GPU (dropout: the captured draw would repeat the same
-numbers at every replay), and anything else CUDA itself refuses (a synchronisation). Python
-control flow runs once, at capture: a replay cannot take another branch.
+holds the data), MPI communication (engine.distributed.comm.NoMPIInCapture: NCCL's collectives
+are captured, host transfers are not), and anything else CUDA itself refuses (a
+synchronisation). Python control flow runs once, at capture: a replay cannot take another branch.
 """
 import contextlib
+
+import numpy as np
 
 from . import backend
 from .autograd.grad_mode import _state as _grad_state
@@ -63,6 +72,7 @@ class CUDAGraph:
         # pin key -> [parameter, dtype, Copy, the parameter's version when the capture read it or
         # None once the capture ended having written the parameter]: autocast's copies it reads
         self._copies = {}
+        self._rng = {}  # (generator, device) -> _CapturedStream: the random streams the capture drew from
 
     # ---------------------------------------------------------------- capture
     def capture_begin(self):
@@ -93,6 +103,9 @@ class CUDAGraph:
         if stream is None:
             raise RuntimeError("CUDAGraph.capture_end: no capture in progress")
         try:
+            if error is None:
+                for drawn in self._rng.values():  # the graph's last kernels: each stream moves past its draws
+                    drawn.advance_on_device()
             graph = stream.end_capture()
         except Exception as e:
             graph = None
@@ -104,18 +117,31 @@ class CUDAGraph:
                 if param.grad is grad:
                     param.grad = None
             self._grads = {}
+            self._rng = {}
             self._unpin_copies()
             self._pool = None
             if not isinstance(error, Exception):  # KeyboardInterrupt and the like: as they are
                 raise error
             raise RuntimeError(
                 "engine.cuda.graph: the captured code did something a CUDA graph cannot hold (a host read such "
-                "as .item()/.numpy()/float(), a host-to-device copy, a random draw on the GPU, a synchronisation); "
+                "as .item()/.numpy()/float(), a host-to-device copy, MPI communication, a synchronisation); "
                 f"warm the code up eagerly first and keep such calls outside the capture. Cause: {error}") from error
         self._graph = graph
         for entry in self._copies.values():  # the captured code wrote this parameter (an optimizer step)
             if entry[0]._version != entry[3]:
                 entry[3] = None
+
+    def rng_position(self, stream, groups, what):
+        """(seed, offset) of a draw of `groups` Philox blocks from `stream` (a DevicePhilox) inside
+        the capture: called by DevicePhilox.reserve, which does not move the stream itself."""
+        if stream.owner is None:
+            raise RuntimeError(f"engine.cuda.graph: {what} draws from a device stream that belongs to no "
+                               "Generator; a CUDA graph replays draws only from a Generator's streams")
+        key = (id(stream.owner), stream.device)
+        drawn = self._rng.get(key)
+        if drawn is None:
+            drawn = self._rng[key] = _CapturedStream(stream.owner, stream.device)
+        return drawn.take(groups)
 
     def _restore(self):
         cp = backend.cupy()
@@ -155,6 +181,8 @@ class CUDAGraph:
             raise RuntimeError("CUDAGraph.replay: nothing captured (use engine.cuda.graph(g) first)")
         for key, (param, dtype, copy, version) in self._copies.items():
             cast_cache.refresh_pinned(param, dtype, copy, key, force=version is None)
+        for drawn in self._rng.values():
+            drawn.before_replay()
         self._graph.launch(stream=backend.cupy().cuda.get_current_stream())
         for param, _, _, version in self._copies.values():
             if version is None:  # the replay wrote it: eager code must not take its copy as current
@@ -168,6 +196,7 @@ class CUDAGraph:
         self._graph = None
         self._pool = None
         self._grads = {}
+        self._rng = {}
         self._unpin_copies()
 
     def __del__(self):
@@ -180,6 +209,41 @@ class CUDAGraph:
 
     def pool(self):
         return self._pool
+
+
+class _CapturedStream:
+    """A Generator's device stream as a captured graph draws from it (PyTorch's graph-safe Philox).
+    The captured kernels read the stream's seed and base offset from `state`, device memory the
+    graph owns, and add their draw's place in the graph; the graph's last kernel adds the blocks
+    drawn in all. Before a replay the host writes (seed, offset) into `state` only when they are
+    not what the last replay left there (a reseed, a restored state, draws made eagerly in
+    between), then moves the stream past the replay's draws, as an eager step would have: replays
+    draw the numbers of the eager steps they stand for, and steady replays copy nothing."""
+
+    def __init__(self, owner, device):
+        self.owner, self.device = owner, device
+        cp = backend.cupy()
+        self.state = cp.empty(2, np.uint64)  # no kernel: filled before each replay that needs it
+        self.total = 0  # Philox blocks the captured code draws
+        self.left = None  # (seed, offset) the last replay left in `state`
+
+    def take(self, groups):
+        from .kernels import philox
+        stream = self.owner.device_stream(self.device)
+        place = philox.GraphOffset(self.total, self.state)
+        self.total += groups
+        return stream.seed, place
+
+    def advance_on_device(self):
+        cp = backend.cupy()
+        cp.add(self.state[1:], np.uint64(self.total), out=self.state[1:])
+
+    def before_replay(self):
+        stream = self.owner.device_stream(self.device)
+        if self.left != (stream.seed, stream.offset):
+            self.state.set(np.array([stream.seed, stream.offset], np.uint64))
+        stream.offset += self.total
+        self.left = (stream.seed, stream.offset)
 
 
 @contextlib.contextmanager

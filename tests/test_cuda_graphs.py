@@ -2,10 +2,11 @@
 
 On the CPU the capture's rules run through the CuPy double (tests/cupy_double/_cuda.py): the
 private memory pool is installed for the capture and the previous allocator restored, the
-gradients the captured backward creates are recorded, host copies, GPU random draws and host
-reads inside a capture are refused with an error that says why, and a failed capture leaves
-nothing behind. The replays (new inputs copied into the captured ones, a GPT-2 fp16 step replayed
-against an eager step from the same state, training steps replayed against eager ones) run both
+gradients the captured backward creates are recorded, host copies and host reads inside a
+capture are refused with an error that says why, a failed capture leaves nothing behind, and
+random draws on the GPU replay the numbers of the eager steps they stand for. The replays
+(new inputs copied into the captured ones, a GPT-2 fp16 step replayed against an eager step
+from the same state, training steps replayed against eager ones) run both
 through the double, whose graphs replay the recorded work on the same memory (bit for bit), and
 on a real GPU.
 """
@@ -40,28 +41,16 @@ def test_capture_installs_a_private_pool_and_records_new_gradients(cuda_double):
     assert g.pool() is not None
 
 
-@pytest.mark.parametrize("what", ["host copy", "dropout", "bias dropout add", "flash dropout", "item"])
+@pytest.mark.parametrize("what", ["host copy", "item"])
 def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double, what, monkeypatch):
     x = flow.randn(16, device="cuda")
     g = flow.cuda.CUDAGraph()
     before = cuda_double.cuda.get_allocator()
-    expect = {"host copy": "Cause: a copy from cpu to cuda", "dropout": "Cause: a random draw on the GPU",
-              "bias dropout add": r"Cause: a random draw on the GPU \(bias \+ dropout \+ add",
-              "flash dropout": r"Cause: a random draw on the GPU \(attention dropout",
-              "item": "Cause: cudaErrorStreamCaptureUnsupported"}[what]
-    qkv = flow.randn(2, 8, 3 * 32, device="cuda")
+    expect = {"host copy": "Cause: a copy from cpu to cuda", "item": "Cause: cudaErrorStreamCaptureUnsupported"}[what]
     with pytest.raises(RuntimeError, match=expect):
         with flow.cuda.graph(g):
             if what == "host copy":
                 flow.tensor(np.ones(3), device="cuda")
-            elif what == "dropout":
-                flow.nn.functional.dropout(x, 0.5, training=True)
-            elif what == "bias dropout add":  # a kernel that draws its own numbers: a replay would reuse them
-                bias_dropout_add(x, None, x, 0.5)
-            elif what == "flash dropout":
-                monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", True)
-                with flow.autocast("cuda", dtype=flow.float16):
-                    flow.nn.functional.packed_qkv_attention(qkv, 1, dropout_p=0.1)
             else:
                 (x * 2).sum().item()
     assert backend.capture_state() is None and not flow.cuda.is_current_stream_capturing()
@@ -69,6 +58,62 @@ def test_what_a_graph_cannot_hold_is_refused_and_the_capture_undone(cuda_double,
     with pytest.raises(RuntimeError, match="nothing captured"):
         g.replay()
     _small_capture(cuda_double)  # a fresh capture works after a failed one
+
+
+def _draws(what, x, qkv):
+    """A step that draws random numbers on the GPU: its outputs and, for the ops with a backward
+    that draws them again (no mask kept), the input gradients."""
+    if what == "dropout":
+        return [flow.nn.functional.dropout(x, 0.5, training=True)]
+    if what == "rand":
+        return [flow.rand(5, 7, device="cuda") + flow.randn(3, device="cuda").sum()]
+    if what == "bias dropout add":  # draws in its kernel, and again in the backward's
+        y = bias_dropout_add(x, None, x, 0.5)
+        (gx,) = flow.autograd.grad(y.sum(), [x])
+        return [y, gx]
+    with flow.autocast("cuda", dtype=flow.float16):  # flash attention: forward, dq and dkdv draw
+        y = flow.nn.functional.packed_qkv_attention(qkv, 2, dropout_p=0.3, causal=True)
+    (gq,) = flow.autograd.grad(y.float().sum(), [qkv])
+    return [y, gq]
+
+
+@pytest.mark.parametrize("what", ["dropout", "rand", "bias dropout add", "flash dropout"])
+def test_random_draws_replay_the_numbers_of_the_eager_steps(cuda_double, what, monkeypatch):
+    """Graph-safe Philox: a captured draw reads its stream's position from device memory, so each
+    replay draws new numbers, exactly those eager steps draw from the same generator state, and
+    leaves the generator where they leave it. Steady replays copy nothing to the device; a reseed
+    between replays is followed."""
+    monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", True)
+    x = flow.randn(16, 8, device="cuda", requires_grad=True)
+    qkv = flow.randn(2, 8, 3 * 2 * 16, device="cuda", requires_grad=True)
+    host = lambda outs: [o.detach().cpu().numpy() for o in outs]  # noqa: E731
+
+    flow.manual_seed(11)
+    eager = [host(_draws(what, x, qkv)) for _ in range(3)]
+    eager_state = flow.get_rng_state()["cuda"]
+    flow.manual_seed(5)
+    eager_reseeded = host(_draws(what, x, qkv))
+
+    flow.manual_seed(11)
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        outs = _draws(what, x, qkv)
+    stats = cuda_double._double.stats
+    replayed = []
+    for i in range(3):
+        stats.reset()
+        g.replay()
+        assert stats.h2d == (1 if i == 0 else 0), (i, stats.h2d)  # the stream's position, once
+        replayed.append(host(outs))
+    assert flow.get_rng_state()["cuda"] == eager_state
+    for step, (got, want) in enumerate(zip(replayed, eager)):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b, err_msg=f"{what}, replay {step}")
+    assert not np.array_equal(replayed[0][0], replayed[1][0])  # new numbers at every replay
+    flow.manual_seed(5)
+    g.replay()
+    for a, b in zip(host(outs), eager_reseeded):
+        np.testing.assert_array_equal(a, b, err_msg=f"{what}, after a reseed")
 
 
 def test_a_failed_capture_leaves_no_uncomputed_gradient(cuda_double):

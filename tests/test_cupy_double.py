@@ -68,15 +68,18 @@ def test_operands_on_another_device_are_refused(cuda_double, monkeypatch):
 def test_raw_kernel_arguments_are_checked(cuda_double):
     k = cuda_double.RawKernel('extern "C" __global__ void engine_philox_bits(unsigned* o) {}', "engine_philox_bits")
     out = cuda_double.empty(8, dtype=np.uint32)
+    null = np.uint64(0)  # the stream-state pointer: null outside a CUDA graph
     with pytest.raises(TypeError, match="Python int"):
-        k((1,), (32,), (out, 8, np.uint64(0), np.uint64(0)))
+        k((1,), (32,), (out, 8, np.uint64(0), np.uint64(0), null))
     with pytest.raises(ValueError, match="not C-contiguous"):
-        k((1,), (32,), (cuda_double.empty((4, 4), dtype=np.uint32).T, np.uint64(8), np.uint64(0), np.uint64(0)))
+        k((1,), (32,), (cuda_double.empty((4, 4), dtype=np.uint32).T, np.uint64(8), np.uint64(0), np.uint64(0), null))
     with pytest.raises(TypeError, match="numpy array"):
-        k((1,), (32,), (np.empty(8, np.uint32), np.uint64(8), np.uint64(0), np.uint64(0)))
+        k((1,), (32,), (np.empty(8, np.uint32), np.uint64(8), np.uint64(0), np.uint64(0), null))
     with pytest.raises(ValueError, match="1024 threads"):
-        k((1,), (2048,), (out, np.uint64(8), np.uint64(0), np.uint64(0)))
-    k((1,), (32,), (out, np.uint64(8), np.uint64(0), np.uint64(0)))
+        k((1,), (2048,), (out, np.uint64(8), np.uint64(0), np.uint64(0), null))
+    with pytest.raises(TypeError, match="stream state"):
+        k((1,), (32,), (out, np.uint64(8), np.uint64(0), np.uint64(0), np.uint64(5)))
+    k((1,), (32,), (out, np.uint64(8), np.uint64(0), np.uint64(0), null))
     assert out.get().any()
 
 

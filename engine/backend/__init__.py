@@ -147,7 +147,7 @@ def set_capture_state(graph):
 
 
 def refuse_in_capture(what):
-    """A clear error for `what` (a copy between host and device, a random draw) inside a CUDA
+    """A clear error for `what` (a copy between host and device, a GradScaler step) inside a CUDA
     graph capture, where a replay would repeat it wrongly."""
     if _capture is not None:
         raise RuntimeError(f"{what} inside a CUDA graph capture (engine.cuda.graph): a replay would not redo it "

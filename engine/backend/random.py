@@ -37,10 +37,13 @@ class Generator:
         """The generator drawing numbers for array module `xp` (numpy's API subset the engine uses)."""
         if xp is np:
             return self._np
-        dev = _import_cupy().cuda.runtime.getDevice()
+        return self.device_stream(_import_cupy().cuda.runtime.getDevice())
+
+    def device_stream(self, dev):
+        """CUDA device `dev`'s stream (made at offset 0 on first use; a new one after manual_seed)."""
         stream = self._cuda.get(dev)
         if stream is None:
-            stream = self._cuda[dev] = DevicePhilox(self._seed + 7919 * dev)
+            stream = self._cuda[dev] = DevicePhilox(self._seed + 7919 * dev, owner=self, device=dev)
         return stream
 
     def get_state(self):
@@ -54,25 +57,30 @@ class Generator:
         self.manual_seed(state["seed"])
         self._np.bit_generator.state = state["cpu"]
         for dev, offset in state.get("cuda", {}).items():
-            self._cuda[int(dev)] = DevicePhilox(self._seed + 7919 * int(dev), int(offset))
+            self._cuda[int(dev)] = DevicePhilox(self._seed + 7919 * int(dev), int(offset), owner=self, device=int(dev))
 
 
 class DevicePhilox:
     """A CUDA device's stream: Philox4x32-10 at (seed, offset), one kernel launch per draw, with
     the methods of numpy's Generator that the engine calls."""
 
-    def __init__(self, seed, offset=0):
+    def __init__(self, seed, offset=0, owner=None, device=None):
         self.seed = seed & ((1 << 64) - 1)
         self.offset = offset
+        self.owner, self.device = owner, device  # the Generator and device it belongs to, if any
 
     def reserve(self, kind, n, what="dropout or a random op"):
         """(seed, offset) of the next `n` values of `kind`, which the stream moves past: the numbers
         a kernel that draws its own (bias + dropout + add, flash attention's dropout) computes,
-        equal to those of the draw they stand for. Refused inside a CUDA graph capture, where a
-        replay would reuse them."""
+        equal to those of the draw they stand for. Inside a CUDA graph capture the offset is a
+        philox.GraphOffset, the draw's place in the graph, and the kernels read the stream's
+        position from device memory that each replay moves on (engine/cuda_graphs.py): every
+        replay draws new numbers, those an eager step would draw from the same state."""
         from ..kernels import philox
-        from . import refuse_in_capture
-        refuse_in_capture(f"a random draw on the GPU ({what}: {n} values of {kind})")
+        from . import capture_state
+        graph = capture_state()
+        if graph is not None:
+            return graph.rng_position(self, philox.groups(kind, n), what)
         seed, offset = self.seed, self.offset
         self.offset += philox.groups(kind, n)
         return seed, offset

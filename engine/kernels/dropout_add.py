@@ -26,8 +26,9 @@ __device__ __forceinline__ bool dropout_keep(const u32 w[4], int k, int per, dou
 
 template <typename T>
 __device__ void bias_dropout_add(const T* x, const T* b, const T* r, T* y, u64 n, int d, u64 seed, u64 offset,
-                                 double p, double scale, int has_b, int has_r) {
+                                 const u64* state, double p, double scale, int has_b, int has_r) {
   typedef typename Acc<T>::type A;
+  stream_position(state, seed, offset);
   const int per = sizeof(T) == 8 ? 2 : 4;  // uniform_double or uniform_float values per Philox block
   const u64 groups = (n + per - 1) / per;
   for (u64 g = blockIdx.x * (u64)blockDim.x + threadIdx.x; g < groups; g += (u64)gridDim.x * blockDim.x) {
@@ -47,8 +48,10 @@ __device__ void bias_dropout_add(const T* x, const T* b, const T* r, T* y, u64 n
 }
 
 template <typename T>
-__device__ void dropout_grad(const T* g, T* dx, u64 n, u64 seed, u64 offset, double p, double scale) {
+__device__ void dropout_grad(const T* g, T* dx, u64 n, u64 seed, u64 offset, const u64* state, double p,
+                             double scale) {
   typedef typename Acc<T>::type A;
+  stream_position(state, seed, offset);
   const int per = sizeof(T) == 8 ? 2 : 4;
   const u64 groups = (n + per - 1) / per;
   for (u64 q = blockIdx.x * (u64)blockDim.x + threadIdx.x; q < groups; q += (u64)gridDim.x * blockDim.x) {
@@ -64,13 +67,13 @@ __device__ void dropout_grad(const T* g, T* dx, u64 n, u64 seed, u64 offset, dou
 }
 """ + instantiate(
     "engine_bias_dropout_add",
-    "const {T}* x, const {T}* b, const {T}* r, {T}* y, u64 n, int d, u64 seed, u64 offset, double p, "
-    "double scale, int has_b, int has_r",
-    "bias_dropout_add<{T}>(x, b, r, y, n, d, seed, offset, p, scale, has_b, has_r)",
+    "const {T}* x, const {T}* b, const {T}* r, {T}* y, u64 n, int d, u64 seed, u64 offset, const u64* state, "
+    "double p, double scale, int has_b, int has_r",
+    "bias_dropout_add<{T}>(x, b, r, y, n, d, seed, offset, state, p, scale, has_b, has_r)",
 ) + "\n" + instantiate(
     "engine_dropout_grad",
-    "const {T}* g, {T}* dx, u64 n, u64 seed, u64 offset, double p, double scale",
-    "dropout_grad<{T}>(g, dx, n, seed, offset, p, scale)",
+    "const {T}* g, {T}* dx, u64 n, u64 seed, u64 offset, const u64* state, double p, double scale",
+    "dropout_grad<{T}>(g, dx, n, seed, offset, state, p, scale)",
 )
 
 
@@ -144,8 +147,8 @@ def bias_dropout_add_cuda(x, bias, residual, p, seed, offset):
         r = x if residual is None else cp.ascontiguousarray(residual)
         kernel = raw_kernel(SOURCE, kernel_name("engine_bias_dropout_add", x.dtype))
         kernel((blocks(groups(x.dtype, n)),), (THREADS,),
-               (x, b, r, y, np.uint64(n), i32(x.shape[-1]), _u64(seed), _u64(offset), f64(p), f64(keep_scale(p)),
-                i32(bias is not None), i32(residual is not None)))
+               (x, b, r, y, np.uint64(n), i32(x.shape[-1]), _u64(seed), _u64(offset), philox.state_arg(offset), f64(p),
+                f64(keep_scale(p)), i32(bias is not None), i32(residual is not None)))
     return y
 
 
@@ -157,7 +160,8 @@ def dropout_grad_cuda(g, p, seed, offset):
     if g.size:
         kernel = raw_kernel(SOURCE, kernel_name("engine_dropout_grad", g.dtype))
         kernel((blocks(groups(g.dtype, g.size)),), (THREADS,),
-               (g, dx, np.uint64(g.size), _u64(seed), _u64(offset), f64(p), f64(keep_scale(p))))
+               (g, dx, np.uint64(g.size), _u64(seed), _u64(offset), philox.state_arg(offset), f64(p),
+                f64(keep_scale(p))))
     return dx
 
 

@@ -358,10 +358,11 @@ extern "C" __global__ void __launch_bounds__(128)
 flash_fwd_m__M_TILES____hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
               __half* __restrict__ out, float* __restrict__ lse, int s, int heads, float scale, float fill, int causal,
               int has_mask, long long mb, long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p,
-              float keep_scale) {
+              float keep_scale, const u64* __restrict__ rng_state) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
+  stream_position(rng_state, seed, offset);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int g = w.g, t = w.t, lane = w.lane;
   const int t0 = w.tile * FROWS, q0 = t0 + w.warp * 16;  // the block's first query; the warp's m-tile 0
@@ -471,10 +472,12 @@ extern "C" __global__ void __launch_bounds__(128, DQ_MIN_BLOCKS)
 flash_dq__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask, const __half* __restrict__ out,
              const __half* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ dsum,
              __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-             long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
+             long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale,
+             const u64* __restrict__ rng_state) {
   __shared__ __align__(16) __half ks[COLS][PAD];
   __shared__ __align__(16) __half vs[COLS][PAD];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, causal && !has_mask);
+  stream_position(rng_state, seed, offset);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 queries from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
@@ -566,11 +569,13 @@ extern "C" __global__ void __launch_bounds__(128)
 flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
                const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
                __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale) {
+               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale,
+               const u64* __restrict__ rng_state) {
   __shared__ __align__(16) __half qs[COLS][PAD];
   __shared__ __align__(16) __half gs[COLS][PAD];
   __shared__ __align__(16) float ls[COLS], ds_[COLS];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, false);  // causal: the first key tiles are the longest
+  stream_position(rng_state, seed, offset);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
   const int tile = w.tile, g = w.g, t = w.t, r0 = w.r0, lane = w.lane;  // the warp's 16 keys from r0
   const long long rs = w.rs, os = w.os, bh = w.bh;
@@ -757,7 +762,8 @@ def _grid(s, heads, b, rows=ROWS):
 
 def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
     """The kernels' common trailing arguments: (mask or a dummy pointer, s, heads, scale, fill,
-    causal, has_mask, the mask's four element strides, the dropout's seed, offset, p and 1 / (1 - p))."""
+    causal, has_mask, the mask's four element strides, the dropout's seed, offset, p and 1 / (1 - p), and
+    the device stream position of a draw captured in a CUDA graph or a null pointer: philox.state_arg)."""
     b, heads, s, _ = shape
     if mask is None:
         ptr, strides = dummy, (0, 0, 0, 0)
@@ -766,7 +772,8 @@ def _tail(cp, mask, shape, scale, fill, causal, dropout, dummy):
     p, seed, offset = dropout or (0.0, 0, 0)
     return ((ptr, i32(s), i32(heads), f32(scale), f32(fill), i32(causal), i32(mask is not None))
             + tuple(i64(t) for t in strides)
-            + (np.uint64(seed & philox.MASK64), np.uint64(offset), f32(p), f32(dropout_add.keep_scale(p))))
+            + (np.uint64(seed & philox.MASK64), np.uint64(offset), f32(p), f32(dropout_add.keep_scale(p)),
+               philox.state_arg(offset)))
 
 
 def _aligned(cp, a):

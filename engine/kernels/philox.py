@@ -39,6 +39,13 @@ __device__ __forceinline__ void philox(u64 seed, u64 ctr, u32 w[4]) {
     w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
 }
 
+// The stream position of a draw: (seed, offset) as passed, or, for a draw captured in a CUDA graph
+// (`state` not null), the seed and base offset that each replay finds in device memory, plus the
+// passed offset (the draw's place in the graph): every replay draws new numbers.
+__device__ __forceinline__ void stream_position(const u64* state, u64& seed, u64& offset) {
+    if (state != nullptr) { seed = state[0]; offset += state[1]; }
+}
+
 __device__ __forceinline__ float u24(u32 x) { return (x >> 8) * (1.0f / 16777216.0f); }
 __device__ __forceinline__ double u53(u32 a, u32 b) {
     return ((a >> 5) * 67108864.0 + (b >> 6)) * (1.0 / 9007199254740992.0);
@@ -49,14 +56,16 @@ SOURCE = DEVICE + r"""
 #define GROUPS(per) for (u64 g = blockIdx.x * (u64)blockDim.x + threadIdx.x; g * per < n; \
                          g += (u64)gridDim.x * blockDim.x)
 
-extern "C" __global__ void engine_philox_uniform_float(float* out, u64 n, u64 seed, u64 offset) {
+extern "C" __global__ void engine_philox_uniform_float(float* out, u64 n, u64 seed, u64 offset, const u64* state) {
+    stream_position(state, seed, offset);
     GROUPS(4) {
         u32 w[4]; philox(seed, offset + g, w);
         for (int k = 0; k < 4 && g * 4 + k < n; ++k) out[g * 4 + k] = u24(w[k]);
     }
 }
 
-extern "C" __global__ void engine_philox_uniform_double(double* out, u64 n, u64 seed, u64 offset) {
+extern "C" __global__ void engine_philox_uniform_double(double* out, u64 n, u64 seed, u64 offset, const u64* state) {
+    stream_position(state, seed, offset);
     GROUPS(2) {
         u32 w[4]; philox(seed, offset + g, w);
         out[g * 2] = u53(w[0], w[1]);
@@ -64,7 +73,8 @@ extern "C" __global__ void engine_philox_uniform_double(double* out, u64 n, u64 
     }
 }
 
-extern "C" __global__ void engine_philox_normal_float(float* out, u64 n, u64 seed, u64 offset) {
+extern "C" __global__ void engine_philox_normal_float(float* out, u64 n, u64 seed, u64 offset, const u64* state) {
+    stream_position(state, seed, offset);
     GROUPS(2) {
         u32 w[4]; philox(seed, offset + g, w);
         float u1 = ((w[0] >> 8) + 1u) * (1.0f / 16777216.0f), u2 = u24(w[1]);
@@ -75,7 +85,8 @@ extern "C" __global__ void engine_philox_normal_float(float* out, u64 n, u64 see
     }
 }
 
-extern "C" __global__ void engine_philox_normal_double(double* out, u64 n, u64 seed, u64 offset) {
+extern "C" __global__ void engine_philox_normal_double(double* out, u64 n, u64 seed, u64 offset, const u64* state) {
+    stream_position(state, seed, offset);
     GROUPS(2) {
         u32 w[4]; philox(seed, offset + g, w);
         double u1 = 1.0 - u53(w[0], w[1]), u2 = u53(w[2], w[3]);
@@ -86,7 +97,8 @@ extern "C" __global__ void engine_philox_normal_double(double* out, u64 n, u64 s
     }
 }
 
-extern "C" __global__ void engine_philox_bits(u32* out, u64 n, u64 seed, u64 offset) {
+extern "C" __global__ void engine_philox_bits(u32* out, u64 n, u64 seed, u64 offset, const u64* state) {
+    stream_position(state, seed, offset);
     GROUPS(4) {
         u32 w[4]; philox(seed, offset + g, w);
         for (int k = 0; k < 4 && g * 4 + k < n; ++k) out[g * 4 + k] = w[k];
@@ -160,11 +172,42 @@ def reference(kind, n, seed, offset):
     return out[:n]
 
 
+# ------------------------------------------------------------------ draws inside CUDA graphs
+class GraphOffset(int):
+    """The offset of a draw captured in a CUDA graph: its place from the graph's start (an int, so
+    it flows through the code that passes offsets on) and `state`, the device memory [seed, base
+    offset] each replay of that graph finds set to the stream's position (engine/cuda_graphs.py)."""
+
+    def __new__(cls, value, state):
+        self = super().__new__(cls, value)
+        self.state = state
+        return self
+
+    def __add__(self, other):  # a later draw's place in the same graph
+        return GraphOffset(int(self) + int(other), self.state)
+
+
+def state_arg(offset):
+    """The kernels' `state` argument for a draw at `offset`: the device [seed, base offset] of a
+    captured draw, else a null pointer (the seed and offset passed are the position)."""
+    return offset.state if isinstance(offset, GraphOffset) else np.uint64(0)
+
+
+def resolve(seed, offset, state):
+    """The (seed, offset) a kernel computes with, on the host (the emulators' and references'
+    view): `state` a [seed, base offset] array or None / 0 (eager)."""
+    if state is None or (isinstance(state, np.generic) and int(state) == 0):
+        return int(seed), int(offset)
+    state = np.asarray(state).reshape(-1)
+    return int(state[0]), (int(state[1]) + int(offset)) & MASK64
+
+
 # ------------------------------------------------------------------ CUDA launcher
 def draw(xp, kind, n, seed, offset):
     """`n` values of `kind` on the current device: one launch."""
     out = xp.empty(n, dtype=_OUT_DTYPE[kind])
     if n:
         kernel = raw_kernel(SOURCE, f"engine_philox_{kind}")
-        kernel((blocks(groups(kind, n)),), (THREADS,), (out, np.uint64(n), np.uint64(seed & MASK64), np.uint64(offset)))
+        kernel((blocks(groups(kind, n)),), (THREADS,),
+               (out, np.uint64(n), np.uint64(seed & MASK64), np.uint64(offset), state_arg(offset)))
     return out

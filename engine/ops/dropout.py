@@ -5,8 +5,9 @@ inside itself and keeps no mask."""
 import numpy as np
 
 from ..backend import xp_of
-from ..backend.random import DevicePhilox, default_generator
+from ..backend.random import default_generator
 from ..kernels import dropout_add as dropout_add_kernels
+from ..kernels import philox
 from . import inplace as _inplace
 from ._core import check_float, sum_to
 from .op import Op
@@ -65,23 +66,41 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
     return Dropout.apply(input, p=float(p), generator=gen)[0]
 
 
+class _ShardOfDraw:
+    """A device stream's draw for `count` equal shards at once, of which this shard takes part
+    `index`: every rank moves its stream past the whole draw (generators seeded alike stay in
+    lockstep), shards get disjoint numbers, ranks holding the same shard the same ones. All on
+    the device stream, so a CUDA graph replays it with new numbers (engine/cuda_graphs.py)."""
+
+    def __init__(self, stream, index, count):
+        self.stream, self.index, self.count = stream, index, count
+
+    def random(self, shape, dtype=np.float64):
+        n = int(np.prod(shape, dtype=np.int64))
+        kind = "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
+        part = philox.groups(kind, n)
+        seed, offset = self.stream.reserve(kind, part * self.count * philox.PER_GROUP[kind], "tensor-parallel dropout")
+        return philox.draw(self.stream.xp, kind, n, seed, offset + self.index * part).reshape(shape)
+
+
 class ShardDropout(Dropout):
     """Dropout of one shard of a split global tensor (engine/distributed/rules/dropout.py picks it
-    under a split signature). One 63-bit seed comes from the op's generator, so generators seeded
-    alike stay in lockstep on every rank; the shard's position `shard` on the split mesh axes is
-    mixed into it, so shards draw independent masks while ranks holding the same shard draw the
-    same one."""
+    under a split signature): shards draw independent masks while ranks holding the same shard
+    draw the same one, and generators seeded alike stay in lockstep on every rank. On the CPU one
+    63-bit seed comes from the op's generator and the shard's position `shard` on the split mesh
+    axes is mixed into it; on CUDA the device stream draws for all shards at once and this one
+    takes part `shard_index` = (its index, the number of shards)."""
 
     name = "Dropout"
 
     @staticmethod
-    def forward(ctx, x, p, generator, shard=()):
+    def forward(ctx, x, p, generator, shard=(), shard_index=(0, 1)):
         xp = xp_of(x)
-        seed = int(generator.rng(np).integers(0, 2 ** 63))
         if xp is np:
+            seed = int(generator.rng(np).integers(0, 2 ** 63))
             rng = np.random.default_rng([seed, *shard])
-        else:  # a Philox stream at the mixed seed: two integers, no generator state to create
-            rng = DevicePhilox(int(np.random.SeedSequence([seed, *shard]).generate_state(1, np.uint64)[0]))
+        else:
+            rng = _ShardOfDraw(generator.rng(xp), *shard_index)
         return _masked(xp, x, p, rng)
 
 

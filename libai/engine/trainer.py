@@ -493,8 +493,9 @@ class CUDAGraphTrainer(EagerTrainer):
     replayed at every later iteration; gradient sync, clipping, the GradScaler's step and update
     and the optimizer stay eager (docs/cuda.md). Each batch is copied into the tensors the
     capture read; a batch of other shapes or dtypes (or other non-tensor arguments) is captured
-    anew. The replayed forward draws no random numbers: dropout must be off (a capture refuses a
-    draw, since every replay would repeat it)."""
+    anew. Dropout draws new numbers at every replay, those the eager steps draw
+    (engine/cuda_graphs.py). Under data and tensor parallelism each rank captures its NCCL
+    collectives too."""
 
     def __init__(self, model, data_loader, optimizer, autocast=None, grad_scaler=None, warmup_iters=3):
         super().__init__(model, data_loader, optimizer, 1, autocast=autocast, grad_scaler=grad_scaler)

@@ -11,7 +11,7 @@ a deadlock reported, not hung) and returns a launcher per `extern "C" __global__
     kernels["name"](grid, block, (numpy arrays and numpy scalars in the kernel's order))
 
 Arrays are passed by pointer (C-contiguous, their memory is the kernel's global memory); None
-is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
+or np.uint64(0) is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
 
 What this does not check: the memory model beyond barriers and cp.async (threads switch only at
 barriers, so a race between two barriers shows only where the shuffled order runs the reader
@@ -124,8 +124,10 @@ def _launcher(fn, name, params, take_error):
         values = []
         for (t, pname, _), a in zip(params, args):
             if t == "pointer":
+                if type(a) is np.uint64 and int(a) == 0:  # a null pointer, as CuPy is passed one
+                    a = None
                 if a is not None and not (isinstance(a, np.ndarray) and a.flags.c_contiguous):
-                    raise TypeError(f"{name}: {pname} must be a C-contiguous numpy array or None")
+                    raise TypeError(f"{name}: {pname} must be a C-contiguous numpy array, None or np.uint64(0)")
                 values.append(None if a is None else a.ctypes.data)
             else:
                 if not isinstance(a, _NUMPY[t]):

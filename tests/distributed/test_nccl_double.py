@@ -171,14 +171,15 @@ GRAPH_TOLERANCE = {"bert_pretrain": 1e-6}
 def test_cuda_graph_trainer_on_several_gpus_trains_the_eager_losses(tmp_path, monkeypatch, name, dp, tp, extra):
     """train.cuda_graph.enabled=True under data and tensor parallelism: every rank captures its
     forward + backward once, NCCL collectives included (tp's all-reduces and gathers, the loss
-    averaged over data-parallel ranks), and replays it at each later iteration with the new batch;
-    6 iterations (3 eager, 3 replays) against eager on the same double GPUs, bit for bit. A replay
-    that skipped the collectives changes the tp2 losses from the 4th iteration (checked by hand)."""
-    from graph_helpers import CONFIGS, NO_DROPOUT, run
+    averaged over data-parallel ranks), and replays it at each later iteration with the new batch,
+    dropout on (each rank's replays draw what its eager steps draw); 6 iterations (3 eager, 3
+    replays) against eager on the same double GPUs, bit for bit. A replay that skipped the
+    collectives changes the tp2 losses from the 4th iteration (checked by hand)."""
+    from graph_helpers import run
 
     n = dp * tp
     args = [f"train.dist.data_parallel_size={dp}", f"train.dist.tensor_parallel_size={tp}",
-            "train.input_placement_device=cuda", *NO_DROPOUT[name], *extra]
+            "train.input_placement_device=cuda", *extra]
     if name in ("gpt2_pretrain", "bert_pretrain"):
         args.append("tokenization.make_vocab_size_divisible_by=128")
     got = {}

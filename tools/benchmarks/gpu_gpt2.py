@@ -515,9 +515,6 @@ def parse_args(argv=None):
         p.error(f"--peak-tflops must be a positive number, got {a.peak_tflops}")
     if not 0.0 <= a.dropout < 1.0:
         p.error(f"--dropout must be in [0, 1), got {a.dropout}")
-    if a.dropout and a.cuda_graph:
-        p.error("--dropout with --cuda-graph: dropout draws random numbers on the GPU, which a CUDA graph "
-                "capture refuses (engine.cuda.graph); time dropout without --cuda-graph")
     return a
 
 

@@ -1,10 +1,12 @@
 """SBP rule of engine/ops/dropout.py: dropout is pointwise with two outputs (y, scaled mask).
 
-Under a split signature each rank draws the mask of its own shard (`ShardDropout`): one seed
-comes from the op's generator, mixed with the shard's position on the split mesh axes, so
-shards get independent masks while ranks holding the same shard (broadcast mesh axes) draw the
-same one. The masks therefore differ from a single-process run with the same seed (not bitwise
-equal; same distribution). Under the all-broadcast signature every rank draws the whole mask
+Under a split signature each rank draws the mask of its own shard (`ShardDropout`), so shards
+get independent masks while ranks holding the same shard (broadcast mesh axes) draw the same
+one: on the CPU one seed comes from the op's generator, mixed with the shard's position on the
+split mesh axes; on CUDA the device stream draws for all shards at once (every rank moves it
+alike) and each shard takes its own part (`shard_index`), which a CUDA graph can replay. The
+masks therefore differ from a single-process run with the same seed (not bitwise equal; same
+distribution). Under the all-broadcast signature every rank draws the whole mask
 from its generator: equal on every rank only when the generators are seeded alike
 (flow.manual_seed on all ranks)."""
 from ...ops import dropout
@@ -26,4 +28,8 @@ class DropoutRule(Pointwise):
         if all(not s.is_split for s in in_nd[0]):
             return attrs
         shard = tuple(int(c) + 1 if s.is_split else 0 for c, s in zip(coords, in_nd[0]))
-        return dict(attrs, shard=shard)
+        split = [(int(c), int(n)) for c, n, s in zip(coords, placement.mesh.shape, in_nd[0]) if s.is_split]
+        index, count = 0, 1
+        for c, n in split:  # the shard's place among all shards, row-major over the split axes
+            index, count = index * n + c, count * n
+        return dict(attrs, shard=shard, shard_index=(index, count))

@@ -9,7 +9,7 @@ from engine.kernels import flash_attention as flash
 
 from .. import _double
 from . import emulates
-from .norm_act import _buf, _scalars
+from .norm_act import _buf, _scalars, stream_position
 
 _TAIL = (np.int32, np.int32, np.float32, np.float32, np.int32, np.int32, np.int64, np.int64, np.int64, np.int64,
          np.uint64, np.uint64, np.float32, np.float32)
@@ -28,7 +28,9 @@ def _aligned16(name, what, view):
 def _layout(name, grid, block, mask, scalars, rows=flash.ROWS):
     """(b, s, heads, d, mask or None, scale, fill, causal, dropout (p, seed, offset) or None) of a
     launch whose blocks take `rows` rows each, checked."""
+    *scalars, state = scalars
     s, heads, scale, fill, causal, has_mask, *strides, seed, offset, p, keep_scale = _scalars(name, scalars, _TAIL)
+    seed, offset = stream_position(name, seed, offset, state)
     d = int(name.rsplit("__hd", 1)[1])
     b = grid[1]
     if block != (flash.THREADS, 1, 1):

@@ -4,7 +4,7 @@ kernel's numpy reference into the output memory."""
 import numpy as np
 
 from cupy_double import _double
-from engine.kernels import _cuda, add, bias_add, cast, dropout_add, gelu, layer_norm, softmax
+from engine.kernels import _cuda, add, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 
 from . import emulates
 
@@ -28,6 +28,18 @@ def _scalars(name, values, types):
             raise TypeError(f"{name}: scalar argument {i} is {type(v).__name__}, the kernel takes {t.__name__}")
         out.append(v.item())
     return out
+
+
+def stream_position(name, seed, offset, state):
+    """The (seed, offset) a kernel that draws its own numbers computes with: as passed, or for a
+    draw captured in a CUDA graph (`state` a device uint64 [seed, base offset]) read from device
+    memory now, at this launch or replay (engine/kernels/philox.py's stream_position)."""
+    if isinstance(state, np.generic):
+        if type(state) is not np.uint64 or int(state) != 0:
+            raise TypeError(f"{name}: the stream state is {state!r}; a device array or a null pointer (np.uint64(0))")
+        return int(seed), int(offset)
+    _buf(name, "stream state", state, 2, np.uint64)
+    return philox.resolve(seed, offset, state[:2])
 
 
 def _buf(name, what, flat, count, dtype):
@@ -236,9 +248,10 @@ def _grid_stride(name, grid, block):
 
 @emulates("engine_bias_dropout_add")
 def _bias_dropout_add(name, grid, block, args, shared_mem):
-    x, b, r, y, *scalars = args
-    n, d, seed, offset, p, scale, has_b, has_r = _scalars(
-        name, scalars, (np.uint64, np.int32, np.uint64, np.uint64, np.float64, np.float64, np.int32, np.int32))
+    x, b, r, y, n, d, seed, offset, state, *scalars = args
+    n, d, seed, offset = _scalars(name, (n, d, seed, offset), (np.uint64, np.int32, np.uint64, np.uint64))
+    seed, offset = stream_position(name, seed, offset, state)
+    p, scale, has_b, has_r = _scalars(name, scalars, (np.float64, np.float64, np.int32, np.int32))
     _grid_stride(name, grid, block)
     if scale != dropout_add.keep_scale(p):
         raise ValueError(f"{name}: scale {scale} for p={p}")
@@ -254,8 +267,10 @@ def _bias_dropout_add(name, grid, block, args, shared_mem):
 
 @emulates("engine_dropout_grad")
 def _dropout_grad(name, grid, block, args, shared_mem):
-    g, dx, *scalars = args
-    n, seed, offset, p, scale = _scalars(name, scalars, (np.uint64, np.uint64, np.uint64, np.float64, np.float64))
+    g, dx, n, seed, offset, state, *scalars = args
+    n, seed, offset = _scalars(name, (n, seed, offset), (np.uint64, np.uint64, np.uint64))
+    seed, offset = stream_position(name, seed, offset, state)
+    p, scale = _scalars(name, scalars, (np.float64, np.float64))
     _grid_stride(name, grid, block)
     if scale != dropout_add.keep_scale(p):
         raise ValueError(f"{name}: scale {scale} for p={p}")
