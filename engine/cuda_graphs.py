@@ -104,6 +104,7 @@ class CUDAGraph:
             raise RuntimeError("CUDAGraph.capture_end: no capture in progress")
         try:
             if error is None:
+                self._rng = {k: d for k, d in self._rng.items() if d.total}  # streams the graph draws from
                 for drawn in self._rng.values():  # the graph's last kernels: each stream moves past its draws
                     drawn.advance_on_device()
             graph = stream.end_capture()
@@ -137,11 +138,24 @@ class CUDAGraph:
         if stream.owner is None:
             raise RuntimeError(f"engine.cuda.graph: {what} draws from a device stream that belongs to no "
                                "Generator; a CUDA graph replays draws only from a Generator's streams")
-        key = (id(stream.owner), stream.device)
+        return self._captured(stream.owner, stream.device).take(groups)
+
+    def rng_place(self, generator, device):
+        """Where the capture's next draw from `generator`'s stream on `device` lies in the graph
+        (Philox blocks from its start): part of Generator.get_state inside a capture."""
+        return self._captured(generator, device).total
+
+    def set_rng_place(self, generator, device, place):
+        """Move that place back (or on): activation checkpointing's recomputation redraws its
+        forward's numbers. The graph's replays move the stream past the place its capture ended at."""
+        self._captured(generator, device).total = place
+
+    def _captured(self, generator, device):
+        key = (id(generator), device)
         drawn = self._rng.get(key)
         if drawn is None:
-            drawn = self._rng[key] = _CapturedStream(stream.owner, stream.device)
-        return drawn.take(groups)
+            drawn = self._rng[key] = _CapturedStream(generator, device)
+        return drawn
 
     def _restore(self):
         cp = backend.cupy()

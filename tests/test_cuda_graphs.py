@@ -116,6 +116,31 @@ def test_random_draws_replay_the_numbers_of_the_eager_steps(cuda_double, what, m
         np.testing.assert_array_equal(a, b, err_msg=f"{what}, after a reseed")
 
 
+def test_checkpointed_dropout_in_a_graph_recomputes_the_forward_draws(cuda_double):
+    """Activation checkpointing inside a capture: the recomputation restores the RNG state saved
+    at its forward, which inside a capture holds the stream's place in the graph, so the
+    recomputed masks are the forward's and the gradients those of eager steps."""
+    from engine.utils.checkpoint import checkpoint
+    w = flow.randn(8, 8, device="cuda", requires_grad=True)
+    x = flow.randn(16, 8, device="cuda")
+
+    def step():
+        y = checkpoint(lambda t, v: flow.nn.functional.dropout(t @ v, 0.5, training=True) @ v, x, w,
+                       use_reentrant=False)
+        (g,) = flow.autograd.grad((y * y).sum(), [w])
+        return g
+
+    flow.manual_seed(4)
+    eager = [step().cpu().numpy() for _ in range(3)]
+    flow.manual_seed(4)
+    graph = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(graph):
+        g = step()
+    for i, want in enumerate(eager):
+        graph.replay()
+        np.testing.assert_array_equal(g.cpu().numpy(), want, err_msg=f"replay {i}")
+
+
 def test_a_failed_capture_leaves_no_uncomputed_gradient(cuda_double):
     """The gradients a failed capture created were never computed: they are not left on the
     parameters (an eager step after the failure would accumulate into garbage)."""

@@ -9,6 +9,11 @@ import numpy as np
 from . import cupy as _import_cupy
 
 
+def _capture_state():
+    from . import capture_state
+    return capture_state()
+
+
 class Generator:
     """One seed, two kinds of streams: numpy's Philox on the CPU (its full state is saved), and on
     each CUDA device a counter-based Philox stream whose state is its offset (engine/kernels/philox.py)."""
@@ -47,10 +52,16 @@ class Generator:
         return stream
 
     def get_state(self):
-        """JSON-friendly: the seed, numpy's CPU state and each used CUDA device's offset."""
+        """JSON-friendly: the seed, numpy's CPU state and each used CUDA device's offset; inside a
+        CUDA graph capture also the streams' places in the graph (activation checkpointing saves
+        them to redraw its forward's numbers when it recomputes)."""
         state = {"seed": self._seed, "cpu": self._np.bit_generator.state}
         if self._cuda:
             state["cuda"] = {str(dev): s.offset for dev, s in self._cuda.items()}
+        graph = _capture_state()
+        if graph is not None:
+            devices = set(self._cuda) | {_import_cupy().cuda.runtime.getDevice()}
+            state["cuda_graph_places"] = {str(dev): graph.rng_place(self, dev) for dev in sorted(devices)}
         return state
 
     def set_state(self, state):
@@ -58,6 +69,10 @@ class Generator:
         self._np.bit_generator.state = state["cpu"]
         for dev, offset in state.get("cuda", {}).items():
             self._cuda[int(dev)] = DevicePhilox(self._seed + 7919 * int(dev), int(offset), owner=self, device=int(dev))
+        graph = _capture_state()
+        if graph is not None:
+            for dev, place in state.get("cuda_graph_places", {}).items():
+                graph.set_rng_place(self, int(dev), int(place))
 
 
 class DevicePhilox:
