@@ -35,6 +35,33 @@ def test_values_and_gradients_match_pytorch(x_requires_grad):
     assert (x.grad is None) == (not x_requires_grad)
 
 
+@pytest.mark.parametrize("how", ["autograd.grad", "backward"])
+def test_tensors_the_function_closes_over_get_their_gradients_as_in_pytorch(how):
+    """Parameters and non-leaf tensors used inside but not passed (closures, module attributes):
+    autograd.grad returns their gradients (and leaves .grad alone), and a non-leaf tensor also
+    used outside the checkpoint gets both contributions; its graph outside is run once, by the
+    outer backward (the recomputation stops at the function's boundary)."""
+    def run(lib, tensor, grad_fn, ckpt):
+        w = tensor(W1.T, requires_grad=True)  # [6, 8]
+        a = tensor(W2, requires_grad=True)    # [6, 8]: h = a * 2 is made outside, used inside and outside
+        h = a * 2
+        x = tensor(X)
+        y = ckpt(lambda t: lib.tanh(t @ w) * (t @ h), x)
+        loss = (y * y).sum() + h.sum()
+        if how == "autograd.grad":
+            grads = grad_fn(loss, [w, a])
+            assert w.grad is None and a.grad is None
+            return [g.detach().numpy() for g in grads]
+        loss.backward()
+        return [w.grad.detach().numpy(), a.grad.detach().numpy()]
+
+    got = run(flow, flow.tensor, flow.autograd.grad, lambda f, x: checkpoint(f, x, use_reentrant=False))
+    want = run(torch, torch.tensor, torch.autograd.grad,
+               lambda f, x: torch.utils.checkpoint.checkpoint(f, x, use_reentrant=False))
+    for g, t in zip(got, want):
+        np.testing.assert_allclose(g, t, rtol=1e-5, atol=1e-5)
+
+
 def test_dropout_masks_are_drawn_again_identically_and_rng_moves_on_as_without():
     lin = flow.nn.Linear(6, 6)
 

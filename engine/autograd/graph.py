@@ -31,9 +31,12 @@ class Node:
     """One recorded op call. `next_edges[i]` is `(node, output_nr)` for input i, or None."""
 
     __slots__ = ("name", "backward_fn", "ctx", "next_edges", "num_outputs", "pre_hooks",
-                 "retained", "freed", "__weakref__")
+                 "retained", "freed", "seq", "__weakref__")
+    made = 0  # nodes made so far: a node's `seq` says which were made after a point (checkpoint)
 
     def __init__(self, name, backward_fn, ctx, next_edges, num_outputs=1):
+        self.seq = Node.made
+        Node.made += 1
         self.name = name
         self.backward_fn = backward_fn
         self.ctx = ctx
@@ -140,34 +143,39 @@ def _sole_owner(g):
             and sys.getrefcount(a) <= _UNSHARED_ARRAY_REFS)
 
 
-def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None, accumulate_others=False):
+def run_backward(roots, grad_roots, retain_graph, create_graph, capture=None, accumulate_others=False,
+                 stop_at_capture=False):
     """Backpropagate from `roots` (tensors) seeded with `grad_roots`.
 
     With `capture` (a list of edges) the gradients flowing into those edges are returned instead
     of being accumulated into leaves, which is what `autograd.grad` needs; with
-    `accumulate_others` the other leaves still accumulate theirs (activation checkpointing's
-    recomputation: its inputs' gradients go on, the parameters' land in `.grad`). Autocast is
-    off while it runs: each backward computes in the dtypes its forward saw.
+    `accumulate_others` the other leaves still accumulate theirs; with `stop_at_capture` the
+    nodes of the captured edges are not run (activation checkpointing's recomputation: the
+    gradients at its boundary go on through the outer graph, which runs those nodes itself).
+    Autocast is off while it runs: each backward computes in the dtypes its forward saw.
     """
     saved_autocast, _state.autocast = _state.autocast, None
     try:
-        return _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others)
+        return _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others,
+                             stop_at_capture)
     finally:
         _state.autocast = saved_autocast
 
 
-def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others=False):
+def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumulate_others=False,
+                  stop_at_capture=False):
     root_edges = []
     for t, g in zip(roots, grad_roots):
         edge = t._grad_edge()
         if edge is None:
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         root_edges.append((edge, g))
-    deps = _count_dependencies(dict.fromkeys(e[0][0] for e in root_edges))  # two roots may share a node
+    captured = _Capture(capture) if capture is not None else None
+    stop = captured.nodes() if stop_at_capture and captured is not None else ()
+    deps = _count_dependencies(dict.fromkeys(e[0][0] for e in root_edges), stop)  # two roots may share a node
     buffers = {}  # node -> its output gradients summed so far
     for (node, nr), g in root_edges:
         _add_to_buffer(buffers, node, nr, g)
-    captured = _Capture(capture) if capture is not None else None
 
     ready = [n for n in buffers if deps.get(n, 0) == 0]
     while ready:
@@ -178,6 +186,8 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumu
             _retain_grads(node, grads, create_graph)
         if captured is not None:
             captured.collect(node, grads)
+            if id(node) in stop:
+                continue
         if isinstance(node, AccumulateGrad):
             g = grads[0]
             if g is not None and (capture is None or (accumulate_others and not captured.holds(node))):
@@ -206,12 +216,12 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumu
     return captured.grads if captured is not None else None
 
 
-def _count_dependencies(roots):
+def _count_dependencies(roots, stop=()):
     """{node: number of edges into it} over the graph reachable from `roots` (an ordered dict of
-    distinct root nodes)."""
+    distinct root nodes), not past the nodes whose ids are in `stop`."""
     deps = {}
     seen = set(roots)
-    stack = list(roots)
+    stack = [r for r in roots if id(r) not in stop]
     while stack:
         for edge in stack.pop().next_edges:
             if edge is None:
@@ -220,7 +230,8 @@ def _count_dependencies(roots):
             deps[nxt] = deps.get(nxt, 0) + 1
             if nxt not in seen:
                 seen.add(nxt)
-                stack.append(nxt)
+                if id(nxt) not in stop:
+                    stack.append(nxt)
     return deps
 
 
@@ -264,6 +275,10 @@ class _Capture:
 
     def holds(self, node):
         return any((id(node), nr) in self.where for nr in range(node.num_outputs))
+
+    def nodes(self):
+        """The ids of the captured edges' nodes."""
+        return {key[0] for key in self.where}
 
     def collect(self, node, grads):
         for nr in range(node.num_outputs):

@@ -5,8 +5,11 @@
 The forward runs once as usual, but the graph it records (and every activation saved in it)
 is dropped at once; only the inputs are kept. In backward the function runs again, with the
 random state it had the first time (dropout draws the same masks), and the gradients flow
-through the recomputed graph: the inputs' gradients go on to the rest of the graph, those of
-parameters used inside accumulate into their `.grad` as usual. Works on global tensors (the
+through the recomputed graph up to the function's boundary and go on from there through the
+outer graph: the inputs', and those of the tensors the function closed over (parameters, and
+tensors made before it and used inside). So `autograd.grad` returns a closed-over parameter's
+gradient (and leaves its `.grad` alone), and a tensor used both inside and outside gets both
+contributions, its graph outside run once, as in PyTorch. Works on global tensors (the
 recomputation runs the same collectives in the same order on every rank).
 
 Semantics are those of PyTorch's `use_reentrant=False`: an output requires grad when anything
@@ -18,7 +21,7 @@ the first run (PyTorch's default determinism check); a mismatch is an error.
 """
 from ..autograd.function import Context, is_tensor
 from ..autograd.grad_mode import _state, enable_grad, is_grad_enabled
-from ..autograd.graph import Node, run_backward
+from ..autograd.graph import AccumulateGrad, Node, run_backward
 from ..backend.random import get_rng_state, set_rng_state
 
 __all__ = ["checkpoint"]
@@ -90,6 +93,32 @@ class _RngKeeper:
         self._do("ResumeRNGState", self._back)
 
 
+def _boundary(outs, start, known):
+    """The edges out of the graph the function recorded (its nodes are those made since `start`)
+    into the rest of the graph, in a fixed order, less the `known` ones (the inputs'): leaves it
+    used (parameters) and tensors made before it that it closed over."""
+    found, seen = [], set()
+    stack = [o.grad_fn for o in outs if o.grad_fn is not None and o.grad_fn.seq >= start]
+    visited = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        for edge in node.next_edges:
+            if edge is None:
+                continue
+            nxt, nr = edge
+            if isinstance(nxt, AccumulateGrad) or nxt.seq < start:
+                key = (id(nxt), nr)
+                if key not in known and key not in seen:
+                    seen.add(key)
+                    found.append((nxt, nr))
+            else:
+                stack.append(nxt)
+    return tuple(found)
+
+
 def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, context_fn=None,
                determinism_check="default", debug=False, **kwargs):
     """`function(*args, **kwargs)`, with its activations recomputed in backward instead of kept
@@ -103,6 +132,7 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
         return function(*args, **kwargs)
     rng = _RngKeeper(preserve_rng_state)
     autocast = _state.autocast, _state.autocast_cache  # the recomputation runs under the first run's autocast
+    start = Node.made
     first = function(*args, **kwargs)
     outs, rebuild = _flatten(first)
     needs = [o.requires_grad for o in outs]
@@ -110,13 +140,16 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
         return first
     shapes = [(tuple(o.shape), o.dtype) for o in outs]
     detached = [o.detach() for o in outs]
-    del first, outs  # the recorded graph and its saved activations go here
     # the inputs: positional arguments, then keyword arguments (a tensor passed by keyword gets
     # its gradient too, as in PyTorch's non-reentrant checkpoint)
     names = list(kwargs)
     values = list(args) + [kwargs[k] for k in names]
     tensor_args = [a if is_tensor(a) else None for a in values]
     n_pos = len(args)
+    edges = tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args)
+    # and what the function reached from outside: parameters and other tensors it closed over
+    closure = _boundary(outs, start, {(id(e[0]), e[1]) for e in edges if e is not None})
+    del first, outs  # the recorded graph and its saved activations go here
 
     def backward_fn(ctx, *grads):
         rng.swap_in()
@@ -137,18 +170,22 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
                                    "(the function must compute the same shapes and dtypes when run again)")
         pairs = [(o, g) for o, g, n in zip(again, grads, needs) if n and g is not None and o.requires_grad]
         wanted = [i for i, t in enumerate(tensor_args) if t is not None and t.requires_grad]
-        result = [None] * len(values)
+        result = [None] * (len(values) + len(closure))
         if pairs:
-            # the inputs' gradients are returned (they go on down the outer graph), the
-            # parameters used inside accumulate into their .grad as usual
+            # every gradient at the boundary is returned and goes on through the outer graph: the
+            # inputs', and those of the tensors the function closed over (a parameter's reaches
+            # its .grad, or autograd.grad's result, as without checkpointing); the outer graph's
+            # nodes are not run here
             got = run_backward([o for o, _ in pairs], [g for _, g in pairs], False, False,
-                               capture=[inputs[i]._grad_edge() for i in wanted], accumulate_others=True)
+                               capture=[inputs[i]._grad_edge() for i in wanted] + list(closure),
+                               accumulate_others=True, stop_at_capture=True)
             for i, g in zip(wanted, got):
                 result[i] = None if g is None else inputs[i]._as_own_gradient(g.detach())
+            for j, g in enumerate(got[len(wanted):]):
+                result[len(values) + j] = None if g is None else g.detach()
         return tuple(result)
 
-    edges = tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args)
-    node = Node("Checkpoint", backward_fn, Context(), edges, len(detached))
+    node = Node("Checkpoint", backward_fn, Context(), edges + closure, len(detached))
     for i, (d, n) in enumerate(zip(detached, needs)):
         if n:
             d._requires_grad = True
