@@ -105,6 +105,28 @@ def test_autograd_grad_and_double_backward():
     assert xf.grad is None  # autograd.grad never accumulates
 
 
+def test_autograd_grad_runs_only_the_graph_above_its_inputs():
+    """autograd.grad(y, [h]) for an intermediate h runs the nodes between y and h only, as
+    PyTorch does: the graph below h is neither run nor freed, so a later backward through it
+    works, and a leaf below it gets nothing; with h and a leaf below it both asked for, the path
+    between them runs."""
+    af, at = pair((3,))
+    got = {}
+    for a, m in ((af, flow), (at, torch)):
+        h = a * 2 + 1
+        y = (h * h * a).sum()
+        (gh,) = m.autograd.grad(y, [h])  # y's graph is freed, h's (below) is not
+        assert a.grad is None
+        (h * 3).sum().backward()
+        got[m] = (gh, a.grad.clone())
+        a.grad = None
+        h2 = a * 3
+        gh2, ga = m.autograd.grad((h2 * h2 * a).sum(), [h2, a])  # both: the path h2 -> a runs
+        got[m] += (gh2, ga)
+    for f, t in zip(got[flow], got[torch]):
+        close(f, t)
+
+
 def test_autograd_grad_unused_input():
     x, _ = pair((2,))
     z, _ = pair((2,), 1)

@@ -171,7 +171,14 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumu
             raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
         root_edges.append((edge, g))
     captured = _Capture(capture) if capture is not None else None
-    stop = captured.nodes() if stop_at_capture and captured is not None else ()
+    if captured is None:
+        stop = ()
+    elif stop_at_capture:
+        stop = captured.nodes()
+    elif not accumulate_others:  # autograd.grad: run only the nodes above a captured edge (PyTorch's)
+        stop = _not_needed(dict.fromkeys(e[0][0] for e in root_edges), captured.nodes())
+    else:
+        stop = ()
     deps = _count_dependencies(dict.fromkeys(e[0][0] for e in root_edges), stop)  # two roots may share a node
     buffers = {}  # node -> its output gradients summed so far
     for (node, nr), g in root_edges:
@@ -214,6 +221,29 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumu
             if deps[nxt] == 0:
                 ready.append(nxt)
     return captured.grads if captured is not None else None
+
+
+def _not_needed(roots, targets):
+    """The ids of the nodes reachable from `roots` that need not run for the gradients at the
+    `targets` (node ids): those with no target below them. autograd.grad leaves them as they are
+    (not run, not freed), so another backward can still go through them."""
+    order, seen, stack = [], set(), [(r, False) for r in roots]
+    while stack:  # post-order without recursion (graphs can be thousands of nodes deep)
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((e[0], False) for e in node.next_edges if e is not None and id(e[0]) not in seen)
+    leads = set()  # ids of nodes with a target at or below them
+    for node in order:  # children before parents
+        if id(node) in targets or any(e is not None and id(e[0]) in leads for e in node.next_edges):
+            leads.add(id(node))
+    return {id(n) for n in order
+            if not any(e is not None and id(e[0]) in leads for e in n.next_edges)}
 
 
 def _count_dependencies(roots, stop=()):
