@@ -196,3 +196,56 @@ def test_the_stand_in_reports_a_deadlock_instead_of_hanging():
         kernel((2,), (64,), (out, np.int32(1)))
     kernel((2,), (64,), (out, np.int32(0)))
     np.testing.assert_array_equal(out, np.arange(64, dtype=np.float32))
+
+
+def test_a_captured_draw_reads_its_stream_position_from_device_memory():
+    """The draw kernels' own sources on CPU threads with a stream-state pointer (a draw captured in
+    a CUDA graph, engine/cuda_graphs.py): the seed and base offset come from that memory and the
+    offset passed is added to the base, so the numbers are those of (state seed, base + offset);
+    a null pointer keeps the passed position. The Philox draw, bias + dropout + add and flash
+    attention's dropout (forward and backward)."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    from engine.kernels import dropout_add, philox
+    from engine.kernels import flash_attention as fa
+
+    seed, base, place = 2 ** 40 + 7, 1234, 5
+    state = np.array([seed, base], np.uint64)
+    bits = compile_kernels(philox.SOURCE)["engine_philox_bits"]
+    for ptr, want in ((state, philox.reference("bits", 37, seed, base + place)),
+                      (np.uint64(0), philox.reference("bits", 37, 99, place))):
+        out = np.zeros(37, np.uint32)
+        bits((2,), (32,), (out, np.uint64(37), np.uint64(99), np.uint64(place), ptr))
+        np.testing.assert_array_equal(out, want)
+
+    x = np.random.default_rng(0).standard_normal((6, 10)).astype(np.float32)
+    kernel = compile_kernels(dropout_add.SOURCE)["engine_bias_dropout_add__float"]
+    y = np.full_like(x, np.nan)
+    kernel((4,), (32,), (x, x, x, y, np.uint64(x.size), np.int32(10), np.uint64(0), np.uint64(place), state,
+                         np.float64(0.4), np.float64(dropout_add.keep_scale(0.4)), np.int32(0), np.int32(1)))
+    np.testing.assert_array_equal(y, dropout_add.bias_dropout_add_reference(x, None, x, 0.4, seed, base + place))
+
+    b, s, heads, d = 1, 40, 2, 16
+    rng = np.random.default_rng(1)
+    qkv = (rng.standard_normal((b, s, heads, 3 * d)) * 1.5).astype(np.float16)
+    g = rng.standard_normal((b, s, heads, d)).astype(np.float16)
+    dropout = (0.3, seed, base + place)  # what the kernels must draw
+    tail = list(fa._tail(np, None, (b, heads, s, s), 0.3, -10000.0, True, (0.3, 0, place), qkv))
+    tail[-1] = state  # the captured draw's position: in device memory
+    kernels = compile_kernels(fa.source(d))
+    out = np.full((b, s, heads, d), np.nan, np.float16)
+    lse = np.full((b, heads, s), np.nan, np.float32)
+    kernels[fa.forward_name(d)](fa._grid(s, heads, b, fa.ROWS * fa.forward_m_tiles(d)), (fa.THREADS,),
+                                (qkv, tail[0], out, lse, *tail[1:]))
+    want_out, want_lse = fa.forward_reference(qkv, None, 0.3, -10000.0, True, dropout)
+    rel = np.linalg.norm(out.astype(np.float64) - want_out) / np.linalg.norm(want_out.astype(np.float64))
+    assert rel < 2e-3, rel
+    dqkv = np.full(qkv.shape, np.nan, np.float16)
+    dsum = np.full((b, heads, s), np.nan, np.float32)
+    grid = fa._grid(s, heads, b)
+    kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
+    kernels[f"flash_dkdv__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, *tail[1:]))
+    want, _ = fa.backward_reference(g, qkv, out, lse, None, 0.3, -10000.0, True, dropout)
+    rel = np.linalg.norm(dqkv.astype(np.float64) - want) / np.linalg.norm(want.astype(np.float64))
+    assert rel < 2e-3, rel

@@ -13,7 +13,8 @@
 #      elementwise: the memory-bound calls of the step against the copy bandwidth, CuPy's beside
 #      the engine's kernels (tools/benchmarks/gpu_elementwise.py);
 #      graph: the benchmark with the engine's forward + backward replayed as a CUDA graph;
-#      dropout: the (eager) benchmark with dropout 0.1 in both models (flash attention's dropout);
+#      dropout: the benchmark with dropout 0.1 in both models (flash attention's dropout), eager and
+#      with the CUDA graph (each replay draws new numbers);
 #      attn32: the benchmark with the engine's attention computed in float32 (the path before cuBLAS);
 #      unfused: the CUDA-graph benchmark with the unfused attention core (cuBLAS + fused softmax;
 #      the others run the default, flash attention: engine.ops.attention.FLASH_ATTENTION_ON_GPU);
@@ -64,6 +65,8 @@ for s in $STEPS; do
     graph) step bench_fp16_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --cuda-graph \
              --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     dropout) step bench_fp16_dropout "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --dropout 0.1 \
+               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS
+             step bench_fp16_dropout_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --dropout 0.1 --cuda-graph \
                --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     attn32) step bench_fp16_attn32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention float32 \
               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;

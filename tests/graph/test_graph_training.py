@@ -82,11 +82,11 @@ def test_cuda_graph_trainer_through_the_double_trains_the_eager_losses(tmp_path,
 @pytest.mark.parametrize("mode", ["graph", "cuda_graph"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_graph_modes_on_a_real_gpu_train_the_eager_losses(tmp_path, name, mode):
-    """The two tests above on a real GPU: nn.Graph (dropout on) and the CUDA-graph trainer
-    (dropout off) against eager on the same GPU, GPT-2 in float16 with loss scaling too. Eager
-    is not bit-reproducible on a GPU (cuBLAS's and the kernels' atomics: two eager runs differed
-    by up to 9e-6 over 20 steps on an H100), so the losses agree within 5e-5 relative."""
-    extra = ["train.input_placement_device=cuda"] + (NO_DROPOUT[name] if mode == "cuda_graph" else [])
+    """The two tests above on a real GPU: nn.Graph and the CUDA-graph trainer, dropout on,
+    against eager on the same GPU, GPT-2 in float16 with loss scaling too. Eager is not
+    bit-reproducible on a GPU (cuBLAS's and the kernels' atomics: two eager runs differed by up
+    to 9e-6 over 20 steps on an H100), so the losses agree within 5e-5 relative."""
+    extra = ["train.input_placement_device=cuda"]
     flag = GRAPH if mode == "graph" else ["train.cuda_graph.enabled=True"]
     runs = [extra] + ([extra + ["train.amp.enabled=True", "train.amp.dtype=float16"]] if name == "gpt2_pretrain"
                       else [])
