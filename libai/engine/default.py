@@ -226,8 +226,6 @@ def check_cuda_graph_mode(cfg):
         refused.append(f"train.input_placement_device={train.input_placement_device} (a CUDA graph needs 'cuda')")
     if (train.dist.get("pipeline_parallel_size") or 1) > 1:
         refused.append("pipeline_parallel_size > 1 (a stage's handoffs are scheduled by the host)")
-    if (train.num_accumulation_steps or 1) > 1:
-        refused.append("train.num_accumulation_steps > 1")
     if train.zero_optimization.enabled:
         refused.append("train.zero_optimization.enabled=True")
     _refuse(refused, "train.cuda_graph.enabled=True", "run that configuration without it")
@@ -342,7 +340,8 @@ class DefaultTrainer(TrainerBase):
         elif cfg.train.cuda_graph.enabled:
             self._trainer = CUDAGraphTrainer(self.model, self.train_loader, self.optimizer,
                                              autocast=self.autocast_of(cfg), grad_scaler=self.grad_scaler,
-                                             warmup_iters=cfg.train.cuda_graph.warmup_iters)
+                                             warmup_iters=cfg.train.cuda_graph.warmup_iters,
+                                             grad_acc_steps=cfg.train.num_accumulation_steps or 1)
         else:
             self._trainer = EagerTrainer(self.model, self.train_loader, self.optimizer,
                                          cfg.train.num_accumulation_steps, pipeline=self.pipeline,

@@ -495,16 +495,28 @@ class CUDAGraphTrainer(EagerTrainer):
     capture read; a batch of other shapes or dtypes (or other non-tensor arguments) is captured
     anew. Dropout draws new numbers at every replay, those the eager steps draw
     (engine/cuda_graphs.py). Under data and tensor parallelism each rank captures its NCCL
-    collectives too."""
+    collectives too.
 
-    def __init__(self, model, data_loader, optimizer, autocast=None, grad_scaler=None, warmup_iters=3):
-        super().__init__(model, data_loader, optimizer, 1, autocast=autocast, grad_scaler=grad_scaler)
+    With `grad_acc_steps` > 1 there are two captures: the first micro-batch of an iteration
+    writes the gradients (they are None after the last update), the others add to those same
+    tensors. A GPU runs nothing while it captures and the CuPy double runs what it records, so
+    right after the second capture the first graph is replayed again from the same generator
+    position: either way the first micro-batch's gradients are written anew before the second's
+    are added, and the random streams end where the eager step leaves them."""
+
+    def __init__(self, model, data_loader, optimizer, autocast=None, grad_scaler=None, warmup_iters=3,
+                 grad_acc_steps=1):
+        super().__init__(model, data_loader, optimizer, grad_acc_steps, autocast=autocast, grad_scaler=grad_scaler)
         self.warmup_iters = int(warmup_iters)
-        self.graph = None
         self._calls = 0
-        self._signature = None
-        self._static = None  # the batch the capture read
-        self._static_loss_dict = None
+        self._graphs = {}  # "first" / "later" micro-batches -> _Capture
+        self._rng_before_first = None  # the device streams' offsets before the first graph's last replay
+
+    @property
+    def graph(self):
+        """The first micro-batch's captured graph (None before the capture)."""
+        first = self._graphs.get("first")
+        return None if first is None else first.graph
 
     @staticmethod
     def _signature_of(data):
@@ -512,22 +524,50 @@ class CUDAGraphTrainer(EagerTrainer):
                             for k, v in data.items()))
 
     def forward_backward(self, data):
+        m = self.grad_acc_steps
         self._calls += 1
-        if self._calls <= self.warmup_iters:
+        if self._calls <= self.warmup_iters * m:
             return super().forward_backward(data)
+        kind = "first" if (self._calls - 1) % m == 0 else "later"
         signature = self._signature_of(data)
-        if self.graph is None or signature != self._signature:
-            self.graph = flow.cuda.CUDAGraph()
-            with flow.cuda.graph(self.graph):
-                self._static_loss_dict = micro_batch_step(self.model, data, 1, self.autocast, self.grad_scaler)
-            self._static, self._signature = data, signature
+        cap = self._graphs.get(kind)
+        if cap is None or cap.signature != signature:
+            if kind == "first":
+                self._graphs.pop("later", None)  # it adds to the gradients this capture makes
+            graph = flow.cuda.CUDAGraph()
+            with flow.cuda.graph(graph):
+                loss_dict = micro_batch_step(self.model, data, m, self.autocast, self.grad_scaler)
+            cap = self._graphs[kind] = _Capture(graph, signature, data, loss_dict)
+            if kind == "later":
+                now = _device_offsets()
+                _set_device_offsets(self._rng_before_first)
+                self._graphs["first"].graph.replay()  # the first micro-batch's gradients written anew
+                _set_device_offsets(now)
         else:
             with flow.no_grad():
                 for k, v in data.items():
                     if isinstance(v, flow.Tensor):
-                        self._static[k].copy_(v)
-        self.graph.replay()
-        return self._static_loss_dict
+                        cap.static[k].copy_(v)
+        if kind == "first":
+            self._rng_before_first = _device_offsets()
+        cap.graph.replay()
+        return cap.loss_dict
+
+
+class _Capture:
+    def __init__(self, graph, signature, static, loss_dict):
+        self.graph, self.signature, self.static, self.loss_dict = graph, signature, static, loss_dict
+
+
+def _device_offsets():
+    """{device: offset} of the default generator's CUDA streams."""
+    return dict(flow.get_rng_state().get("cuda", {}))
+
+
+def _set_device_offsets(offsets):
+    from engine.backend.random import default_generator
+    for dev, offset in offsets.items():
+        default_generator.device_stream(int(dev)).offset = int(offset)
 
 
 class GraphTrainer(EagerTrainer):
