@@ -127,6 +127,25 @@ def test_autograd_grad_runs_only_the_graph_above_its_inputs():
         close(f, t)
 
 
+def test_retained_gradients_accumulate_and_backward_inputs_count_once():
+    """retain_grad's .grad adds up over backward calls, and backward(inputs=[h]) for a retained
+    non-leaf h gives it its gradient once, as in PyTorch."""
+    af, at = pair((3,))
+    got = {}
+    for a, m in ((af, flow), (at, torch)):
+        h = a * 2 + 1
+        h.retain_grad()
+        y = (h * h * a).sum()
+        y.backward(retain_graph=True)
+        y.backward(retain_graph=True)
+        twice = h.grad.clone()
+        h.grad = None
+        y.backward(inputs=[h])
+        got[m] = (twice, h.grad, a.grad)
+    for f, t in zip(got[flow], got[torch]):
+        close(f, t)
+
+
 def test_autograd_grad_unused_input():
     x, _ = pair((2,))
     z, _ = pair((2,), 1)

@@ -50,7 +50,7 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
     if inputs is not None:
         inputs = _as_list(inputs)
         for t, g in zip(inputs, grad(tensors, inputs, grads, retain_graph, create_graph, allow_unused=True)):
-            if g is not None:
+            if g is not None and not t.retains_grad:  # a retained one got its .grad during the pass
                 t._accumulate_grad(g)
         return
     run_backward(tensors, grads, retain_graph, create_graph)

@@ -287,11 +287,12 @@ def _run_pre_hooks(node, grads):
 
 
 def _retain_grads(node, grads, create_graph):
-    """`.grad` of outputs that called retain_grad()."""
+    """`.grad` of outputs that called retain_grad(): accumulated over backward calls, as PyTorch's."""
     for nr, ref in node.retained.items():
         t = ref()
         if t is not None and grads[nr] is not None:
-            t.grad = grads[nr] if create_graph else grads[nr].detach()
+            g = grads[nr] if create_graph else grads[nr].detach()
+            t.grad = g if t.grad is None else t.grad + g
 
 
 class _Capture:
