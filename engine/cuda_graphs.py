@@ -35,10 +35,11 @@ keeps (the replays reuse those addresses); `CUDAGraph.pool_bytes()` says how muc
 
 Random draws on the GPU (dropout, `rand`, flash attention's and bias + dropout + add's own
 draws) are graph-safe, as PyTorch's Philox is: a captured kernel reads its stream's seed and
-base offset from device memory the graph owns and adds its draw's place in the graph, and each
-replay moves the Generator past its draws. So every replay draws new numbers, exactly those the
-eager steps it stands for would draw from the same generator state, and a reseed between
-replays is followed (`_CapturedStream`).
+base offset from device memory the graph owns (written by two fill kernels queued before each
+replay) and adds its draw's place in the graph, and each replay moves the Generator past its
+draws. So every replay draws new numbers, exactly those the eager steps it stands for would
+draw from the same generator state, and a reseed between replays is followed
+(`_CapturedStream`).
 
 Refused inside a capture, with an error naming the cause (each would replay wrong or not at all):
 host-to-device and device-to-host copies (`.item()`, `.numpy()`, `tensor(...)` of host data,
@@ -105,8 +106,6 @@ class CUDAGraph:
         try:
             if error is None:
                 self._rng = {k: d for k, d in self._rng.items() if d.total}  # streams the graph draws from
-                for drawn in self._rng.values():  # the graph's last kernels: each stream moves past its draws
-                    drawn.advance_on_device()
             graph = stream.end_capture()
         except Exception as e:
             graph = None
@@ -228,18 +227,18 @@ class CUDAGraph:
 class _CapturedStream:
     """A Generator's device stream as a captured graph draws from it (PyTorch's graph-safe Philox).
     The captured kernels read the stream's seed and base offset from `state`, device memory the
-    graph owns, and add their draw's place in the graph; the graph's last kernel adds the blocks
-    drawn in all. Before a replay the host writes (seed, offset) into `state` only when they are
-    not what the last replay left there (a reseed, a restored state, draws made eagerly in
-    between), then moves the stream past the replay's draws, as an eager step would have: replays
-    draw the numbers of the eager steps they stand for, and steady replays copy nothing."""
+    graph owns, and add their draw's place in the graph. Before each replay two fill kernels,
+    queued ahead of it on the stream (no host copy), write the stream's (seed, offset) there, and
+    the host moves the stream past the replay's draws, as an eager step would have: replays draw
+    the numbers of the eager steps they stand for, after a reseed or eager draws in between too.
+    `state` keeps that base until the next replay, so work queued after a replay that redraws a
+    captured draw (an eager backward of a captured forward, a backward captured apart) finds it."""
 
     def __init__(self, owner, device):
         self.owner, self.device = owner, device
         cp = backend.cupy()
-        self.state = cp.empty(2, np.uint64)  # no kernel: filled before each replay that needs it
+        self.state = cp.empty(2, np.uint64)  # no kernel: filled before each replay
         self.total = 0  # Philox blocks the captured code draws
-        self.left = None  # (seed, offset) the last replay left in `state`
 
     def take(self, groups):
         from .kernels import philox
@@ -248,16 +247,11 @@ class _CapturedStream:
         self.total += groups
         return stream.seed, place
 
-    def advance_on_device(self):
-        cp = backend.cupy()
-        cp.add(self.state[1:], np.uint64(self.total), out=self.state[1:])
-
     def before_replay(self):
         stream = self.owner.device_stream(self.device)
-        if self.left != (stream.seed, stream.offset):
-            self.state.set(np.array([stream.seed, stream.offset], np.uint64))
+        self.state[0:1].fill(np.uint64(stream.seed))
+        self.state[1:2].fill(np.uint64(stream.offset))
         stream.offset += self.total
-        self.left = (stream.seed, stream.offset)
 
 
 @contextlib.contextmanager

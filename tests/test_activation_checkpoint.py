@@ -62,6 +62,52 @@ def test_tensors_the_function_closes_over_get_their_gradients_as_in_pytorch(how)
         np.testing.assert_allclose(g, t, rtol=1e-5, atol=1e-5)
 
 
+def _closure_cases():
+    """(name, fn(lib, ckpt) -> values) of closed-over tensors that are also inputs, or carry a
+    hook or retain_grad: the boundary's hooks run once, with the whole gradient."""
+    def t(lib, v):
+        return lib.tensor(np.array(v, dtype=np.float32), requires_grad=True)
+
+    def both_input_and_closure(lib, ck):
+        w = t(lib, [1., 2., 3.])
+        (g,) = lib.autograd.grad(ck(lambda a: a * w, w).sum(), [w])
+        return [g, w.grad]
+
+    def nonleaf_input_and_closure(lib, ck):
+        x = t(lib, [1., 2., 3.])
+        h = x * 2
+        (g,) = lib.autograd.grad(ck(lambda a: a * h, h).sum(), [x])
+        return [g]
+
+    def retained_closure(lib, ck):
+        x, z = t(lib, [1., 2., 3.]), t(lib, [5., 6., 7.])
+        h = x * 2
+        h.retain_grad()
+        (ck(lambda a: a * h, z) + h).sum().backward()
+        return [h.grad, x.grad]
+
+    def hooked_closure(lib, ck):
+        calls = []
+        x, z = t(lib, [1., 2., 3.]), t(lib, [5., 6., 7.])
+        h = x * 2
+        h.register_hook(lambda g: calls.append(g) or g * 10)
+        (ck(lambda a: a * h, z) + h).sum().backward()
+        return [x.grad, *calls]
+
+    return [both_input_and_closure, nonleaf_input_and_closure, retained_closure, hooked_closure]
+
+
+@pytest.mark.parametrize("case", _closure_cases(), ids=lambda f: f.__name__)
+def test_closed_over_tensors_with_hooks_or_also_passed_match_pytorch(case):
+    got = case(flow, lambda f, *a: checkpoint(f, *a, use_reentrant=False))
+    want = case(torch, lambda f, *a: torch.utils.checkpoint.checkpoint(f, *a, use_reentrant=False))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if w is not None:
+            np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-6)
+
+
 def test_dropout_masks_are_drawn_again_identically_and_rng_moves_on_as_without():
     lin = flow.nn.Linear(6, 6)
 

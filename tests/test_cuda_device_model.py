@@ -152,21 +152,24 @@ def test_philox_source_compiles_with_nvrtc():
 
 def test_shard_dropout_on_cuda_draws_from_a_philox_stream(cuda_double):
     """A split global tensor's dropout on CUDA: the generator's device stream draws for every
-    shard at once and each shard takes its own part (shards differ, a shard drawn again from the
-    same state is the same, the stream moves alike whatever the shard); no curand generator."""
+    shard at once, in parts of the largest shard's size, and each shard takes its own part
+    (disjoint numbers, a shard drawn again from the same state is the same, the stream moves
+    alike whatever the shard's size); no curand generator."""
     from engine.kernels import philox
     from engine.ops.dropout import ShardDropout
     x = cuda_double.ones((4, 9), dtype=np.float32)  # 36 values: 9 Philox blocks per shard
     gen = flow.Generator().manual_seed(3)
-    y0, m0 = ShardDropout.forward(None, x, 0.5, gen, shard=(1,), shard_index=(0, 2))
+    y0, m0 = ShardDropout.forward(None, x, 0.5, gen, shard=(1,), shard_index=(0, 2, 36))
     after = gen.get_state()["cuda"]
     gen.manual_seed(3)
-    y1, m1 = ShardDropout.forward(None, x, 0.5, gen, shard=(2,), shard_index=(1, 2))
-    assert gen.get_state()["cuda"] == after == {"0": 18}  # both shards' blocks, on either rank
+    x1 = cuda_double.ones((3, 9), dtype=np.float32)  # a balanced split's smaller shard (7 rows over 2)
+    y1, m1 = ShardDropout.forward(None, x1, 0.5, gen, shard=(2,), shard_index=(1, 2, 36))
+    assert gen.get_state()["cuda"] == after == {"0": 18}  # the same draw on either rank: lockstep
     gen.manual_seed(3)
-    y2, _ = ShardDropout.forward(None, x, 0.5, gen, shard=(1,), shard_index=(0, 2))
-    assert np.array_equal(y0.get(), y2.get()) and not np.array_equal(m0.get(), m1.get())
-    u = philox.reference("uniform_float", 72, gen.device_stream(0).seed, 0)  # the whole draw: shard 1 its 2nd half
-    np.testing.assert_array_equal(m1.get().reshape(-1), (u[36:] >= 0.5) * np.float32(2.0))
+    y2, _ = ShardDropout.forward(None, x, 0.5, gen, shard=(1,), shard_index=(0, 2, 36))
+    assert np.array_equal(y0.get(), y2.get())
+    u = philox.reference("uniform_float", 72, gen.device_stream(0).seed, 0)  # the whole draw: shard 1 from 36
+    np.testing.assert_array_equal(m0.get().reshape(-1), (u[:36] >= 0.5) * np.float32(2.0))
+    np.testing.assert_array_equal(m1.get().reshape(-1), (u[36:63] >= 0.5) * np.float32(2.0))
     assert set(np.unique(y0.get()).tolist()) <= {0.0, 2.0}
     assert "cupy.random.Generator" not in str(cuda_double._double.stats.names)

@@ -81,8 +81,8 @@ def _draws(what, x, qkv):
 def test_random_draws_replay_the_numbers_of_the_eager_steps(backend_name, what, monkeypatch):
     """Graph-safe Philox: a captured draw reads its stream's position from device memory, so each
     replay draws new numbers, exactly those eager steps draw from the same generator state, and
-    leaves the generator where they leave it. Steady replays copy nothing to the device; a reseed
-    between replays is followed."""
+    leaves the generator where they leave it. Replays copy nothing to the device (two fill
+    kernels write the position); a reseed between replays is followed."""
     monkeypatch.setattr(attention, "FLASH_ATTENTION_ON_GPU", True)
     x = flow.randn(16, 8, device="cuda", requires_grad=True)
     qkv = flow.randn(2, 8, 3 * 2 * 16, device="cuda", requires_grad=True)
@@ -104,8 +104,8 @@ def test_random_draws_replay_the_numbers_of_the_eager_steps(backend_name, what, 
         if stats is not None:
             stats.reset()
         g.replay()
-        if stats is not None:
-            assert stats.h2d == (1 if i == 0 else 0), (i, stats.h2d)  # the stream's position, once
+        if stats is not None:  # the stream's position: written by kernels queued before the replay
+            assert stats.h2d == 0 and stats.by_name["fill"] == 2, (i, stats.h2d, stats.by_name)
         replayed.append(host(outs))
     assert flow.get_rng_state()["cuda"] == eager_state
     for step, (got, want) in enumerate(zip(replayed, eager)):
@@ -116,6 +116,24 @@ def test_random_draws_replay_the_numbers_of_the_eager_steps(backend_name, what, 
     g.replay()
     for a, b in zip(host(outs), eager_reseeded):
         np.testing.assert_array_equal(a, b, err_msg=f"{what}, after a reseed")
+
+
+def test_an_eager_backward_after_a_replay_redraws_the_replays_numbers(backend_name):
+    """A captured forward whose backward draws again (bias + dropout + add keeps no mask), its
+    backward run eagerly after each replay: the stream position stays in device memory until the
+    next replay, so the backward drops what that replay's forward dropped."""
+    x = flow.ones(64, device="cuda", requires_grad=True)
+    g = flow.cuda.CUDAGraph()
+    with flow.cuda.graph(g):
+        y = bias_dropout_add(x, None, None, 0.5)
+    masks = []
+    for _ in range(2):
+        g.replay()
+        (gx,) = flow.autograd.grad(y.sum(), [x], retain_graph=True)
+        kept = y.detach().cpu().numpy() != 0
+        np.testing.assert_array_equal(gx.cpu().numpy() != 0, kept)
+        masks.append(kept)
+    assert not np.array_equal(*masks)
 
 
 def test_checkpointed_dropout_in_a_graph_recomputes_the_forward_draws(backend_name):
@@ -331,3 +349,64 @@ def test_gpt2_fp16_forward_backward_captures_through_the_double(cuda_layers):
     assert id(weight) in grads
     np.testing.assert_array_equal(grads[id(weight)].cpu().numpy(), eager_grad)
     assert len(g._grads) == len([p for p in model.parameters() if p.requires_grad])
+
+
+class _Scaled(flow.nn.Module):
+    """loss = sum(dropout(x * w)) with its own generator (or none): enough to see each
+    micro-batch's gradient and its dropout mask in the loss."""
+
+    def __init__(self, generator=None):
+        super().__init__()
+        self.w = flow.nn.Parameter(flow.ones(8, device="cuda"))
+        self.generator = generator
+
+    def forward(self, x):
+        y = x * self.w
+        if self.generator is not None:
+            y = flow.nn.functional.dropout(y, 0.5, generator=self.generator)
+        return {"total_loss": y.sum()}
+
+
+def _trainer_run(graph, model, batches, m, iters=4):
+    """(the gradient before each update, each micro-batch's loss) of `iters` iterations."""
+    from libai.engine.trainer import CUDAGraphTrainer, EagerTrainer
+    from libai.utils import events
+    opt = flow.optim.SGD(model.parameters(), lr=0.0)
+    t = (CUDAGraphTrainer(model, batches, opt, warmup_iters=1, grad_acc_steps=m) if graph
+         else EagerTrainer(model, batches, opt, m))
+    grads, losses = [], []
+    update, step = t.update, t.forward_backward
+    t.update = lambda: (grads.append(model.w.grad.cpu().numpy().copy()), update())
+    t.forward_backward = lambda d: (lambda r: (losses.append(float(r["total_loss"].item())), r)[1])(step(d))
+    with events.EventStorage(0):
+        for _ in range(iters):
+            t.run_step()
+    return grads, losses
+
+
+def test_accumulation_replays_add_every_micro_batch_also_when_a_later_one_is_captured_anew(cuda_double):
+    """3 micro-batches whose second has other shapes than the third: the later graph is captured
+    anew in the middle of each iteration, and no micro-batch's gradient is lost."""
+    def batches():
+        i = 0
+        while True:
+            n = 2 if i % 3 == 1 else 3
+            i += 1
+            yield {"x": flow.tensor(np.full((n, 8), float(i)), dtype=flow.float32, device="cuda")}
+
+    eager, _ = _trainer_run(False, _Scaled(), batches(), 3)
+    graph, _ = _trainer_run(True, _Scaled(), batches(), 3)
+    for a, b in zip(graph, eager):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_accumulation_replays_draw_from_any_generator_as_eager_steps(cuda_double):
+    """Dropout from a generator of the model's own (not the default one), 2 micro-batches: each
+    micro-batch's loss, its mask included, is the eager one."""
+    def batches():
+        while True:
+            yield {"x": flow.ones(8, device="cuda")}
+
+    _, eager = _trainer_run(False, _Scaled(flow.Generator().manual_seed(3)), batches(), 2)
+    _, graph = _trainer_run(True, _Scaled(flow.Generator().manual_seed(3)), batches(), 2)
+    assert graph == eager

@@ -188,6 +188,9 @@ def _run_backward(roots, grad_roots, retain_graph, create_graph, capture, accumu
     while ready:
         node = ready.pop()
         grads = buffers.pop(node, None) or [None] * node.num_outputs
+        if stop_at_capture and id(node) in stop:  # the outer pass runs this node's hooks with all of it
+            captured.collect(node, grads)
+            continue
         _run_pre_hooks(node, grads)
         if node.retained:
             _retain_grads(node, grads, create_graph)

@@ -67,18 +67,21 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
 
 
 class _ShardOfDraw:
-    """A device stream's draw for `count` equal shards at once, of which this shard takes part
-    `index`: every rank moves its stream past the whole draw (generators seeded alike stay in
-    lockstep), shards get disjoint numbers, ranks holding the same shard the same ones. All on
-    the device stream, so a CUDA graph replays it with new numbers (engine/cuda_graphs.py)."""
+    """A device stream's draw for `count` shards at once, in parts of the largest shard's size
+    (`largest` elements: balanced splits differ by one row), of which this shard takes part
+    `index`: every rank moves its stream past the same whole draw (generators seeded alike stay
+    in lockstep), shards get disjoint numbers, ranks holding the same shard the same ones. All
+    on the device stream, so a CUDA graph replays it with new numbers (engine/cuda_graphs.py)."""
 
-    def __init__(self, stream, index, count):
-        self.stream, self.index, self.count = stream, index, count
+    def __init__(self, stream, index, count, largest):
+        self.stream, self.index, self.count, self.largest = stream, index, count, largest
 
     def random(self, shape, dtype=np.float64):
         n = int(np.prod(shape, dtype=np.int64))
+        if n > self.largest:
+            raise ValueError(f"tensor-parallel dropout: a shard of {n} elements, the largest shard has {self.largest}")
         kind = "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
-        part = philox.groups(kind, n)
+        part = philox.groups(kind, self.largest)
         seed, offset = self.stream.reserve(kind, part * self.count * philox.PER_GROUP[kind], "tensor-parallel dropout")
         return philox.draw(self.stream.xp, kind, n, seed, offset + self.index * part).reshape(shape)
 
@@ -89,18 +92,18 @@ class ShardDropout(Dropout):
     draw the same one, and generators seeded alike stay in lockstep on every rank. On the CPU one
     63-bit seed comes from the op's generator and the shard's position `shard` on the split mesh
     axes is mixed into it; on CUDA the device stream draws for all shards at once and this one
-    takes part `shard_index` = (its index, the number of shards)."""
+    takes part `shard_index` = (its index, the number of shards, the largest shard's elements)."""
 
     name = "Dropout"
 
     @staticmethod
-    def forward(ctx, x, p, generator, shard=(), shard_index=(0, 1)):
+    def forward(ctx, x, p, generator, shard=(), shard_index=None):
         xp = xp_of(x)
         if xp is np:
             seed = int(generator.rng(np).integers(0, 2 ** 63))
             rng = np.random.default_rng([seed, *shard])
         else:
-            rng = _ShardOfDraw(generator.rng(xp), *shard_index)
+            rng = _ShardOfDraw(generator.rng(xp), *(shard_index or (0, 1, x.size)))
         return _masked(xp, x, p, rng)
 
 

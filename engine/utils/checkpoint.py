@@ -93,10 +93,10 @@ class _RngKeeper:
         self._do("ResumeRNGState", self._back)
 
 
-def _boundary(outs, start, known):
+def _boundary(outs, start):
     """The edges out of the graph the function recorded (its nodes are those made since `start`)
-    into the rest of the graph, in a fixed order, less the `known` ones (the inputs'): leaves it
-    used (parameters) and tensors made before it that it closed over."""
+    into the rest of the graph, in a fixed order: leaves it used (parameters) and tensors made
+    before it (its inputs, and those it closed over)."""
     found, seen = [], set()
     stack = [o.grad_fn for o in outs if o.grad_fn is not None and o.grad_fn.seq >= start]
     visited = set()
@@ -111,7 +111,7 @@ def _boundary(outs, start, known):
             nxt, nr = edge
             if isinstance(nxt, AccumulateGrad) or nxt.seq < start:
                 key = (id(nxt), nr)
-                if key not in known and key not in seen:
+                if key not in seen:
                     seen.add(key)
                     found.append((nxt, nr))
             else:
@@ -148,7 +148,9 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     n_pos = len(args)
     edges = tuple(t._grad_edge() if t is not None and t.requires_grad else None for t in tensor_args)
     # and what the function reached from outside: parameters and other tensors it closed over
-    closure = _boundary(outs, start, {(id(e[0]), e[1]) for e in edges if e is not None})
+    # (an input's own edge too: the recomputation reads the input through a detached copy, so
+    # what still reaches its edge then is a closure's use of the same tensor)
+    closure = _boundary(outs, start)
     del first, outs  # the recorded graph and its saved activations go here
 
     def backward_fn(ctx, *grads):

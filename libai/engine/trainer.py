@@ -500,9 +500,8 @@ class CUDAGraphTrainer(EagerTrainer):
     With `grad_acc_steps` > 1 there are two captures: the first micro-batch of an iteration
     writes the gradients (they are None after the last update), the others add to those same
     tensors. A GPU runs nothing while it captures and the CuPy double runs what it records, so
-    right after the second capture the first graph is replayed again from the same generator
-    position: either way the first micro-batch's gradients are written anew before the second's
-    are added, and the random streams end where the eager step leaves them."""
+    the gradients are copied aside before the second capture and put back after it: either way
+    the replay then adds its micro-batch once."""
 
     def __init__(self, model, data_loader, optimizer, autocast=None, grad_scaler=None, warmup_iters=3,
                  grad_acc_steps=1):
@@ -510,7 +509,6 @@ class CUDAGraphTrainer(EagerTrainer):
         self.warmup_iters = int(warmup_iters)
         self._calls = 0
         self._graphs = {}  # "first" / "later" micro-batches -> _Capture
-        self._rng_before_first = None  # the device streams' offsets before the first graph's last replay
 
     @property
     def graph(self):
@@ -534,22 +532,26 @@ class CUDAGraphTrainer(EagerTrainer):
         if cap is None or cap.signature != signature:
             if kind == "first":
                 self._graphs.pop("later", None)  # it adds to the gradients this capture makes
+            with flow.no_grad():  # what the double's capture adds is taken back (a GPU's adds nothing)
+                saved = {id(p): (p, p.grad.clone()) for p in self.model.parameters() if p.grad is not None}
             graph = flow.cuda.CUDAGraph()
             with flow.cuda.graph(graph):
                 loss_dict = micro_batch_step(self.model, data, m, self.autocast, self.grad_scaler)
+            made = [p for p, _ in graph._grads.values() if id(p) not in saved]
+            if kind == "later" and made:
+                raise NotImplementedError(
+                    f"train.cuda_graph.enabled=True with gradient accumulation: {len(made)} parameter(s) got no "
+                    "gradient from an iteration's first micro-batch but do from a later one (shape "
+                    f"{list(made[0].shape)} first); a captured micro-batch can only add to existing gradients")
+            with flow.no_grad():
+                for p, grad in saved.values():
+                    p.grad.copy_(grad)
             cap = self._graphs[kind] = _Capture(graph, signature, data, loss_dict)
-            if kind == "later":
-                now = _device_offsets()
-                _set_device_offsets(self._rng_before_first)
-                self._graphs["first"].graph.replay()  # the first micro-batch's gradients written anew
-                _set_device_offsets(now)
         else:
             with flow.no_grad():
                 for k, v in data.items():
                     if isinstance(v, flow.Tensor):
                         cap.static[k].copy_(v)
-        if kind == "first":
-            self._rng_before_first = _device_offsets()
         cap.graph.replay()
         return cap.loss_dict
 
@@ -557,17 +559,6 @@ class CUDAGraphTrainer(EagerTrainer):
 class _Capture:
     def __init__(self, graph, signature, static, loss_dict):
         self.graph, self.signature, self.static, self.loss_dict = graph, signature, static, loss_dict
-
-
-def _device_offsets():
-    """{device: offset} of the default generator's CUDA streams."""
-    return dict(flow.get_rng_state().get("cuda", {}))
-
-
-def _set_device_offsets(offsets):
-    from engine.backend.random import default_generator
-    for dev, offset in offsets.items():
-        default_generator.device_stream(int(dev)).offset = int(offset)
 
 
 class GraphTrainer(EagerTrainer):

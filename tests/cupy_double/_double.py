@@ -551,7 +551,7 @@ def from_host(x, dtype=None, copy=True, order="K", ndmin=0):
 _NO_LAUNCH = {"empty", "empty_like", "shape", "ndim", "size", "result_type", "promote_types", "can_cast",
               "may_share_memory", "shares_memory", "iscomplexobj", "isrealobj", "isscalar", "dtype",
               "finfo", "iinfo", "broadcast_shapes", "min_scalar_type", "common_type"}
-_WRITERS = {"copyto", "put_along_axis", "place", "putmask", "fill_diagonal", "put"}
+_WRITERS = {"copyto", "put_along_axis", "place", "putmask", "fill_diagonal", "put", "fill"}
 _HOST_OK = {"ascontiguousarray", "asfortranarray"}
 
 

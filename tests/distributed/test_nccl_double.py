@@ -191,8 +191,8 @@ def test_cuda_graph_trainer_on_several_gpus_trains_the_eager_losses(tmp_path, mo
         got[mode] = run(str(tmp_path / mode), name, *args, *flag, iters=6, nprocs=n)
         ranks = [r for r in (json.loads(p.read_text()) for p in report.iterdir()) if r["rank"] is not None]
         replays = sorted(r["by_name"].get("cudaGraphLaunch", 0) for r in ranks)
-        m = 2 if "train.num_accumulation_steps=2" in extra else 1  # 3 iterations of m micro-batches;
-        assert replays == [(3 * m + (m > 1)) if flag else 0] * n, (mode, replays)  # + the 1st again (trainer)
+        m = 2 if "train.num_accumulation_steps=2" in extra else 1
+        assert replays == [3 * m if flag else 0] * n, (mode, replays)  # 3 iterations of m micro-batches
     assert sorted(got["cuda_graph"]) == sorted(got["eager"]) == list(range(6))
     tol = GRAPH_TOLERANCE.get(name, 0.0)
     assert all(abs(got["cuda_graph"][i] - got["eager"][i]) <= tol * abs(got["eager"][i]) for i in range(6)), got
