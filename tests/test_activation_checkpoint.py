@@ -64,7 +64,8 @@ def test_tensors_the_function_closes_over_get_their_gradients_as_in_pytorch(how)
 
 def _closure_cases():
     """(name, fn(lib, ckpt) -> values) of closed-over tensors that are also inputs, or carry a
-    hook or retain_grad: the boundary's hooks run once, with the whole gradient."""
+    hook or retain_grad (the boundary's hooks run once, with the whole gradient), and a double
+    backward through a checkpoint."""
     def t(lib, v):
         return lib.tensor(np.array(v, dtype=np.float32), requires_grad=True)
 
@@ -94,7 +95,13 @@ def _closure_cases():
         (ck(lambda a: a * h, z) + h).sum().backward()
         return [x.grad, *calls]
 
-    return [both_input_and_closure, nonleaf_input_and_closure, retained_closure, hooked_closure]
+    def double_backward(lib, ck):  # create_graph: the gradient's own graph reaches the inputs
+        w, z = t(lib, [1., 2., 3.]), t(lib, [5., 6., 7.])
+        (g,) = lib.autograd.grad(ck(lambda a: (a * w) ** 2, z).sum(), [w], create_graph=True)
+        gw, gz = lib.autograd.grad(g.sum(), [w, z])
+        return [g, gw, gz]
+
+    return [both_input_and_closure, nonleaf_input_and_closure, retained_closure, hooked_closure, double_backward]
 
 
 @pytest.mark.parametrize("case", _closure_cases(), ids=lambda f: f.__name__)

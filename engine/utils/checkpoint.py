@@ -9,7 +9,8 @@ through the recomputed graph up to the function's boundary and go on from there 
 outer graph: the inputs', and those of the tensors the function closed over (parameters, and
 tensors made before it and used inside). So `autograd.grad` returns a closed-over parameter's
 gradient (and leaves its `.grad` alone), and a tensor used both inside and outside gets both
-contributions, its graph outside run once, as in PyTorch. Works on global tensors (the
+contributions, its graph outside run once, as in PyTorch. Under `create_graph=True` the
+recomputation reads the inputs themselves, so the gradients can be differentiated again. Works on global tensors (the
 recomputation runs the same collectives in the same order on every rank).
 
 Semantics are those of PyTorch's `use_reentrant=False`: an output requires grad when anything
@@ -154,11 +155,15 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
     del first, outs  # the recorded graph and its saved activations go here
 
     def backward_fn(ctx, *grads):
+        # create_graph (the outer backward runs with grad mode on): the recomputation reads the
+        # inputs themselves, so the gradients' own graph reaches them (double backward); their
+        # gradients then come through the boundary edges, which hold the inputs' too
+        create_graph = is_grad_enabled()
         rng.swap_in()
         saved_autocast = _state.autocast, _state.autocast_cache
         _state.autocast, _state.autocast_cache = autocast
         try:
-            inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None else a
+            inputs = [a.detach().requires_grad_(a.requires_grad) if t is not None and not create_graph else a
                       for a, t in zip(values, tensor_args)]
             with enable_grad():
                 again, _ = _flatten(function(*inputs[:n_pos], **dict(zip(names, inputs[n_pos:]))))
@@ -171,20 +176,21 @@ def checkpoint(function, *args, use_reentrant=None, preserve_rng_state=True, con
                 raise RuntimeError(f"checkpoint: the recomputed outputs {got} differ from the first run's {shapes} "
                                    "(the function must compute the same shapes and dtypes when run again)")
         pairs = [(o, g) for o, g, n in zip(again, grads, needs) if n and g is not None and o.requires_grad]
-        wanted = [i for i, t in enumerate(tensor_args) if t is not None and t.requires_grad]
+        wanted = [] if create_graph else [i for i, t in enumerate(tensor_args) if t is not None and t.requires_grad]
         result = [None] * (len(values) + len(closure))
         if pairs:
             # every gradient at the boundary is returned and goes on through the outer graph: the
             # inputs', and those of the tensors the function closed over (a parameter's reaches
             # its .grad, or autograd.grad's result, as without checkpointing); the outer graph's
             # nodes are not run here
-            got = run_backward([o for o, _ in pairs], [g for _, g in pairs], False, False,
+            got = run_backward([o for o, _ in pairs], [g for _, g in pairs], create_graph, create_graph,
                                capture=[inputs[i]._grad_edge() for i in wanted] + list(closure),
                                accumulate_others=True, stop_at_capture=True)
+            keep = (lambda g: g) if create_graph else (lambda g: g.detach())
             for i, g in zip(wanted, got):
-                result[i] = None if g is None else inputs[i]._as_own_gradient(g.detach())
+                result[i] = None if g is None else inputs[i]._as_own_gradient(keep(g))
             for j, g in enumerate(got[len(wanted):]):
-                result[len(values) + j] = None if g is None else g.detach()
+                result[len(values) + j] = None if g is None else keep(g)
         return tuple(result)
 
     node = Node("Checkpoint", backward_fn, Context(), edges + closure, len(detached))
