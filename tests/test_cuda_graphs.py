@@ -376,8 +376,17 @@ def _trainer_run(graph, model, batches, m, iters=4):
          else EagerTrainer(model, batches, opt, m))
     grads, losses = [], []
     update, step = t.update, t.forward_backward
-    t.update = lambda: (grads.append(model.w.grad.cpu().numpy().copy()), update())
-    t.forward_backward = lambda d: (lambda r: (losses.append(float(r["total_loss"].item())), r)[1])(step(d))
+
+    def recorded_update():
+        grads.append(model.w.grad.cpu().numpy().copy())
+        update()
+
+    def recorded_step(data):
+        result = step(data)
+        losses.append(float(result["total_loss"].item()))
+        return result
+
+    t.update, t.forward_backward = recorded_update, recorded_step
     with events.EventStorage(0):
         for _ in range(iters):
             t.run_step()

@@ -92,8 +92,7 @@ class DevicePhilox:
         position from device memory that each replay moves on (engine/cuda_graphs.py): every
         replay draws new numbers, those an eager step would draw from the same state."""
         from ..kernels import philox
-        from . import capture_state
-        graph = capture_state()
+        graph = _capture_state()
         if graph is not None:
             return graph.rng_position(self, philox.groups(kind, n), what)
         seed, offset = self.seed, self.offset
@@ -114,9 +113,9 @@ class DevicePhilox:
         return shape, int(np.prod(shape, dtype=np.int64))
 
     def random(self, size=None, dtype=np.float64):
+        from ..kernels import philox
         shape, n = self._count(size)
-        kind = "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
-        return self._draw(kind, n).reshape(shape)
+        return self._draw(philox.uniform_kind(dtype), n).reshape(shape)
 
     def standard_normal(self, size=None, dtype=np.float64):
         shape, n = self._count(size)

@@ -77,9 +77,7 @@ __device__ void dropout_grad(const T* g, T* dx, u64 n, u64 seed, u64 offset, con
 )
 
 
-def uniform_kind(dtype):
-    """The generator draw whose values the kernels use for elements of `dtype`."""
-    return "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
+uniform_kind = philox.uniform_kind  # the generator draw whose values the kernels use for elements of a dtype
 
 
 def groups(dtype, n):

@@ -110,6 +110,11 @@ _OUT_DTYPE = {"uniform_float": np.float32, "uniform_double": np.float64, "normal
               "normal_double": np.float64, "bits": np.uint32}
 
 
+def uniform_kind(dtype):
+    """The draw of uniforms for elements of `dtype`: doubles for float64, floats otherwise."""
+    return "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
+
+
 def groups(kind, n):
     """Philox blocks a draw of `n` values of `kind` consumes (the generator's offset advance)."""
     per = PER_GROUP[kind]
@@ -191,15 +196,6 @@ def state_arg(offset):
     """The kernels' `state` argument for a draw at `offset`: the device [seed, base offset] of a
     captured draw, else a null pointer (the seed and offset passed are the position)."""
     return offset.state if isinstance(offset, GraphOffset) else np.uint64(0)
-
-
-def resolve(seed, offset, state):
-    """The (seed, offset) a kernel computes with, on the host (the emulators' and references'
-    view): `state` a [seed, base offset] array or None / 0 (eager)."""
-    if state is None or (isinstance(state, np.generic) and int(state) == 0):
-        return int(seed), int(offset)
-    state = np.asarray(state).reshape(-1)
-    return int(state[0]), (int(state[1]) + int(offset)) & MASK64
 
 
 # ------------------------------------------------------------------ CUDA launcher

@@ -80,7 +80,7 @@ class _ShardOfDraw:
         n = int(np.prod(shape, dtype=np.int64))
         if n > self.largest:
             raise ValueError(f"tensor-parallel dropout: a shard of {n} elements, the largest shard has {self.largest}")
-        kind = "uniform_double" if np.dtype(dtype) == np.float64 else "uniform_float"
+        kind = philox.uniform_kind(dtype)
         part = philox.groups(kind, self.largest)
         seed, offset = self.stream.reserve(kind, part * self.count * philox.PER_GROUP[kind], "tensor-parallel dropout")
         return philox.draw(self.stream.xp, kind, n, seed, offset + self.index * part).reshape(shape)

@@ -5,11 +5,12 @@ get independent masks while ranks holding the same shard (broadcast mesh axes) d
 one: on the CPU one seed comes from the op's generator, mixed with the shard's position on the
 split mesh axes; on CUDA the device stream draws for all shards at once (every rank moves it
 alike, in parts of the largest shard's size) and each shard takes its own part (`shard_index`),
-which a CUDA graph can replay. The
-masks therefore differ from a single-process run with the same seed (not bitwise equal; same
-distribution). Under the all-broadcast signature every rank draws the whole mask
-from its generator: equal on every rank only when the generators are seeded alike
-(flow.manual_seed on all ranks)."""
+which a CUDA graph can replay. The masks therefore differ from a single-process run with the
+same seed (not bitwise equal; same distribution). Under the all-broadcast signature every rank
+draws the whole mask from its generator: equal on every rank only when the generators are
+seeded alike (flow.manual_seed on all ranks)."""
+import math
+
 from ...ops import dropout
 from .base import sbp_rule
 from .patterns import Pointwise
@@ -34,7 +35,4 @@ class DropoutRule(Pointwise):
             if s.is_split:  # the shard's place among all shards, row-major over the split axes
                 index, count = index * int(n) + int(c), count * int(n)
                 dims[s.axis] = -(-dims[s.axis] // int(n))  # the largest shard's extent (balanced splits)
-        largest = 1
-        for d in dims:
-            largest *= d
-        return dict(attrs, shard=shard, shard_index=(index, count, largest))
+        return dict(attrs, shard=shard, shard_index=(index, count, math.prod(dims)))

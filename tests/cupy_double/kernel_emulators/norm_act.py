@@ -38,8 +38,8 @@ def stream_position(name, seed, offset, state):
         if type(state) is not np.uint64 or int(state) != 0:
             raise TypeError(f"{name}: the stream state is {state!r}; a device array or a null pointer (np.uint64(0))")
         return int(seed), int(offset)
-    _buf(name, "stream state", state, 2, np.uint64)
-    return philox.resolve(seed, offset, state[:2])
+    base = _buf(name, "stream state", state, 2, np.uint64)
+    return int(base[0]), (int(base[1]) + int(offset)) & philox.MASK64
 
 
 def _buf(name, what, flat, count, dtype):
