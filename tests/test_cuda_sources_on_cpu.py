@@ -174,6 +174,40 @@ def test_the_stand_in_shows_a_missing_syncthreads():
     assert (stale > 0).all() and (stale < 128).all(), stale  # some threads read too early in each block
 
 
+# Each warp writes its slot after one shuffle and reads the next warp's after a second one: every
+# warp passes the same warp exchanges, so in lockstep the writes would always come first
+_DRIFT = r"""#include <cuda_fp16.h>
+extern "C" __global__ void k(float* out, int sync) {
+  __shared__ float slot[4];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) slot[warp] = -1.f;
+  __syncthreads();
+  float v = __shfl_xor_sync(0xffffffffu, (float)lane, 1);
+  if (lane == 0) slot[warp] = blockIdx.x * 10 + warp;
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  if (sync) __syncthreads();
+  if (lane == 0) out[blockIdx.x * 4 + warp] = slot[(warp + 1) % 4];
+}
+"""
+
+
+def test_the_stand_in_lets_warps_drift_apart_between_barriers():
+    """Warps held back at random rounds: a warp that reads another's shared-memory write after the
+    same number of warp exchanges, without a barrier, sometimes finds it not yet written (here in
+    some of 64 blocks: the seed is fixed), and with the barrier never."""
+    import numpy as np
+
+    from cuda_on_cpu import compile_kernels
+    kernel = compile_kernels(_DRIFT)["k"]
+    want = (np.arange(64)[:, None] * 10 + (np.arange(4) + 1) % 4).reshape(-1).astype(np.float32)
+    out = np.zeros(64 * 4, np.float32)
+    kernel((64,), (128,), (out, np.int32(1)))
+    np.testing.assert_array_equal(out, want)
+    kernel((64,), (128,), (out, np.int32(0)))
+    stale = int((out == -1).sum())
+    assert 0 < stale < out.size and set(np.unique(out[out != want])) == {-1.0}, stale
+
+
 _DEADLOCK = r"""#include <cuda_fp16.h>
 extern "C" __global__ void k(float* out, int diverge) {
   float v = threadIdx.x;

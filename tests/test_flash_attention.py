@@ -103,17 +103,35 @@ def _run_source(kernels, qkv, mask, causal, g, dropout, m_tiles=None):
     d = d3 // 3
     shape = (b, heads, s, s)
     tail = fa._tail(np, mask, shape, SCALE, FILL, causal, dropout, qkv)
-    grid = fa._grid(s, heads, b)
     out = np.full((b, s, heads, d), np.nan, np.float16)
     lse = np.full((b, heads, s), np.nan, np.float32)
     fwd_rows = fa.ROWS * (fa.forward_m_tiles(d) if m_tiles is None else m_tiles)
     kernels[fa.forward_name(d, m_tiles)](fa._grid(s, heads, b, fwd_rows), (fa.THREADS,),
                                          (qkv, tail[0], out, lse, *tail[1:]))
+    return (out, lse) + _run_backward(kernels, qkv, tail, out, g, lse, fused=False)
+
+
+def _run_backward(kernels, qkv, tail, out, g, lse, fused):
+    """(dqkv, D) of the backward as backward_cuda launches it: the dq and dkdv kernels, or (`fused`)
+    flash_bwd_pre, flash_bwd and flash_bwd_dq."""
+    b, s, heads, d3 = qkv.shape
+    d = d3 // 3
+    grid = fa._grid(s, heads, b)
     dqkv = np.full(qkv.shape, np.nan, np.float16)
     dsum = np.full((b, heads, s), np.nan, np.float32)
-    kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
-    kernels[f"flash_dkdv__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, *tail[1:]))
-    return out, lse, dqkv, dsum
+    if fused:
+        rows = b * heads * s
+        dq_acc = np.full((b, heads, s, d), np.nan, np.float32)  # flash_bwd_pre zeroes it
+        row_grid = (-(-rows // fa.THREADS),)
+        kernels[f"flash_bwd_pre__hd{d}"](row_grid, (fa.THREADS,), (out, g, dsum, dq_acc, np.int32(s), np.int32(heads),
+                                                                    np.int64(rows)))
+        kernels[f"flash_bwd__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, dq_acc, *tail[1:]))
+        kernels[f"flash_bwd_dq__hd{d}"](row_grid, (fa.THREADS,), (dq_acc, dqkv, np.int32(s), np.int32(heads),
+                                                                   np.float32(SCALE), np.int64(rows)))
+    else:
+        kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
+        kernels[f"flash_dkdv__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, *tail[1:]))
+    return dqkv, dsum
 
 
 _SOURCE_CASES = [
@@ -159,6 +177,12 @@ def test_cuda_source_on_cpu_threads(cpu_kernels, d, b, s, heads, kind, causal, d
     for i, part in enumerate("qkv"):
         _rel(dqkv[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], f"d{part}")
     np.testing.assert_allclose(dsum, want_dsum, rtol=1e-3, atol=1e-3)
+    if m_tiles is None:  # the fused backward on the same forward (every case but the one-m-tile ones)
+        tail = fa._tail(np, mask, (b, heads, s, s), SCALE, FILL, causal, dropout, qkv)
+        fused, fused_dsum = _run_backward(cpu_kernels(d, m_tiles), qkv, tail, out, g, lse, fused=True)
+        for i, part in enumerate("qkv"):
+            _rel(fused[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], f"fused d{part}")
+        np.testing.assert_allclose(fused_dsum, want_dsum, rtol=1e-3, atol=1e-3)
 
 
 def test_every_head_size_compiles_with_nvrtc():
@@ -166,7 +190,7 @@ def test_every_head_size_compiles_with_nvrtc():
     compile_ = nvrtc_compiler()
     for d in fa.HEAD_SIZES:
         for m_tiles in (1, 2):
-            compile_(fa.source(d, m_tiles), [fa.forward_name(d, m_tiles)] + [f"flash_{k}__hd{d}" for k in ("dq", "dkdv")])
+            compile_(fa.source(d, m_tiles), [fa.forward_name(d, m_tiles)] + [f"flash_{k}__hd{d}" for k in fa.backward_kernels(d)])
 
 
 def test_unsupported_head_sizes_and_dtypes():
@@ -211,21 +235,31 @@ def _attention_step(qkv_np, heads, mask_np, causal, g_np, flash, dropout_p=0.0):
         A.FLASH_ATTENTION_ON_GPU = saved
 
 
-@pytest.mark.parametrize("kind,causal,dropout_p", [("none", True, 0.0), ("padding", False, 0.0), ("padding", True, 0.0),
-                                                    ("full", False, 0.0), ("none", True, 0.1), ("padding", False, 0.5)])
-def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal, dropout_p):
+_SPLIT, _FUSED = ("dq", "dkdv"), ("bwd_pre", "bwd", "bwd_dq")
+
+
+@pytest.mark.parametrize("d,kind,causal,dropout_p,backward", [
+    (32, "none", True, 0.0, "split"), (32, "padding", False, 0.0, "split"), (32, "padding", True, 0.0, "split"),
+    (32, "full", False, 0.0, "split"), (32, "none", True, 0.1, "split"), (32, "padding", False, 0.5, "split"),
+    (32, "none", True, 0.1, "fused"), (32, "padding", False, 0.0, "fused"),
+    (96, "none", True, 0.0, "fused")])  # above FUSED_MAX_HEAD_SIZE: the split kernels whatever is asked
+def test_flash_op_matches_unfused_through_double(cuda_double, monkeypatch, d, kind, causal, dropout_p, backward):
     """With dropout, from the same generator state: the kernels drop what the unfused core's
     mask drops (a different element would move ctx by far more than the tolerance), and the
-    generator's device stream ends at the same place."""
+    generator's device stream ends at the same place. FLASH_BACKWARD = "fused" launches
+    flash_bwd_pre, flash_bwd and flash_bwd_dq instead of flash_dq and flash_dkdv."""
+    monkeypatch.setattr(A, "FLASH_BACKWARD", backward)
     rng = np.random.default_rng(7)
-    b, s, heads, d = 2, 37, 2, 32
+    b, s, heads = 2, 37, 2
     qkv = rng.standard_normal((b, s, heads * 3 * d)).astype(np.float32)
     mask = _mask(rng, kind, b, heads, s)
     g = rng.standard_normal((b, s, heads * d)).astype(np.float32)
     stats = cuda_double._double.stats
     stats.reset()
     ctx, dqkv, state = _attention_step(qkv, heads, mask, causal, g, True, dropout_p)
-    assert [stats.by_name[name] for name in (fa.forward_name(d), f"flash_dq__hd{d}", f"flash_dkdv__hd{d}")] == [1, 1, 1]
+    ran = _FUSED if backward == "fused" and d <= fa.FUSED_MAX_HEAD_SIZE else _SPLIT
+    assert stats.by_name[fa.forward_name(d)] == 1
+    assert {k: stats.by_name[f"flash_{k}__hd{d}"] for k in _SPLIT + _FUSED} == {k: int(k in ran) for k in _SPLIT + _FUSED}
     stats.reset()
     want_ctx, want_dqkv, want_state = _attention_step(qkv, heads, mask, causal, g, False, dropout_p)
     assert stats.by_name[fa.forward_name(d)] == 0 and stats.by_name["cublasGemm"] > 0
@@ -233,6 +267,14 @@ def test_flash_op_matches_unfused_through_double(cuda_double, kind, causal, drop
     _rel(dqkv, want_dqkv, "dqkv", 4e-3)
     offsets = state.get("cuda", {}), want_state.get("cuda", {})
     assert offsets[0] == offsets[1] == ({"0": -(-b * heads * s * s // 4)} if dropout_p else {}), offsets
+
+
+def test_flash_backward_choice_is_checked(monkeypatch):
+    monkeypatch.setenv("ENGINE_FLASH_BACKWARD", "atomic")
+    with pytest.raises(ValueError, match="ENGINE_FLASH_BACKWARD must be split or fused, got 'atomic'"):
+        A._flash_backward_from_env()
+    monkeypatch.setenv("ENGINE_FLASH_BACKWARD", "fused")
+    assert A._flash_backward_from_env() == "fused"
 
 
 def test_flash_falls_back_where_it_does_not_apply(cuda_double, flash_on):

@@ -186,6 +186,14 @@ def test_flash_attention(d, shape, causal, kind, p):
         _rel(_host(dqkv)[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], np.float16, f"flash d{part}",
              scale=CANCELLATION * terms[i])
     np.testing.assert_allclose(_host(dsum), want_dsum, rtol=2e-3, atol=2e-3)
+    if d <= flash.FUSED_MAX_HEAD_SIZE:  # the fused backward (dq by float32 atomics) on the same output
+        _poison()
+        dqkv, dsum = flash.backward_cuda(_dev(g), _dev(qkv), out, lse, _dev(mask), 0.7, -10000.0, causal, dropout,
+                                         fused=True)
+        for i, part in enumerate("qkv"):
+            _rel(_host(dqkv)[..., i * d:(i + 1) * d], want_dqkv[..., i * d:(i + 1) * d], np.float16,
+                 f"fused flash d{part}", scale=CANCELLATION * terms[i])
+        np.testing.assert_allclose(_host(dsum), want_dsum, rtol=2e-3, atol=2e-3)
 
 
 def _laid_out(a, layout):

@@ -46,14 +46,16 @@ def run_script(env, *args):
 
 
 def test_smoke_with_flash_attention(tmp_path):
-    """--attention flash runs the flash kernels (the record counts their forward calls); where they
-    cannot run (float32) the benchmark refuses rather than time the unfused core under that name."""
+    """--attention flash runs the flash kernels (the record counts their forward calls), here with
+    the fused backward; where they cannot run (float32) the benchmark refuses rather than time the
+    unfused core under that name."""
     out_json = tmp_path / "gpu.jsonl"
     proc = run_script(double_env(), "--smoke", "--dtype", "fp16", "--attention", "flash", "--peak-tflops", "0.001",
-                      "--json", str(out_json))
+                      "--flash-backward", "fused", "--json", str(out_json))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads(out_json.read_text().splitlines()[-1])
     assert record["attention"] == "flash" and record["flash_forward_calls"] >= 2  # two layers, one step at least
+    assert record["flash_backward"] == "fused"
     proc = run_script(double_env(), "--smoke", "--dtype", "fp32", "--attention", "flash", "--peak-tflops", "0.001")
     assert proc.returncode != 0 and "flash-attention kernels did not run" in proc.stderr, proc.stderr[-2000:]
 
@@ -179,14 +181,15 @@ def test_flash_benchmark_runs_through_the_double(tmp_path):
     """gpu_flash.py (the flash kernels against PyTorch's SDPA and the unfused core) runs end to
     end through the double: its comparison with PyTorch passes (the double computes the kernels'
     references) and every version gets a finite time: the forward's other block shape (one m-tile
-    per warp at the smoke's head size 32) and a baseline module included."""
+    per warp at the smoke's head size 32), the fused backward and a baseline module included."""
     out_json = tmp_path / "flash.jsonl"
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "gpu_flash.py"), "--smoke", "--baseline",
                            os.path.join(ROOT, "engine", "kernels", "flash_attention.py"), "--json", str(out_json)],
                           cwd=ROOT, env=double_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads(out_json.read_text().splitlines()[-1])
-    assert set(record["ms"]) == {"engine flash", "engine flash, fwd 1 m-tile/warp", "flash of flash_attention.py",
+    assert set(record["ms"]) == {"engine flash", "engine flash, fwd 1 m-tile/warp", "engine flash, fused bwd",
+                                 "flash of flash_attention.py",
                                  "engine unfused (cuBLAS + softmax)",
                                  "torch scaled_dot_product_attention (cpu)"}, record["ms"]
     assert all(math.isfinite(t) and t > 0 for v in record["ms"].values() for t in v.values()), record["ms"]

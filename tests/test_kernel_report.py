@@ -1,8 +1,9 @@
 """tools/kernel_report.py: ptxas's register and spill report through NVRTC (in the test extra), and
 the main-loop count of SASS text. The flash-attention kernels' register budget is asserted here,
 since its speed cannot be timed without a GPU: no kernel spills more than a few words at the head
-sizes' default forward shape, dq fits 3 blocks per multiprocessor up to head size 64, and two
-forward m-tiles per warp spill from head size 80 (why forward_m_tiles keeps one there)."""
+sizes' default forward shape, dq fits 3 blocks per multiprocessor up to head size 64, two
+forward m-tiles per warp spill from head size 80 (why forward_m_tiles keeps one there), and the
+fused backward does not spill where it exists (up to head size 80)."""
 import os
 import sys
 
@@ -29,10 +30,11 @@ def nvrtc():
 @pytest.mark.parametrize("d", fa.HEAD_SIZES)
 def test_flash_kernels_fit_their_register_budget(nvrtc, d):
     report = kernel_report.registers(fa.source(d))
-    assert set(report) == {fa.forward_name(d), f"flash_dq__hd{d}", f"flash_dkdv__hd{d}"}
+    assert set(report) == {fa.forward_name(d)} | {f"flash_{k}__hd{d}" for k in fa.backward_kernels(d)}
     for name, r in report.items():
         assert r["registers"] <= 255, (name, r)
         if d <= 80 or "dkdv" not in name:  # dkdv from head size 96: a known limit (docs/cuda.md)
+            # (and the fused backward, whose tiles fit in shared memory up to head size 80)
             assert r["spill_stores"] <= FEW_WORDS, (name, r)
     if d <= 64:
         assert report[f"flash_dq__hd{d}"]["warps_per_sm"] >= 12, report  # __launch_bounds__(128, 3)
@@ -88,6 +90,8 @@ def test_steady_loops_when_the_tools_are_installed(nvrtc):
         pytest.skip(str(e))  # ptxas / cuobjdump / nvdisasm: not in the test extra
     ops = loops[fa.forward_name(64)][1]
     assert ops["HMMA"] == 128 and ops["LDSM"] == 32, ops
-    assert [loops[f"flash_{k}__hd64"][1]["HMMA"] for k in ("dq", "dkdv")] == [96, 128]  # 3 and 4 products
+    # 3 and 4 products of 16 x 64 x 64 per warp and step; the fused backward 5 (dq's with dkdv's)
+    assert [loops[f"flash_{k}__hd64"][1]["HMMA"] for k in ("dq", "dkdv", "bwd")] == [96, 128, 160]
+    assert loops["flash_bwd__hd64"][1]["REDG"] == 32  # dq's atomics: reductions that return nothing
     for name, (n, ops) in loops.items():
         assert ops["LDL"] == 0 and ops["STL"] == 0, (name, ops)

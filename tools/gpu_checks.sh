@@ -19,10 +19,13 @@
 #      unfused: the CUDA-graph benchmark with the unfused attention core (cuBLAS + fused softmax;
 #      the others run the default, flash attention: engine.ops.attention.FLASH_ATTENTION_ON_GPU);
 #      flashattn: the flash kernels alone against PyTorch's SDPA and the unfused core
-#      (tools/benchmarks/gpu_flash.py: GPT-2's shape, then with dropout 0.1, then head size 128).
+#      (tools/benchmarks/gpu_flash.py: GPT-2's shape, then with dropout 0.1, then head size 128;
+#      the split backward and the fused one, where it exists, side by side);
+#      fusedbwd: the CUDA-graph benchmark with the fused flash backward (--flash-backward fused).
 #   BENCH_ARGS adds arguments to every benchmark run (e.g. "--micro-batch 16").
 # Usage: tools/gpu_checks.sh [LOG_DIR] [STEPS...]   (STEPS: kernels suite train bench bench32
-# profile attention elementwise graph dropout attn32 unfused flashattn; default kernels suite train bench)
+# profile attention elementwise graph dropout attn32 unfused flashattn fusedbwd; default kernels suite
+# train bench)
 # Each step has a time limit (GPU_CHECK_LIMIT_S, default 240 s) and logs to LOG_DIR/<step>.log;
 # the summary at the end says which passed.
 set -uo pipefail
@@ -72,6 +75,8 @@ for s in $STEPS; do
               --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     unfused) step bench_fp16_unfused_graph "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --attention auto \
                --cuda-graph --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
+    fusedbwd) step bench_fp16_graph_fused_bwd "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp16 --cuda-graph \
+                --flash-backward fused --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     flashattn) for args in "" "--dropout 0.1" "--head-size 128 --heads 6"; do
                  step "flashattn${args//[^a-z0-9.]/_}" "$PY" tools/benchmarks/gpu_flash.py $args --json "$LOG/gpu_flash.jsonl"
                done ;;
@@ -80,7 +85,7 @@ for s in $STEPS; do
     elementwise) step elementwise "$PY" tools/benchmarks/gpu_elementwise.py ;;
     bench32) step bench_fp32 "$PY" tools/benchmarks/gpu_gpt2.py --dtype fp32 --json "$LOG/gpu_gpt2.jsonl" $BENCH_ARGS ;;
     *) echo "unknown step $s (kernels suite train bench bench32 profile attention elementwise graph dropout attn32 unfused"
-       echo "flashattn)"
+       echo "flashattn fusedbwd)"
        exit 2 ;;
   esac
 done

@@ -26,9 +26,15 @@ accumulator fragments of two 16 x 8 score tiles are exactly the A-operand fragme
   inside the loop; 20 bytes around it); from head size 80 two m-tiles spill 44-956 bytes, so
   those sizes keep one (`forward_m_tiles`). Speed of either shape on a GPU: not yet measured
   (tools/benchmarks/gpu_flash.py times both).
-- backward, two kernels, no atomics (deterministic): `dq` per query tile (also writes
-  D = rowsum(dO * O), which the softmax's gradient needs), then `dkdv` per key tile, reading D.
-  Both recompute p = exp(z - lse) tile by tile.
+- backward, split (the default): two kernels, no atomics (deterministic): `dq` per query tile
+  (also writes D = rowsum(dO * O), which the softmax's gradient needs), then `dkdv` per key
+  tile, reading D. Both recompute p = exp(z - lse) tile by tile: 7 tile products per (key tile,
+  query tile) pair.
+- backward, fused (FlashAttention-2's; `flash_backward(fused=True)`, up to head size 80): `bwd_pre`
+  writes D and zeroes a float32 dq sum [b, heads, s, d]; `bwd` is dkdv's loop that also puts its
+  ds tile in shared memory and multiplies it by its key tile into the dq sum, with float32
+  atomics (5 products per pair, p computed once); `bwd_dq` scales and rounds the sum into dqkv.
+  The atomics' order varies from run to run on a GPU, so dq's last bits do too.
 
 Dropout of the probabilities (`dropout` = (p, seed, offset)) is drawn inside the kernels from the
 engine's device generator stream (engine/kernels/philox.py), element by element as
@@ -56,6 +62,10 @@ ROWS = 64  # query (forward, dq) or key (dkdv) rows of one block: 4 warps x 16
 COLS = 64  # keys (forward, dq) or queries (dkdv) per step of the inner loop
 THREADS = 128
 HEAD_SIZES = tuple(range(16, 129, 16))
+# The fused backward (flash_bwd) keeps five 64-row tiles in shared memory: Q, dO, K, ds (64 wide)
+# and lse / D, 48 KB at most (a block's static limit) up to this head size; larger heads take the
+# dq + dkdv kernels whatever is asked
+FUSED_MAX_HEAD_SIZE = 80
 
 _SOURCE = "#include <cuda_fp16.h>\n" + philox.DEVICE + r"""
 #define HD __HEAD_SIZE__
@@ -564,16 +574,27 @@ __device__ __forceinline__ void load_rows(float* ls, float* ds, const float* lse
   else cp_async4(&ds[c], dsum + at, in);
 }
 
-// dv = sum_i p_ij dO_i (the kept p), dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x 16)
-extern "C" __global__ void __launch_bounds__(128)
-flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
-               const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
-               __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
-               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale,
-               const u64* __restrict__ rng_state) {
+// dv = sum_i p_ij dO_i (the kept p), dk = scale * sum_i ds_ij q_i, for a tile of 64 keys (4 warps x
+// 16). With FUSED_DQ the same pass also adds each query tile's dq = sum_j ds_ij k_j of these keys
+// to dq_acc [b, heads, s, HD] in float32, with atomics (FlashAttention-2's backward): the block
+// writes its ds (keys x queries) to shared memory, and warp w then multiplies queries 16 w + [0, 16)
+// of it, as A fragments read transposed, by this key tile (kept in shared memory for the whole
+// loop). This does 5 tile products per (key tile, query tile) where flash_dq + flash_dkdv do 7,
+// but the float32 sums' order then depends on the blocks' timing: not bit for bit from run to run.
+template <bool FUSED_DQ>
+__device__ __forceinline__ void dkdv_body(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
+                                          const __half* __restrict__ dout, const float* __restrict__ lse,
+                                          const float* __restrict__ dsum, __half* __restrict__ dqkv,
+                                          float* __restrict__ dq_acc, int s, int heads, float scale, float fill,
+                                          int causal, int has_mask, long long mb, long long mh, long long mq,
+                                          long long mk, u64 seed, u64 offset, float drop_p, float keep_scale,
+                                          const u64* __restrict__ rng_state) {
   __shared__ __align__(16) __half qs[COLS][PAD];
   __shared__ __align__(16) __half gs[COLS][PAD];
   __shared__ __align__(16) float ls[COLS], ds_[COLS];
+  // FUSED_DQ: this block's keys (the B operand of dq) and its ds, [key][query] (a 1 x 1 dummy else)
+  __shared__ __align__(16) __half kt[FUSED_DQ ? ROWS : 1][FUSED_DQ ? PAD : 1];
+  __shared__ __align__(16) __half dst[FUSED_DQ ? ROWS : 1][FUSED_DQ ? COLS + 8 : 1];
   const Place w(qkv, mask, s, heads, has_mask, mb, mh, false);  // causal: the first key tiles are the longest
   stream_position(rng_state, seed, offset);
   const Dropout dr = {seed, offset, drop_p, keep_scale};
@@ -584,6 +605,7 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
   const int key[2] = {r0 + g, r0 + g + 8};
   const float sl = scale * LOG2E, fl = fill * LOG2E;
   const int qstart = (causal && !has_mask) ? tile * ROWS : 0;  // earlier queries see none of these keys
+  if constexpr (FUSED_DQ) load_tile(kt, w.k, rs, tile * ROWS, s);
   load_tile(qs, w.q, rs, qstart, s);
   load_tile(gs, gb, os, qstart, s);
   load_rows(ls, ds_, lse, dsum, bh, qstart, s);
@@ -600,7 +622,7 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
   for (int i0 = qstart; i0 < s; i0 += COLS) {
     const bool more = i0 + COLS < s;
     cp_async_wait_all();
-    __syncthreads();  // these Q and dO tiles, lse and D are here; every warp is done with the last ones
+    __syncthreads();  // these Q and dO tiles, lse and D are here; every warp is done with the last ones (and ds)
     float p[8][4], dp[8][4];
     mma_rows_t(p, ka, qs, lane);  // scores transposed: [key, query]
     mma_rows_t(dp, va, gs, lane);
@@ -624,12 +646,42 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
         p[nt][e] = pr * f;  // dv takes the kept probabilities
         dp[nt][e] = ds;
       }
+    if constexpr (FUSED_DQ) {  // the warp's 16 rows of ds [key, query], rounded as dk's A fragments are
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        *reinterpret_cast<unsigned*>(&dst[16 * w.warp + g][nt * 8 + 2 * t]) = pack2(dp[nt][0], dp[nt][1]);
+        *reinterpret_cast<unsigned*>(&dst[16 * w.warp + g + 8][nt * 8 + 2 * t]) = pack2(dp[nt][2], dp[nt][3]);
+      }
+    }
     mma_p_tile(dv, p, gs, lane);
-    __syncthreads();  // every warp is done with this dO tile
+    __syncthreads();  // every warp is done with this dO tile (and has written its ds)
     if (more) load_tile(gs, gb, os, i0 + COLS, s);
     cp_async_commit();
     mma_p_tile(dk, dp, qs, lane);
-    __syncthreads();  // every warp is done with this Q tile, lse and D
+    if constexpr (FUSED_DQ) {
+      // queries i0 + 16 warp + [0, 16) x HD: ds [query, key] (A: ldmatrix.trans of dst [key, query],
+      // matrices (keys +0, queries +0), (+0, +8), (+8, +0), (+8, +8) of each 16-key step) times kt
+      const int lr = lane & 7, lm = lane >> 3, qw = 16 * w.warp;
+      unsigned da[1][4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ldsm_x4_t(da[0][j], &dst[16 * j + (lm >> 1) * 8 + lr][qw + (lm & 1) * 8]);
+      float dq[1][NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) dq[0][nt][0] = dq[0][nt][1] = dq[0][nt][2] = dq[0][nt][3] = 0.f;
+      mma_pa<1>(dq, da, kt, lane, 0);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = i0 + qw + g + 8 * r;
+        if (i >= s) continue;
+        float* row = dq_acc + (bh + i) * HD + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          atomicAdd(row + nt * 8, dq[0][nt][2 * r]);
+          atomicAdd(row + nt * 8 + 1, dq[0][nt][2 * r + 1]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this Q tile, lse and D (and with ds)
     if (more) {
       load_tile(qs, w.q, rs, i0 + COLS, s);
       load_rows(ls, ds_, lse, dsum, bh, i0 + COLS, s);
@@ -645,6 +697,77 @@ flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char*
       *reinterpret_cast<unsigned*>(dkb + key[r] * rs + nt * 8 + 2 * t) = pack2(dk[nt][2 * r] * scale, dk[nt][2 * r + 1] * scale);
       *reinterpret_cast<unsigned*>(dkb + HD + key[r] * rs + nt * 8 + 2 * t) = pack2(dv[nt][2 * r], dv[nt][2 * r + 1]);
     }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_dkdv__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
+               const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
+               __half* __restrict__ dqkv, int s, int heads, float scale, float fill, int causal, int has_mask, long long mb,
+               long long mh, long long mq, long long mk, u64 seed, u64 offset, float drop_p, float keep_scale,
+               const u64* __restrict__ rng_state) {
+  dkdv_body<false>(qkv, mask, dout, lse, dsum, dqkv, nullptr, s, heads, scale, fill, causal, has_mask, mb, mh, mq, mk,
+                   seed, offset, drop_p, keep_scale, rng_state);
+}
+
+"""
+
+# The fused backward's kernels, in the source of head sizes up to FUSED_MAX_HEAD_SIZE
+_FUSED_SOURCE = r"""
+// The fused backward's three kernels: flash_bwd_pre (D = rowsum(dO * O), and dq_acc zeroed), flash_bwd
+// (dk, dv and the dq sums), flash_bwd_dq (dq = scale * dq_acc, rounded into dqkv). One thread per
+// row of a head ([b, heads, s] rows).
+// 16 (or 8) bytes in one access
+struct alignas(16) Halves8 { unsigned w[4]; };
+struct alignas(16) Floats4 { float f[4]; };
+struct alignas(8) Halves4 { unsigned w[2]; };
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_bwd_pre__hd__HEAD_SIZE__(const __half* __restrict__ out, const __half* __restrict__ dout, float* __restrict__ dsum,
+                  float* __restrict__ dq_acc, int s, int heads, long long rows) {
+  const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (b h) s + i
+  if (row >= rows) return;
+  const long long bh = row / s, i = row % s, b = bh / heads, h = bh % heads;
+  const long long at = (b * s + i) * heads * HD + h * HD;  // [b, s, heads, HD]
+  const Halves8* o = reinterpret_cast<const Halves8*>(out + at);
+  const Halves8* go = reinterpret_cast<const Halves8*>(dout + at);
+  float sum = 0.f;
+#pragma unroll
+  for (int c = 0; c < HD / 8; ++c) {
+    const Halves8 a = o[c], d = go[c];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sum += lo_f(a.w[e]) * lo_f(d.w[e]) + hi_f(a.w[e]) * hi_f(d.w[e]);
+  }
+  dsum[row] = sum;
+  Floats4* acc = reinterpret_cast<Floats4*>(dq_acc + row * HD);
+  const Floats4 zero = {{0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int c = 0; c < HD / 4; ++c) acc[c] = zero;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_bwd__hd__HEAD_SIZE__(const __half* __restrict__ qkv, const unsigned char* __restrict__ mask,
+              const __half* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dsum,
+              __half* __restrict__ dqkv, float* __restrict__ dq_acc, int s, int heads, float scale, float fill,
+              int causal, int has_mask, long long mb, long long mh, long long mq, long long mk, u64 seed, u64 offset,
+              float drop_p, float keep_scale, const u64* __restrict__ rng_state) {
+  dkdv_body<true>(qkv, mask, dout, lse, dsum, dqkv, dq_acc, s, heads, scale, fill, causal, has_mask, mb, mh, mq, mk,
+                  seed, offset, drop_p, keep_scale, rng_state);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+flash_bwd_dq__hd__HEAD_SIZE__(const float* __restrict__ dq_acc, __half* __restrict__ dqkv, int s, int heads, float scale,
+                 long long rows) {
+  const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (b h) s + i
+  if (row >= rows) return;
+  const long long bh = row / s, i = row % s, b = bh / heads, h = bh % heads;
+  const Floats4* acc = reinterpret_cast<const Floats4*>(dq_acc + row * HD);
+  Halves4* dq = reinterpret_cast<Halves4*>(dqkv + (b * s + i) * heads * 3 * HD + h * 3 * HD);  // q's slot
+#pragma unroll
+  for (int c = 0; c < HD / 4; ++c) {
+    const Floats4 a = acc[c];
+    const Halves4 r = {{pack2(a.f[0] * scale, a.f[1] * scale), pack2(a.f[2] * scale, a.f[3] * scale)}};
+    dq[c] = r;
   }
 }
 """
@@ -665,7 +788,14 @@ def source(head_size, m_tiles=None):
     m_tiles = forward_m_tiles(head_size) if m_tiles is None else m_tiles
     if m_tiles not in (1, 2):
         raise ValueError(f"flash attention: {m_tiles} m-tiles per warp in the forward; 1 or 2")
-    return _SOURCE.replace("__HEAD_SIZE__", str(head_size)).replace("__M_TILES__", str(m_tiles))
+    text = _SOURCE + (_FUSED_SOURCE if head_size <= FUSED_MAX_HEAD_SIZE else "")
+    return text.replace("__HEAD_SIZE__", str(head_size)).replace("__M_TILES__", str(m_tiles))
+
+
+def backward_kernels(head_size):
+    """The backward kernels in source(head_size), by the part of their name before __hd: dq and
+    dkdv, and the fused backward's bwd_pre, bwd and bwd_dq up to FUSED_MAX_HEAD_SIZE."""
+    return ("dq", "dkdv") + (("bwd_pre", "bwd", "bwd_dq") if head_size <= FUSED_MAX_HEAD_SIZE else ())
 
 
 def forward_name(head_size, m_tiles=None):
@@ -729,6 +859,14 @@ def backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=N
     """(dqkv [b, s, heads, 3d] in qkv's dtype, D = rowsum(dO * O) [b, heads, s] float32) from the
     output gradient g4 and output out4 [b, s, heads, d] (or from D itself, when given). With
     dropout, D = rowsum(dO * O) is still sum_j p_ij dp_ij, dp being the gradient of the kept p."""
+    dq_sums, dk, dv, dsum = backward_parts(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout, dsum)
+    dqkv = np.concatenate([t.transpose(0, 2, 1, 3) for t in (dq_sums * np.float32(scale), dk, dv)], axis=-1)
+    return dqkv.astype(qkv4.dtype), dsum
+
+
+def backward_parts(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None, dsum=None):
+    """backward_reference's pieces in float32, [b, heads, s, d] each: (sum_j ds_ij k_j, what the
+    fused backward accumulates for dq before its scale; dk; dv; D [b, heads, s])."""
     q, k, v, z, off = _scores(qkv4, mask, scale, fill, causal)
     go = g4.astype(np.float32).transpose(0, 2, 1, 3)
     if dsum is None:
@@ -737,10 +875,8 @@ def backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=N
     keep = keep_factors(z.shape, dropout)
     dv = (p * keep).transpose(0, 1, 3, 2) @ go
     ds = np.where(off, np.float32(0), p * ((go @ v.transpose(0, 1, 3, 2)) * keep - dsum[..., None]))
-    dq = ds @ k * np.float32(scale)
     dk = ds.transpose(0, 1, 3, 2) @ q * np.float32(scale)
-    dqkv = np.concatenate([t.transpose(0, 2, 1, 3) for t in (dq, dk, dv)], axis=-1)
-    return dqkv.astype(qkv4.dtype), dsum.astype(np.float32)
+    return ds @ k, dk, dv, dsum.astype(np.float32)
 
 
 # ------------------------------------------------------------------ CUDA launchers
@@ -798,7 +934,7 @@ def forward_cuda(qkv4, mask, scale, fill, causal, dropout=None, m_tiles=None):
     return out, lse
 
 
-def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None):
+def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None, fused=False):
     cp = backend.cupy()
     b, s, heads, d3 = qkv4.shape
     d = d3 // 3
@@ -807,6 +943,16 @@ def backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout=None):
     dsum = cp.empty((b, heads, s), np.float32)
     m, *tail = _tail(cp, mask, (b, heads, s, s), scale, fill, causal, dropout, qkv4)
     src, grid = source(d), _grid(s, heads, b)
+    if fused and d <= FUSED_MAX_HEAD_SIZE:
+        rows = b * heads * s
+        dq_acc = cp.empty((b, heads, s, d), np.float32)
+        row_grid = (-(-rows // THREADS),)
+        raw_kernel(src, f"flash_bwd_pre__hd{d}")(row_grid, (THREADS,), (out4, g4, dsum, dq_acc, i32(s), i32(heads),
+                                                                          i64(rows)))
+        raw_kernel(src, f"flash_bwd__hd{d}")(grid, (THREADS,), (qkv4, m, g4, lse, dsum, dqkv, dq_acc, *tail))
+        raw_kernel(src, f"flash_bwd_dq__hd{d}")(row_grid, (THREADS,), (dq_acc, dqkv, i32(s), i32(heads), f32(scale),
+                                                                         i64(rows)))
+        return dqkv, dsum
     raw_kernel(src, f"flash_dq__hd{d}")(grid, (THREADS,), (qkv4, m, out4, g4, lse, dsum, dqkv, *tail))
     raw_kernel(src, f"flash_dkdv__hd{d}")(grid, (THREADS,), (qkv4, m, g4, lse, dsum, dqkv, *tail))
     return dqkv, dsum
@@ -823,9 +969,12 @@ def flash_forward(qkv4, mask=None, scale=1.0, fill=-10000.0, causal=False, dropo
     return forward_cuda(qkv4, mask, scale, fill, causal, dropout, m_tiles)
 
 
-def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None):
+def flash_backward(g4, qkv4, out4, lse, mask=None, scale=1.0, fill=-10000.0, causal=False, dropout=None,
+                   fused=False):
     """(dqkv [b, s, heads, 3d], D [b, heads, s]) from the output gradient g4 [b, s, heads, d]
-    (`dropout` as the forward's: its factors are drawn again, not stored)."""
+    (`dropout` as the forward's: its factors are drawn again, not stored). `fused`: the CUDA
+    backward as one pass over the key tiles that adds dq with float32 atomics (fewer products, not
+    bit for bit from run to run) instead of the dq and dkdv kernels (see the module doc)."""
     if isinstance(qkv4, np.ndarray):
         return backward_reference(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout)
-    return backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout)
+    return backward_cuda(g4, qkv4, out4, lse, mask, scale, fill, causal, dropout, fused)

@@ -390,6 +390,21 @@ FLASH_ATTENTION_ON_GPU = _flash_from_env()
 FLASH_SDP_ENABLED = True  # engine.backends.cuda.enable_flash_sdp's switch
 
 
+# The flash backward: "split" (the default), a dq kernel and a dkdv kernel, deterministic; or
+# "fused", one pass over the key tiles that adds dq with float32 atomics (FlashAttention-2's
+# scheme: 5 tile products where split does 7, but the sums' order, so the last bits of dq, vary
+# from run to run), up to head size 80. ENGINE_FLASH_BACKWARD=fused in the environment, or this
+# attribute in code. Which is faster on a GPU is not yet measured (tools/benchmarks/gpu_flash.py).
+def _flash_backward_from_env():
+    value = os.environ.get("ENGINE_FLASH_BACKWARD", "split")
+    if value not in ("split", "fused"):
+        raise ValueError(f"ENGINE_FLASH_BACKWARD must be split or fused, got {value!r}")
+    return value
+
+
+FLASH_BACKWARD = _flash_backward_from_env()
+
+
 def _flash_on(qkv, head_size, fill):
     """Whether packed_qkv_attention of this qkv runs as flash attention (see above)."""
     if not (FLASH_ATTENTION_ON_GPU and FLASH_SDP_ENABLED) or qkv._device.type != "cuda" or qkv.ndim != 3:
@@ -435,8 +450,11 @@ class FlashQKVAttentionGrad(NoDoubleBackward, Op):
     def forward(ctx, g, qkv, out, lse, mask, heads, scale, fill, causal, dropout):
         ctx.op_name = "packed_qkv_attention"
         b, s = qkv.shape[:2]
+        if FLASH_BACKWARD not in ("split", "fused"):
+            raise ValueError(f"engine.ops.attention.FLASH_BACKWARD must be 'split' or 'fused', got {FLASH_BACKWARD!r}")
         dqkv, _ = flash.flash_backward(g.reshape(b, s, heads, -1), qkv.reshape(b, s, heads, -1),
-                                       out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal, dropout)
+                                       out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal, dropout,
+                                       fused=FLASH_BACKWARD == "fused")
         return dqkv.reshape(qkv.shape)
 
 

@@ -3,9 +3,9 @@ masking, the warp-level data flow of tensor-core fragments) on a machine without
 
 `compile_kernels(source)` builds the source with g++ against cuda_cpu.h (a CUDA stand-in: each
 CUDA thread of a block a fiber on the calling thread, resumed in a shuffled order at every
-barrier; blocks run one after another; __syncthreads a barrier; warp shuffles and
-`mma.sync.m16n8k16` emulated by warp-wide exchanges in the PTX ISA's documented fragment layout;
-a deadlock reported, not hung) and returns a launcher per `extern "C" __global__` function:
+barrier, a random quarter of the warps held back each round; blocks run one after another;
+__syncthreads a barrier; warp shuffles and `mma.sync.m16n8k16` emulated by warp-wide exchanges
+in the PTX ISA's documented fragment layout; a deadlock reported, not hung) and returns a launcher per `extern "C" __global__` function:
 
     kernels = compile_kernels(src)
     kernels["name"](grid, block, (numpy arrays and numpy scalars in the kernel's order))
@@ -14,10 +14,10 @@ Arrays are passed by pointer (C-contiguous, their memory is the kernel's global 
 or np.uint64(0) is a null pointer; scalars must carry the kernel parameter's exact type, as CuPy needs them to.
 
 What this does not check: the memory model beyond barriers and cp.async (threads switch only at
-barriers, so a race between two barriers shows only where the shuffled order runs the reader
-first; a missing __syncwarp between lanes that the GPU runs in lockstep), occupancy, register
-spills, bank conflicts, and the GPU's float details (-ftz, expf's ulps): the kernels' real-GPU
-tests do (tests/test_fused_kernels_gpu.py).
+barriers and warp exchanges, so a race between two barriers shows only where the shuffled order
+and the held-back warps run the reader first; a missing __syncwarp between lanes that the GPU
+runs in lockstep), occupancy, register spills, bank conflicts, and the GPU's float details
+(-ftz, expf's ulps): the kernels' real-GPU tests do (tests/test_fused_kernels_gpu.py).
 """
 import ctypes
 import hashlib
@@ -66,7 +66,11 @@ def compiler():
 
 # -O1: the kernels run at tests' sizes, where g++'s time dominates (-O2 took a third longer to
 # build a flash-attention source, ~3.3 s, for no gain in the suite's run)
-_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC")
+# -fno-gnu-unique: g++ otherwise gives a template function's static variables (the __shared__
+# arrays of a templated kernel body) and inline variables a process-wide symbol (STB_GNU_UNIQUE)
+# that every library loaded here would share, whatever their sizes in each source (a head size
+# 16 library's shared tiles then served head size 32's: a segfault)
+_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-fno-gnu-unique")
 _loaded = {}
 LAUNCHES = [0]  # kernels run from their source in this process
 

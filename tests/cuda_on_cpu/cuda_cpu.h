@@ -4,7 +4,7 @@
 // a warp-wide exchange (__shfl_xor_sync, mma.sync.m16n8k16 and ldmatrix, through a per-warp
 // board, in the PTX ISA's fragment layout). The scheduler then resumes, in a shuffled order that
 // changes every round (a fixed seed, so a failure reproduces), each fiber whose barrier has
-// completed; a round where every live fiber waits on a barrier that cannot complete (a
+// completed, but for the warps it holds back that round (a random quarter); a round where every live fiber waits on a barrier that cannot complete (a
 // __syncthreads some threads never reach) is a deadlock, reported instead of hanging. Fibers
 // switch in ~0.1 us where OS threads (one per CUDA thread, as this stand-in first used) paid a
 // futex wake per thread at every barrier: the flash-attention kernels ran ~20x slower.
@@ -235,11 +235,20 @@ inline bool run_block(unsigned n, uint64_t& seed) {
       const unsigned j = seed % (i + 1), t = order[i];
       order[i] = order[j], order[j] = t;
     }
-    bool resumed = false;
+    // warps held back this round (a quarter of them, at random): so that warps drift apart
+    // between barriers as a GPU's do, and a read of shared memory that another warp has not
+    // written yet (a missing __syncthreads) reads stale data instead of arriving in lockstep
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    const uint64_t held = seed & (seed >> 32);
+    bool resumed = false, stalled = false;
     for (unsigned k = 0; k < n; ++k) {
       const unsigned i = order[k];
       Fiber& f = fibers[i];
       if (f.finished || (f.waiting && !f.waiting->passed(f.phase))) continue;
+      if ((held >> (i >> 5)) & 1) {
+        stalled = true;
+        continue;
+      }
       f.waiting = nullptr;
       current = &f;
       threadIdx = {i, 0, 0};
@@ -247,7 +256,7 @@ inline bool run_block(unsigned n, uint64_t& seed) {
       jump(scheduler, f.ctx);
       live -= f.finished;
     }
-    if (!resumed) return false;  // every live fiber waits for a phase that cannot complete
+    if (!resumed && !stalled) return false;  // every live fiber waits for a phase that cannot complete
   }
   return true;
 }
@@ -306,6 +315,13 @@ inline T __shfl_down_sync(unsigned, T v, unsigned delta) {
 
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+// One OS thread runs every fiber and fibers switch only at barriers and warp exchanges, so a
+// read-modify-write is atomic as it stands (the blocks' order is fixed: the GPU's is not)
+inline float atomicAdd(float* address, float v) {
+  const float old = *address;
+  *address = old + v;
+  return old;
+}
 inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
 inline double rsqrt(double v) { return 1.0 / std::sqrt(v); }
 // sin(pi x), cos(pi x) in long double (the GPU's sincospi differs in the last ulps)

@@ -12,11 +12,12 @@ Inputs: qkv [b, s, heads, 3d] and the output gradient [b, s, heads, d] in float1
 (standard normal); scale d^-0.5; causal unless --no-causal. Times: each version's forward
 (flash_forward: one kernel; up to head size 64 also with the forward's other block shape, one
 query m-tile of 16 rows per warp instead of two) and backward (flash_backward: the dq and dkdv
-kernels) as the median of --reps timings, each of --inner calls between two device
-synchronisations, after a warm-up.
+kernels; up to head size 80 also the fused backward, one pass that adds dq by float32 atomics)
+as the median of --reps timings, each of --inner calls between two device synchronisations,
+after a warm-up.
 TFLOP/s count FlashAttention's convention: forward 4 b heads s^2 d (half of it when causal),
-backward 2.5 times that (its five products; the engine's backward does seven, recomputing the
-scores and dP in each of its two kernels, and is still credited five).
+backward 2.5 times that (its five products; the engine's split backward does seven, recomputing
+the scores and dP in each of its two kernels, and is still credited five).
 
 Correctness, before any timing: the engine's flash output and gradients against PyTorch's on the
 same inputs, as ||engine - torch|| / ||torch|| (float16 outputs: about 1e-3 expected); the script
@@ -127,6 +128,10 @@ def main():
         versions.append(("engine flash, fwd 1 m-tile/warp",
                          types.SimpleNamespace(flash_forward=functools.partial(fa.flash_forward, m_tiles=1),
                                                flash_backward=fa.flash_backward)))
+    if d <= fa.FUSED_MAX_HEAD_SIZE:  # the fused backward: one pass over the key tiles, dq by float32 atomics
+        versions.append(("engine flash, fused bwd",
+                         types.SimpleNamespace(flash_forward=fa.flash_forward,
+                                               flash_backward=functools.partial(fa.flash_backward, fused=True))))
     versions += [(f"flash of {os.path.basename(path)}", load_module(path, n)) for n, path in enumerate(a.baseline)]
     record = dict(benchmark="gpu_flash", device=flow.cuda.get_device_name(), batch=b, seq=s, heads=h, head_size=d,
                   causal=causal, dropout=a.dropout, smoke=a.smoke)

@@ -379,6 +379,7 @@ def run(a):
 
     attention.HALF_ATTENTION_ON_GPU = {"float16": True, "float32": False}.get(a.attention)
     attention.FLASH_ATTENTION_ON_GPU = a.attention in ("default", "flash")
+    attention.FLASH_BACKWARD = a.flash_backward
     flash_calls = count_calls(flash_kernels, "forward_cuda")
     fp16 = a.dtype == "fp16"
     vocab = padded_vocab(a.smoke)
@@ -432,7 +433,7 @@ def run(a):
     record = dict(benchmark="gpu_gpt2", smoke=a.smoke, device=name, torch_device=torch_device, dtype=a.dtype,
                   layers=a.layers, hidden=a.hidden, heads=a.heads, vocab=vocab, seq=a.seq, micro_batch=a.micro_batch,
                   warmup=a.warmup, steps=a.steps, hf_attn=a.hf_attn, dropout=a.dropout,
-                  attention=a.attention, flash_forward_calls=flash_calls[0], cuda_graph=a.cuda_graph,
+                  attention=a.attention, flash_backward=a.flash_backward, flash_forward_calls=flash_calls[0], cuda_graph=a.cuda_graph,
                   params=n_params, flops_per_token=fpt,
                   peak_tflops=peak, first_loss_rel_diff=rel,
                   ratio_step_time_engine_over_torch=figures["engine"]["ms_per_step"] / figures["torch"]["ms_per_step"],
@@ -500,6 +501,9 @@ def parse_args(argv=None):
                         "refusal; the others are the unfused core (cuBLAS products around the fused softmax), "
                         "float16 inputs computed in float16 or float32 (engine.ops.attention.HALF_ATTENTION_ON_GPU; "
                         "auto = float16 where its products go through cuBLAS)")
+    p.add_argument("--flash-backward", default="split", choices=["split", "fused"],
+                   help="the flash-attention backward (engine.ops.attention.FLASH_BACKWARD): split = the dq and dkdv "
+                        "kernels (deterministic), fused = one pass adding dq by float32 atomics")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="embedding, attention and residual dropout in both models (default 0: the first-step "
                         "losses are compared; with dropout they are not, the masks differ)")

@@ -1,7 +1,9 @@
 """Emulators of engine/kernels/flash_attention.py: each checks the launch as the kernels read it
 (geometry, scalar C types, buffer sizes, the mask's strides) and writes what the kernel writes
 from the numpy references: the forward ctx and lse; `dq` the q third of dqkv and D; `dkdv` the
-k and v thirds from the D in memory (so dq's launch must come first, as on a GPU)."""
+k and v thirds from the D in memory (so dq's launch must come first, as on a GPU). The fused
+backward: `bwd_pre` D and a zeroed float32 dq sum, `bwd` the k and v thirds from that D and the dq
+sums added to memory, `bwd_dq` the q third from them."""
 import numpy as np
 
 from engine.kernels import dropout_add
@@ -98,3 +100,47 @@ def _flash_dkdv(name, grid, block, args, shared_mem):
     # the D that flash_dq wrote (a launch in the wrong order reads whatever the memory held)
     ref, _ = flash.backward_reference(g4, qkv4, None, lse3, m, scale, fill, causal, dropout, dsum=dd)
     _buf(name, "dqkv", dqkv, ref.size, np.float16).reshape(ref.shape)[..., d:] = ref[..., d:]
+
+
+def _rows(name, grid, block, s, heads, rows):
+    """b of a launch with one thread per row of [b, heads, s], checked."""
+    if block != (flash.THREADS, 1, 1) or grid != (-(-rows // flash.THREADS), 1, 1):
+        raise ValueError(f"{name}: grid {grid} x block {block} is not one thread per row of {rows}")
+    if rows % (s * heads):
+        raise ValueError(f"{name}: {rows} rows are not batch rows of {heads} heads x {s} tokens")
+    return rows // (s * heads)
+
+
+@emulates("flash_bwd_pre")
+def _flash_bwd_pre(name, grid, block, args, shared_mem):
+    out, g, dsum, dq_acc, *scalars = args
+    s, heads, rows = _scalars(name, scalars, (np.int32, np.int32, np.int64))
+    b, d = _rows(name, grid, block, s, heads, rows), int(name.rsplit("__hd", 1)[1])
+    o, go = (_buf(name, what, _aligned16(name, what, a), rows * d, np.float16).reshape(b, s, heads, d).astype(np.float32)
+             for what, a in (("out", out), ("dout", g)))
+    _buf(name, "dsum", dsum, rows, np.float32)[:] = (o * go).sum(-1).transpose(0, 2, 1).reshape(-1)
+    _buf(name, "dq_acc", _aligned16(name, "dq_acc", dq_acc), rows * d, np.float32)[:] = 0
+
+
+@emulates("flash_bwd")
+def _flash_bwd(name, grid, block, args, shared_mem):
+    qkv, mask, g, lse, dsum, dqkv, dq_acc, *scalars = args
+    qkv4, _, g4, lse3, m, scale, fill, causal, dropout, d = _backward(name, grid, block, qkv, mask, None, g, lse,
+                                                                      scalars)
+    b, s, heads = qkv4.shape[:3]
+    dd = _buf(name, "dsum", dsum, b * heads * s, np.float32).reshape(b, heads, s)  # flash_bwd_pre's
+    dq_sums, dk, dv, _ = flash.backward_parts(g4, qkv4, None, lse3, m, scale, fill, causal, dropout, dsum=dd)
+    acc = _buf(name, "dq_acc", dq_acc, dq_sums.size, np.float32)
+    acc += dq_sums.reshape(-1)  # added to what flash_bwd_pre zeroed, as the atomics add
+    both = np.concatenate([t.transpose(0, 2, 1, 3) for t in (dk, dv)], axis=-1).astype(np.float16)
+    _buf(name, "dqkv", dqkv, b * s * heads * 3 * d, np.float16).reshape(b, s, heads, 3 * d)[..., d:] = both
+
+
+@emulates("flash_bwd_dq")
+def _flash_bwd_dq(name, grid, block, args, shared_mem):
+    dq_acc, dqkv, *scalars = args
+    s, heads, scale, rows = _scalars(name, scalars, (np.int32, np.int32, np.float32, np.int64))
+    b, d = _rows(name, grid, block, s, heads, rows), int(name.rsplit("__hd", 1)[1])
+    sums = _buf(name, "dq_acc", dq_acc, rows * d, np.float32).reshape(b, heads, s, d)
+    dq = (sums * np.float32(scale)).transpose(0, 2, 1, 3).astype(np.float16)
+    _buf(name, "dqkv", dqkv, rows * 3 * d, np.float16).reshape(b, s, heads, 3 * d)[..., :d] = dq
