@@ -121,13 +121,17 @@ def _run_backward(kernels, qkv, tail, out, g, lse, fused):
     dsum = np.full((b, heads, s), np.nan, np.float32)
     if fused:
         rows = b * heads * s
-        dq_acc = np.full((b, heads, s, d), np.nan, np.float32)  # flash_bwd_pre zeroes it
+        # flash_bwd_pre zeroes the sums; past their end, -0.0: a query row past s that took an
+        # atomic add (of +0.0: its ds are 0) would turn one to +0.0
+        store = np.concatenate([np.full(rows * d, np.nan, np.float32), np.full(64 * d, -0.0, np.float32)])
+        dq_acc = store[:rows * d].reshape(b, heads, s, d)
         row_grid = (-(-rows // fa.THREADS),)
         kernels[f"flash_bwd_pre__hd{d}"](row_grid, (fa.THREADS,), (out, g, dsum, dq_acc, np.int32(s), np.int32(heads),
                                                                     np.int64(rows)))
         kernels[f"flash_bwd__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, dq_acc, *tail[1:]))
         kernels[f"flash_bwd_dq__hd{d}"](row_grid, (fa.THREADS,), (dq_acc, dqkv, np.int32(s), np.int32(heads),
                                                                    np.float32(SCALE), np.int64(rows)))
+        assert np.signbit(store[rows * d:]).all(), "dq sums added past the last query row"
     else:
         kernels[f"flash_dq__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], out, g, lse, dsum, dqkv, *tail[1:]))
         kernels[f"flash_dkdv__hd{d}"](grid, (fa.THREADS,), (qkv, tail[0], g, lse, dsum, dqkv, *tail[1:]))
@@ -159,6 +163,8 @@ _SOURCE_CASES = [
     (16, 2, 67, 2, "full", True, (0.1, 5, 0), 1),
     (16, 2, 100, 2, "none", True, DROPOUT),
     (32, 1, 192, 2, "none", True, None),
+    # the largest head size of the fused backward (its shared memory's limit; one forward m-tile)
+    (80, 1, 70, 2, "padding", True, DROPOUT),
 ]
 
 

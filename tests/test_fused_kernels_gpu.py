@@ -78,21 +78,26 @@ def _rel(got, want, dtype, what, scale=0.0):
 DTYPES = [np.float16, np.float32, np.float64]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype,y_dtype", [(t, t) for t in DTYPES] + [(np.float32, np.float16)],
+                         ids=[np.dtype(t).name for t in DTYPES] + ["float32-half-y"])
 @pytest.mark.parametrize("shape", [(7, 33), (3, 1), (64, 768), (17, 4097)])
 @pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])
-def test_layer_norm(dtype, shape, affine):
+def test_layer_norm(dtype, y_dtype, shape, affine):
+    """Forward and backward against the references; float32 rows also with a float16 y and a
+    float16 output gradient (layer_norm_into_autocast), whose dx, dw and db stay float32."""
     rng = _rng()
     m, d = shape
     x = (rng.standard_normal(shape) * 3 + 1.5).astype(dtype)
     w = rng.standard_normal(d).astype(dtype) if affine[0] else None
     b = rng.standard_normal(d).astype(dtype) if affine[1] else None
-    g = rng.standard_normal(shape).astype(dtype)
-    want = layer_norm.forward_reference(x, w, b, 1e-5)
+    g = rng.standard_normal(shape).astype(y_dtype)
+    half_y = None if y_dtype == dtype else y_dtype
+    want = layer_norm.forward_reference(x, w, b, 1e-5, half_y)
     _poison()
-    got = layer_norm.forward_cuda(_dev(x), _dev(w), _dev(b), 1e-5)
+    got = layer_norm.forward_cuda(_dev(x), _dev(w), _dev(b), 1e-5, half_y)
+    assert got[0].dtype == y_dtype
     for name, gv, wv in zip(("y", "mean", "rstd"), got, want):
-        _rel(gv, wv, dtype, f"layer_norm {name}")
+        _rel(gv, wv, y_dtype if name == "y" else dtype, f"layer_norm {name}")
     want_b = layer_norm.backward_reference(g, x, *want[1:], w, b is not None)
     _poison()
     got_b = layer_norm.backward_cuda(_dev(g), _dev(x), got[1], got[2], _dev(w), b is not None)
@@ -103,6 +108,7 @@ def test_layer_norm(dtype, shape, affine):
         if wv is None:
             assert gv is None
         else:
+            assert gv.dtype == dtype, (name, gv.dtype)
             _rel(gv, wv, dtype, f"layer_norm {name}", gw_scale if name == "dx" else 0.0)
 
 
@@ -151,7 +157,7 @@ def _flash_grad_terms(g4, qkv4, out4, lse, mask, scale, causal, dropout):
     return [np.linalg.norm(t) for t in (ds @ np.abs(k) * scale, ds.transpose(0, 1, 3, 2) @ np.abs(q) * scale, dv)]
 
 
-@pytest.mark.parametrize("d", [32, 64, 128])
+@pytest.mark.parametrize("d", [32, 64, 80, 128])  # 80: the fused backward's largest head size
 @pytest.mark.parametrize("shape", [(2, 3, 5), (1, 2, 64), (2, 2, 200), (1, 12, 1024)])  # b, heads, s
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("kind", ["none", "padding", "square", "full"])

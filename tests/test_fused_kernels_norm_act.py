@@ -426,6 +426,46 @@ def test_layer_norm_op_launches(cuda_double):
     assert n == 2
 
 
+def _ln_then_matmul(norm, x, w, b, weight, grad, device, low):
+    """(out, x.grad, w.grad, b.grad) of norm(x) @ weight under autocast(device, low): the norm's
+    output read by a product, as in a pre-LN block."""
+    x, w, b, weight = (flow.tensor(a, device=device, requires_grad=True) for a in (x, w, b, weight))
+    with flow.autocast(device, dtype=low):
+        out = flow.matmul(norm(x, (x.shape[-1],), w, b), weight)
+    out.backward(flow.tensor(grad, device=device).to(out.dtype))
+    return [_np(t) for t in (out, x.grad, w.grad, b.grad)]
+
+
+@pytest.mark.parametrize("device,low", [("cuda", flow.float16), ("cpu", flow.bfloat16), ("cpu", flow.float16)])
+def test_layer_norm_into_autocast_is_layer_norm_then_the_cast(cuda_double, device, low):
+    """F.layer_norm_into_autocast before a product under autocast: the values and gradients of
+    F.layer_norm there, bit for bit (the product would cast its input to the same dtype). On CUDA
+    in float16 the cast is in the kernels: two launches fewer forward + backward."""
+    rng = np.random.default_rng(5)
+    x, grad = _rand(rng, (3, 5, 64), np.float32, 3.0), _rand(rng, (3, 5, 16), np.float32)
+    w, b, weight = _rand(rng, 64, np.float32), _rand(rng, 64, np.float32), _rand(rng, (64, 16), np.float32)
+    stats = cuda_double._double.stats
+    stats.reset()
+    want = _ln_then_matmul(F.layer_norm, x, w, b, weight, grad, device, low)
+    plain = stats.launches
+    stats.reset()
+    got = _ln_then_matmul(F.layer_norm_into_autocast, x, w, b, weight, grad, device, low)
+    for what, a, e in zip(("out", "x.grad", "w.grad", "b.grad"), got, want):
+        assert a.dtype == e.dtype and np.array_equal(a, e), what
+    if device == "cuda":
+        assert stats.launches == plain - 2, (stats.launches, plain)
+
+
+def test_layer_norm_into_autocast_outside_autocast_and_its_errors(cuda_double):
+    x = flow.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="cuda")
+    y = F.layer_norm_into_autocast(x, 4)
+    assert y.dtype == flow.float32 and np.array_equal(_np(y), _np(F.layer_norm(x, 4)))
+    with flow.autocast("cpu", dtype=flow.bfloat16):  # another device's autocast: layer_norm's result
+        assert F.layer_norm_into_autocast(x, 4).dtype == flow.float32
+    with pytest.raises(RuntimeError, match=r"layer_norm_into_autocast: given normalized_shape=\[5\]"):
+        F.layer_norm_into_autocast(x, 5)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softmax_op_on_cuda_matches_cpu(cuda_double, dtype):
     rng = np.random.default_rng(13)

@@ -30,15 +30,15 @@ SOURCE = COMMON + r"""
 // same order as the uncached loops below (longer rows), so the same results.
 #define CACHED 8
 
-template <typename T>
-__device__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, typename Acc<T>::type* mean,
+template <typename T, typename TY = T>
+__device__ void layer_norm_fwd(const T* x, const T* w, const T* b, TY* y, typename Acc<T>::type* mean,
                                typename Acc<T>::type* rstd, int m, int d, double eps, int has_w, int has_b) {
   typedef typename Acc<T>::type A;
   __shared__ A shared[32];
   const int row = blockIdx.x;
   if (row >= m) return;
   const T* xr = x + (long long)row * d;
-  T* yr = y + (long long)row * d;
+  TY* yr = y + (long long)row * d;
   const bool cached = d <= CACHED * (int)blockDim.x;
   A xv[CACHED];
   A s = 0;
@@ -83,7 +83,7 @@ __device__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, typenam
         A h = (xv[k] - mu) * r;
         if (has_w) h *= to_acc(w[j]);
         if (has_b) h += to_acc(b[j]);
-        yr[j] = from_acc<T>(h);
+        yr[j] = from_acc<TY>(h);
       }
     }
     return;
@@ -92,14 +92,14 @@ __device__ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, typenam
     A h = (to_acc(xr[j]) - mu) * r;
     if (has_w) h *= to_acc(w[j]);
     if (has_b) h += to_acc(b[j]);
-    yr[j] = from_acc<T>(h);
+    yr[j] = from_acc<TY>(h);
   }
 }
 
 // dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat)) per row; the block's partial dw, db
 // (rows blockIdx.x, blockIdx.x + gridDim.x, ...) in row blockIdx.x of part_w, part_b [gridDim.x, d]
-template <typename T>
-__device__ void layer_norm_bwd(const T* g, const T* x, const typename Acc<T>::type* mean,
+template <typename T, typename TG = T>
+__device__ void layer_norm_bwd(const TG* g, const T* x, const typename Acc<T>::type* mean,
                                const typename Acc<T>::type* rstd, const T* w, T* dx,
                                typename Acc<T>::type* part_w, typename Acc<T>::type* part_b,
                                int m, int d, int has_w, int has_b) {
@@ -212,7 +212,18 @@ __device__ void layer_norm_bwd_wb(const typename Acc<T>::type* part_w, const typ
     "const Acc<{T}>::type* part_w, const Acc<{T}>::type* part_b, {T}* dw, {T}* db, int parts, int d, "
     "int has_w, int has_b",
     "layer_norm_bwd_wb<{T}>(part_w, part_b, dw, db, parts, d, has_w, has_b)",
-)
+) + r"""
+// float32 rows with a float16 y (forward) and a float16 g (backward): layer_norm followed by
+// autocast's cast of its output, and that cast's backward before layer_norm's, in one kernel each
+extern "C" __global__ void engine_layer_norm_fwd_half_y__float(const float* x, const float* w, const float* b, __half* y,
+    float* mean, float* rstd, int m, int d, double eps, int has_w, int has_b) {
+  layer_norm_fwd<float, __half>(x, w, b, y, mean, rstd, m, d, eps, has_w, has_b);
+}
+extern "C" __global__ void engine_layer_norm_bwd_half_g__float(const __half* g, const float* x, const float* mean,
+    const float* rstd, const float* w, float* dx, float* part_w, float* part_b, int m, int d, int has_w, int has_b) {
+  layer_norm_bwd<float, __half>(g, x, mean, rstd, w, dx, part_w, part_b, m, d, has_w, has_b);
+}
+"""
 
 
 # ------------------------------------------------------------------ numpy reference
@@ -223,8 +234,9 @@ def normalized_rows(x2, mean, rstd):
     return xhat
 
 
-def forward_reference(x2, w, b, eps):
-    """(y, mean, rstd) of layer_norm over the rows of x2 [m, d]; w, b [d] or None."""
+def forward_reference(x2, w, b, eps, y_dtype=None):
+    """(y, mean, rstd) of layer_norm over the rows of x2 [m, d]; w, b [d] or None; y in x2's dtype
+    or `y_dtype` (float16 for float32 rows: rounded from the float32 result)."""
     acc = acc_dtype(x2.dtype)
     x = x2.astype(acc)
     mean = x.mean(axis=1)
@@ -235,12 +247,13 @@ def forward_reference(x2, w, b, eps):
         x *= w.astype(acc)
     if b is not None:
         x += b.astype(acc)
-    return x.astype(x2.dtype), mean, rstd
+    return x.astype(y_dtype or x2.dtype), mean, rstd
 
 
 def backward_reference(g2, x2, mean, rstd, w, has_b):
-    """(dx, dw, db) of layer_norm from the output gradient g2 [m, d] and the forward's mean and
-    rstd [m]; dw is None without w, db None unless has_b."""
+    """(dx, dw, db) of layer_norm from the output gradient g2 [m, d] (x2's dtype, or float16 for
+    float32 rows: a float16 y's gradient) and the forward's mean and rstd [m]; dw is None without
+    w, db None unless has_b; all three in x2's dtype."""
     acc = mean.dtype
     d = x2.shape[1]
     g = g2.astype(acc)
@@ -255,24 +268,35 @@ def backward_reference(g2, x2, mean, rstd, w, has_b):
 
 
 # ------------------------------------------------------------------ CUDA launchers
+def _half_beside(x2, dtype):
+    """Whether `dtype` (of y or g) is the float16 a float32 input may have beside it (the
+    `_half_y` / `_half_g` kernels), rather than x2's own."""
+    return np.dtype(dtype) == np.float16 and x2.dtype == np.float32
+
+
 def _check(x2, w, b, g2=None):
-    """The kernels read every array as x2's element type."""
+    """The kernels read every array as x2's element type (g2 also float16 for float32 rows)."""
     for name, p, shape in (("weight", w, x2.shape[1:]), ("bias", b, x2.shape[1:]), ("grad", g2, x2.shape)):
-        if p is not None and (p.dtype != x2.dtype or p.shape != shape):
+        ok = p is None or (p.shape == shape and (p.dtype == x2.dtype or (p is g2 and _half_beside(x2, p.dtype))))
+        if not ok:
             raise TypeError(f"layer_norm kernels: {name} must be {list(shape)} {x2.dtype} as the input, "
                             f"got {list(p.shape)} {p.dtype}")
 
 
-def forward_cuda(x2, w, b, eps):
+def forward_cuda(x2, w, b, eps, y_dtype=None):
     """forward_reference's results, one launch."""
     _check(x2, w, b)
+    y_dtype = np.dtype(y_dtype or x2.dtype)
+    if y_dtype != x2.dtype and not _half_beside(x2, y_dtype):
+        raise TypeError(f"layer_norm kernels: y in {y_dtype} for a {x2.dtype} input (float16 beside float32 only)")
     cp = backend.cupy()
     m, d = x2.shape
     x2, w, b = (None if a is None else cp.ascontiguousarray(a) for a in (x2, w, b))
     acc = acc_dtype(x2.dtype)
-    y = cp.empty((m, d), x2.dtype)
+    y = cp.empty((m, d), y_dtype)
     mean, rstd = cp.empty(m, acc), cp.empty(m, acc)
-    kernel = raw_kernel(SOURCE, kernel_name("engine_layer_norm_fwd", x2.dtype))
+    base = "engine_layer_norm_fwd_half_y" if y_dtype != x2.dtype else "engine_layer_norm_fwd"
+    kernel = raw_kernel(SOURCE, kernel_name(base, x2.dtype))
     kernel((m,), (row_threads(d),), (x2, x2 if w is None else w, x2 if b is None else b, y, mean, rstd,
                                       i32(m), i32(d), f64(eps), i32(w is not None), i32(b is not None)))
     return y, mean, rstd
@@ -293,7 +317,8 @@ def backward_cuda(g2, x2, mean, rstd, w, has_b):
     dx = cp.empty((m, d), x2.dtype)
     part_w = cp.empty((parts, d), mean.dtype) if has_w else mean  # `mean`: an unread placeholder
     part_b = cp.empty((parts, d), mean.dtype) if has_b else mean
-    kernel = raw_kernel(SOURCE, kernel_name("engine_layer_norm_bwd", x2.dtype))
+    base = "engine_layer_norm_bwd_half_g" if g2.dtype != x2.dtype else "engine_layer_norm_bwd"
+    kernel = raw_kernel(SOURCE, kernel_name(base, x2.dtype))
     kernel((parts,), (row_threads(d),), (g2, x2, mean, rstd, w, dx, part_w, part_b,
                                          i32(m), i32(d), i32(has_w), i32(has_b)))
     if not (has_w or has_b):
@@ -307,16 +332,17 @@ def backward_cuda(g2, x2, mean, rstd, w, has_b):
 
 
 # ------------------------------------------------------------------ dispatch
-def layer_norm_forward(x2, w, b, eps):
+def layer_norm_forward(x2, w, b, eps, y_dtype=None):
     """(y, mean, rstd) of layer_norm over the rows of x2 [m, d] (m, d > 0); w and b [d] of x2's
-    dtype or None. The CUDA kernel for CuPy arrays, the reference otherwise."""
+    dtype or None; y in x2's dtype or `y_dtype` (float16 beside float32 rows). The CUDA kernel for
+    CuPy arrays, the reference otherwise."""
     if isinstance(x2, np.ndarray):
-        return forward_reference(x2, w, b, eps)
-    return forward_cuda(x2, w, b, eps)
+        return forward_reference(x2, w, b, eps, y_dtype)
+    return forward_cuda(x2, w, b, eps, y_dtype)
 
 
 def layer_norm_backward(g2, x2, mean, rstd, w, has_b):
-    """(dx, dw or None, db or None) of layer_norm; arrays as layer_norm_forward's."""
+    """(dx, dw or None, db or None) of layer_norm; arrays as layer_norm_forward's, g2 in y's dtype."""
     if isinstance(x2, np.ndarray):
         return backward_reference(g2, x2, mean, rstd, w, has_b)
     return backward_cuda(g2, x2, mean, rstd, w, has_b)

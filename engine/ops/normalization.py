@@ -25,7 +25,7 @@ from .op import Op
 from ..kernels import layer_norm as layer_norm_kernels
 from ..kernels._cuda import acc_dtype
 
-__all__ = ["layer_norm", "batch_norm", "instance_norm", "group_norm", "rms_norm", "normalize",
+__all__ = ["layer_norm", "layer_norm_into_autocast", "batch_norm", "instance_norm", "group_norm", "rms_norm", "normalize",
            "cosine_similarity"]
 
 
@@ -149,12 +149,18 @@ class LayerNorm(Op):
     save_inputs = (0, 1)
 
     @staticmethod
-    def forward(ctx, x, w, b, k, eps):
+    def forward(ctx, x, w, b, k, eps, half_y=False):
         xp = xp_of(x)
         dtype = x.dtype
         lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
         d = math.prod(norm) if norm else 1
         ctx.k, ctx.shape, ctx.has_w, ctx.has_b, ctx.eps = k, x.shape, w is not None, b is not None, eps
+        if half_y:  # layer_norm_into_autocast: float32 rows and weights on CUDA, y written in float16
+            y, mean, rstd = layer_norm_kernels.layer_norm_forward(x.reshape(-1, d), None if w is None else w.reshape(d),
+                                                                  None if b is None else b.reshape(d), eps,
+                                                                  np.float16)
+            stat_shape = lead + (1,) * k
+            return y.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
         if xp is not np and x.size:
             return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps)
         x2 = work_array(x).reshape(-1, d)
@@ -277,15 +283,19 @@ def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
     dt = _kernel_dtype(x, w)
     if acc_dtype(dt) != mean.dtype:  # the forward ran in float32 (a bias of another dtype): so does this
         dt = np.dtype(mean.dtype)
+    # layer_norm_into_autocast's float16 y beside float32 rows: its gradient is read as it is, and
+    # dx and db come in the rows' dtype (as after the cast's backward)
+    half_g = g.dtype == np.float16 and x.dtype == dt == np.float32
+    out = x.dtype if half_g else g.dtype
     dx, dw, db = layer_norm_kernels.layer_norm_backward(
-        g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False), mean.reshape(m),
-        rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)
-    empty = xp_of(g).zeros(0, dtype=g.dtype)
+        g.reshape(m, d) if half_g else g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False),
+        mean.reshape(m), rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)
+    empty = xp_of(g).zeros(0, dtype=out)
     # as_shape, not reshape: a view of the same shape would not own its memory, and the leaf
     # would copy it (a launch per LayerNorm weight and bias)
-    return (dx.reshape(g.shape).astype(g.dtype, copy=False),
+    return (dx.reshape(g.shape).astype(out, copy=False),
             empty if dw is None else as_shape(dw.astype(w.dtype, copy=False), wshape),
-            empty if db is None else as_shape(db.astype(g.dtype, copy=False), wshape))
+            empty if db is None else as_shape(db.astype(out, copy=False), wshape))
 
 
 def _sum_in_order(arrays):
@@ -328,22 +338,48 @@ def _layer_norm_grad_rows(g2, x2, mean, rstd, w, dx, has_b):
     return dw, db
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """Layer normalisation over the trailing `normalized_shape` dims (PyTorch's F.layer_norm)."""
+def _layer_norm_args(input, normalized_shape, weight, bias, name="layer_norm"):
+    """normalized_shape as a tuple, checked against the input, weight and bias (PyTorch's errors)."""
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     normalized_shape = tuple(int(s) for s in normalized_shape)
     k = len(normalized_shape)
-    check_float(input, "layer_norm")
+    check_float(input, name)
     if k == 0 or input.ndim < k or tuple(input.shape[input.ndim - k:]) != normalized_shape:
         raise RuntimeError(
-            f"layer_norm: given normalized_shape={list(normalized_shape)}, expected input with shape "
+            f"{name}: given normalized_shape={list(normalized_shape)}, expected input with shape "
             f"[*, {', '.join(map(str, normalized_shape))}], but got input of size {shape_str(input.shape)}")
-    for name, p in (("weight", weight), ("bias", bias)):
+    for what, p in (("weight", weight), ("bias", bias)):
         if p is not None and tuple(p.shape) != normalized_shape:
-            raise RuntimeError(f"layer_norm: expected {name} of shape {list(normalized_shape)}, "
+            raise RuntimeError(f"{name}: expected {what} of shape {list(normalized_shape)}, "
                                f"got {shape_str(p.shape)}")
+    return normalized_shape
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Layer normalisation over the trailing `normalized_shape` dims (PyTorch's F.layer_norm)."""
+    k = len(_layer_norm_args(input, normalized_shape, weight, bias))
     return LayerNorm.apply(input, weight, bias, k=k, eps=float(eps))[0]
+
+
+def layer_norm_into_autocast(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """layer_norm for an output that only matrix products read (a pre-LN Transformer's branch
+    input): under an active autocast on the input's device, a float32 result comes in the
+    autocast dtype, as the product's own cast would make it; otherwise it is layer_norm's. Same
+    values and gradients as layer_norm followed by that cast. On CUDA, for float32 rows and
+    weights under a float16 autocast, the cast is folded into layer_norm's kernels: y is written
+    in float16 and the backward reads the float16 gradient as it is (per call, two cast launches
+    and a float32 copy of the rows fewer)."""
+    normalized_shape = _layer_norm_args(input, normalized_shape, weight, bias, "layer_norm_into_autocast")
+    mode = _grad_state.autocast
+    if mode is None or mode[0] != input.device.type or input.dtype != dtypes.float32:
+        return layer_norm(input, normalized_shape, weight, bias, eps)
+    low = mode[1]
+    fused = (low == dtypes.float16 and input.device.type == "cuda" and input.numel() > 0
+             and all(p is None or p.dtype == dtypes.float32 for p in (weight, bias)))
+    if not fused:
+        return cast(layer_norm(input, normalized_shape, weight, bias, eps), low)
+    return LayerNorm.apply(input, weight, bias, k=len(normalized_shape), eps=float(eps), half_y=True)[0]
 
 
 # ------------------------------------------------------------------ batch / instance / group / rms norm

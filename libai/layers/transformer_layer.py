@@ -37,7 +37,11 @@ class TransformerLayer(Recomputable, nn.Module):
         self.layer_idx = layer_idx
         self.drop_path = DropPath(drop_path_prob) if drop_path_prob > 0.0 else None
         output_layer_init_method = output_layer_init_method or init_method
-        self.input_layernorm = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=layer_idx)
+        # pre-LN, the residuals from x and h: the norms' outputs feed only the attention's and the
+        # MLP's first products (autocast_output: in the autocast dtype, the cast folded in)
+        branch_only = layernorm_position == "pre" and not apply_residual_post_layernorm
+        self.input_layernorm = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=layer_idx,
+                                         autocast_output=branch_only)
         self.self_attention = MultiheadAttention(
             hidden_size, num_attention_heads, attention_dropout_prob=attention_dropout_prob,
             output_dropout_prob=output_dropout_prob, init_method=init_method,
@@ -45,7 +49,8 @@ class TransformerLayer(Recomputable, nn.Module):
             scale_mask_softmax_fusion=scale_mask_softmax_fusion,
             apply_query_key_layer_scaling=apply_query_key_layer_scaling, attn_mask_type=attn_mask_type,
             layer_idx=layer_idx)
-        self.post_attention_layernorm = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=layer_idx)
+        self.post_attention_layernorm = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=layer_idx,
+                                                  autocast_output=branch_only)
         self.mlp = MLP(hidden_size, ffn_hidden_size, output_dropout_prob=output_dropout_prob,
                        init_method=init_method, output_layer_init_method=output_layer_init_method,
                        bias_gelu_fusion=bias_gelu_fusion, bias_dropout_fusion=bias_dropout_fusion,

@@ -85,7 +85,8 @@ class Transformer(nn.Module):
                 apply_residual_post_layernorm=apply_residual_post_layernorm, attn_mask_type="causal", layer_idx=i)
             for i in range(hidden_layers)
         ])
-        self.layernorm_f = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=-1)
+        # its output feeds only the LM head's product (GPTModel.forward): in the autocast dtype
+        self.layernorm_f = LayerNorm(hidden_size, eps=layernorm_epsilon, layer_idx=-1, autocast_output=True)
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False):
         presents = []

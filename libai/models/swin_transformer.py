@@ -169,9 +169,11 @@ class SwinBlock(Recomputable, nn.Module):
         if min(resolution) <= window_size:
             window_size, shift = min(resolution), 0
         self.window_size, self.shift = int(window_size), int(shift)
-        self.norm1 = LayerNorm(dim, eps=eps, layer_idx=layer_idx)
+        # norm1's and norm2's outputs feed only products (qkv after exact moves: pad, roll, window
+        # partition; the MLP): in the autocast dtype (libai.layers.LayerNorm's autocast_output)
+        self.norm1 = LayerNorm(dim, eps=eps, layer_idx=layer_idx, autocast_output=True)
         self.attn = WindowAttention(dim, num_heads, window_size, attn_drop, drop, init_method, layer_idx=layer_idx)
-        self.norm2 = LayerNorm(dim, eps=eps, layer_idx=layer_idx)
+        self.norm2 = LayerNorm(dim, eps=eps, layer_idx=layer_idx, autocast_output=True)
         self.mlp = MLP(dim, int(dim * mlp_ratio), output_dropout_prob=drop, init_method=init_method,
                        layer_idx=layer_idx, activation="gelu")
         self.drop_path = DropPath(drop_path) if drop_path > 0 else None
@@ -192,7 +194,7 @@ class PatchMerging(nn.Module):
 
     def __init__(self, dim, init_method, *, layer_idx=0):
         super().__init__()
-        self.norm = LayerNorm(4 * dim, eps=PATCH_NORM_EPS, layer_idx=layer_idx)
+        self.norm = LayerNorm(4 * dim, eps=PATCH_NORM_EPS, layer_idx=layer_idx, autocast_output=True)
         self.reduction = Linear(4 * dim, 2 * dim, bias=False, init_method=init_method, layer_idx=layer_idx)
 
     def forward(self, x, height, width):

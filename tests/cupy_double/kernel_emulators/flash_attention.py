@@ -141,6 +141,7 @@ def _flash_bwd_dq(name, grid, block, args, shared_mem):
     dq_acc, dqkv, *scalars = args
     s, heads, scale, rows = _scalars(name, scalars, (np.int32, np.int32, np.float32, np.int64))
     b, d = _rows(name, grid, block, s, heads, rows), int(name.rsplit("__hd", 1)[1])
-    sums = _buf(name, "dq_acc", dq_acc, rows * d, np.float32).reshape(b, heads, s, d)
+    sums = _buf(name, "dq_acc", _aligned16(name, "dq_acc", dq_acc), rows * d, np.float32).reshape(b, heads, s, d)
+    _aligned16(name, "dqkv", dqkv)  # rows of q written 8 bytes at a time
     dq = (sums * np.float32(scale)).transpose(0, 2, 1, 3).astype(np.float16)
     _buf(name, "dqkv", dqkv, rows * 3 * d, np.float16).reshape(b, s, heads, 3 * d)[..., :d] = dq

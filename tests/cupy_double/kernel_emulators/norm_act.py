@@ -63,6 +63,12 @@ def _one_block_per_row(name, grid, block, rows):
 
 
 # ------------------------------------------------------------------ layer_norm
+def _beside(name, t):
+    """The dtype of y (`_half_y`) or g (`_half_g`): float16 beside float32 rows, else the rows'."""
+    return np.dtype(np.float16) if name.split("__", 1)[0].endswith(("_half_y", "_half_g")) else t
+
+
+@emulates("engine_layer_norm_fwd_half_y")
 @emulates("engine_layer_norm_fwd")
 def _layer_norm_fwd(name, grid, block, args, shared_mem):
     x, w, b, y, mean, rstd, *scalars = args
@@ -72,12 +78,14 @@ def _layer_norm_fwd(name, grid, block, args, shared_mem):
     x2 = _buf(name, "x", x, m * d, t).reshape(m, d)
     w = _buf(name, "weight", w, d, t) if has_w else None
     b = _buf(name, "bias", b, d, t) if has_b else None
-    out = layer_norm.forward_reference(x2, w, b, eps)
-    for what, flat, value, dtype in (("y", y, out[0], t), ("mean", mean, out[1], _acc(t)),
+    ty = _beside(name, t)
+    out = layer_norm.forward_reference(x2, w, b, eps, ty)
+    for what, flat, value, dtype in (("y", y, out[0], ty), ("mean", mean, out[1], _acc(t)),
                                      ("rstd", rstd, out[2], _acc(t))):
         _buf(name, what, flat, value.size, dtype)[:] = value.reshape(-1)
 
 
+@emulates("engine_layer_norm_bwd_half_g")
 @emulates("engine_layer_norm_bwd")
 def _layer_norm_bwd(name, grid, block, args, shared_mem):
     g, x, mean, rstd, w, dx, part_w, part_b, *scalars = args
@@ -85,7 +93,7 @@ def _layer_norm_bwd(name, grid, block, args, shared_mem):
     _warps(name, block)
     parts = grid[0]  # a grid-stride loop over rows: any number of blocks covers them
     t, acc = _elem(name), _acc(_elem(name))
-    g2 = _buf(name, "g", g, m * d, t).reshape(m, d)
+    g2 = _buf(name, "g", g, m * d, _beside(name, t)).reshape(m, d)
     x2 = _buf(name, "x", x, m * d, t).reshape(m, d)
     mean, rstd = _buf(name, "mean", mean, m, acc), _buf(name, "rstd", rstd, m, acc)
     w = _buf(name, "weight", w, d, t) if has_w else None
