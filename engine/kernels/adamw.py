@@ -13,6 +13,7 @@ The CUDA version (`adam_update_cuda`) reads a cached table of pointers (see _mul
 step is one launch per dtype whatever the number of parameters; the GPU contracts a*b+c into fused
 multiply-adds, so its results differ from the reference in the last bits.
 """
+import functools
 from collections import namedtuple
 from string import Template
 
@@ -179,6 +180,7 @@ def kernel_name(dtype):
     return "engine_adamw__" + _TYPES[np.dtype(dtype).name][0]
 
 
+@functools.lru_cache(maxsize=None)  # one string object per source (see _cuda.raw_kernel)
 def kernel_source(dtype):
     suffix, storage, acc, load, store, sqrt, half_of = _TYPES[np.dtype(dtype).name]
     return Template(_SOURCE).substitute(half=mt.HALF, T=storage, A=acc, load=load, store=store, sqrt=sqrt,

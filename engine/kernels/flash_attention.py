@@ -51,6 +51,8 @@ Verified without a GPU by running this CUDA source on CPU threads (tests/cuda_on
 thread per CUDA thread, __syncthreads a barrier, shuffles and the mma instruction emulated by
 warp-wide exchanges in the documented layout), against the numpy references below.
 """
+import functools
+
 import numpy as np
 
 from .. import backend
@@ -781,13 +783,21 @@ def forward_m_tiles(head_size):
 
 
 def source(head_size, m_tiles=None):
-    """The CUDA source of the three kernels for one head size (a multiple of 16, at most 128), the
+    """The CUDA source of the kernels for one head size (a multiple of 16, at most 128), the
     forward with `m_tiles` query m-tiles per warp (default: forward_m_tiles(head_size))."""
     if head_size not in HEAD_SIZES:
         raise ValueError(f"flash attention: head size {head_size} is not a multiple of 16 in [16, 128]")
     m_tiles = forward_m_tiles(head_size) if m_tiles is None else m_tiles
     if m_tiles not in (1, 2):
         raise ValueError(f"flash attention: {m_tiles} m-tiles per warp in the forward; 1 or 2")
+    return _source_text(head_size, m_tiles)
+
+
+@functools.lru_cache(maxsize=None)
+def _source_text(head_size, m_tiles):
+    """One string object per source: each launch looks its kernel up by this text
+    (engine.kernels._cuda.raw_kernel), whose hash the object keeps, instead of building and
+    hashing ~40 KB at every call."""
     text = _SOURCE + (_FUSED_SOURCE if head_size <= FUSED_MAX_HEAD_SIZE else "")
     return text.replace("__HEAD_SIZE__", str(head_size)).replace("__M_TILES__", str(m_tiles))
 

@@ -20,6 +20,7 @@ one block (so the norm is deterministic) and takes the root; `engine_grad_scale`
 from device memory; `engine_grad_unscale` multiplies by the reciprocal of a scale in device
 memory, raising a flag in device memory on inf/nan. The numpy versions are the references.
 """
+import functools
 from string import Template
 
 import numpy as np
@@ -213,6 +214,7 @@ def _suffix(dtype):
     return _TYPES[np.dtype(dtype).name][0]
 
 
+@functools.lru_cache(maxsize=None)  # one string object per source (see _cuda.raw_kernel)
 def partial_kernel(dtype, acc):
     suffix, storage, load = _TYPES[np.dtype(dtype).name]
     a, sqrt, pow_, fabs = _ACC[np.dtype(acc).name]
@@ -222,6 +224,7 @@ def partial_kernel(dtype, acc):
     return src, name
 
 
+@functools.lru_cache(maxsize=None)  # one string object per source (see _cuda.raw_kernel)
 def finish_kernel(acc):
     a, sqrt, pow_, fabs = _ACC[np.dtype(acc).name]
     name = f"engine_grad_norm_finish__{_suffix(acc)}"
@@ -243,6 +246,7 @@ _UNSCALE_COEF = ("const float* __restrict__ scale, float* __restrict__ found",
             if (!(b - b == (compute_t)0)) found[0] = 1.0f;""")
 
 
+@functools.lru_cache(maxsize=None)  # one string object per source (see _cuda.raw_kernel)
 def _scale_source(dtype, norm_dtype, name, coef):
     _, storage, load = _TYPES[np.dtype(dtype).name]
     half = np.dtype(dtype) == np.float16
