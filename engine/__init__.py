@@ -48,6 +48,9 @@ from .serialization import save, load  # noqa: E402
 from . import cuda  # noqa: E402,F401
 from . import backends  # noqa: E402,F401
 from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: E402,F401
+from .backend.deterministic import (  # noqa: E402,F401
+    use_deterministic_algorithms, are_deterministic_algorithms_enabled,
+    is_deterministic_algorithms_warn_only_enabled, set_deterministic_debug_mode, get_deterministic_debug_mode)
 
 _COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 _COMPILE_BACKENDS = ("inductor", "eager", "aot_eager", "aot_eager_decomp_partition", "cudagraphs", "openxla",

@@ -28,6 +28,7 @@ SMALL = " or ".join([
     "multi_tensor_grad_norm",
     "multi_tensor_unscale",
     "loss_scale_update_kernel",
+    "segment_add",
 ])
 
 

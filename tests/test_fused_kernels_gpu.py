@@ -20,6 +20,7 @@ from engine.kernels import cross_entropy as kce
 from engine.kernels import add, bias_add, cast, dropout_add, gelu, layer_norm, philox, softmax
 from engine.kernels import flash_attention as flash
 from engine.kernels import grad_norm as kgn
+from engine.kernels import scatter_add
 from gpu_helper import real_cupy
 
 
@@ -110,6 +111,31 @@ def test_layer_norm(dtype, y_dtype, shape, affine):
         else:
             assert gv.dtype == dtype, (name, gv.dtype)
             _rel(gv, wv, dtype, f"layer_norm {name}", gw_scale if name == "dx" else 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("key", ["rows", "mesh", "slices"])
+def test_segment_add(dtype, key):
+    """The deterministic scatter-add (engine.use_deterministic_algorithms): the bits of numpy's
+    add.at, every value of a repeated target added in order and rounded to the element type;
+    row keys (negatives wrapped), per-axis index arrays, and a key with slices."""
+    rng = _rng()
+    out = rng.standard_normal((7, 5, 3)).astype(dtype)
+    if key == "rows":
+        k = rng.integers(-7, 7, 40)
+        vals = rng.standard_normal((40, 5, 3)).astype(dtype)
+    elif key == "mesh":
+        k = tuple(rng.integers(0, n, (6, 9)) for n in out.shape)
+        vals = rng.standard_normal((6, 9)).astype(dtype)
+    else:
+        k = (slice(None), rng.integers(0, 5, 11))
+        vals = rng.standard_normal((7, 11, 3)).astype(dtype)
+    want = out.copy()
+    np.add.at(want, k, vals)
+    got = _dev(out)
+    dev_key = tuple(_dev(a) if isinstance(a, np.ndarray) else a for a in k) if isinstance(k, tuple) else _dev(k)
+    scatter_add.add_at_cuda(got, dev_key, _dev(vals))
+    np.testing.assert_array_equal(_host(got), want)
 
 
 def _mask(rng, kind, shape):

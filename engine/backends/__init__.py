@@ -12,9 +12,9 @@ What each switch does in the engine:
   choice in CuPy is not exposed.
 * `cudnn.enabled / benchmark / deterministic / allow_tf32`: stored and read back only: the
   engine runs no cuDNN kernel (`cudnn.is_available()` is False). Its own kernels are
-  deterministic already (fixed reduction orders), but for the opt-in fused flash-attention
-  backward (engine.ops.attention.FLASH_BACKWARD = "fused": float32 atomics), which
-  `cudnn.deterministic` does not switch off.
+  deterministic (fixed reduction orders) but for CuPy's atomic scatter-adds and the opt-in
+  fused flash-attention backward, which `engine.use_deterministic_algorithms(True)` replaces
+  (engine/backend/deterministic.py); `cudnn.deterministic` does not.
 * `cuda.enable_flash_sdp(False)`: honoured by the fused attention core on CUDA, which then never
   runs the flash-attention kernels (engine.ops.attention.FLASH_SDP_ENABLED; on by default, as
   in torch; FLASH_ATTENTION_ON_GPU is the engine's own switch, set from ENGINE_FLASH_ATTENTION).

@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ..backend import cublas, mkl, xp_of
+from ..backend import cublas, deterministic, mkl, xp_of
 from ..backend.fpenv import flush_denormals
 from ..backend.parallel import parallel_map
 from ..backend.random import default_generator
@@ -39,6 +39,7 @@ from ._kernels import (as_float32, empty, fill_where, ignore_fp_errors, low_prec
 from .dropout import scaled_keep_mask
 from .op import Op, autocast_dtype, autocast_unifies
 from ..kernels import flash_attention as flash
+from ..kernels import scatter_add
 from ..kernels import softmax as fused_softmax
 from .softmax import _softmax_grad_rows, _softmax_rows
 
@@ -452,9 +453,11 @@ class FlashQKVAttentionGrad(NoDoubleBackward, Op):
         b, s = qkv.shape[:2]
         if FLASH_BACKWARD not in ("split", "fused"):
             raise ValueError(f"engine.ops.attention.FLASH_BACKWARD must be 'split' or 'fused', got {FLASH_BACKWARD!r}")
+        # the fused backward's atomics order its dq sums by timing: not under deterministic mode
+        fused = FLASH_BACKWARD == "fused" and not deterministic.are_deterministic_algorithms_enabled()
         dqkv, _ = flash.flash_backward(g.reshape(b, s, heads, -1), qkv.reshape(b, s, heads, -1),
                                        out.reshape(b, s, heads, -1), lse, mask, scale, fill, causal, dropout,
-                                       fused=FLASH_BACKWARD == "fused")
+                                       fused=fused)
         return dqkv.reshape(qkv.shape)
 
 
@@ -560,7 +563,7 @@ class _MaskTiles:
         elif self.midx is None:
             dmask[b0:b1, qs, ks] += ds
         else:
-            xp.add.at(dmask[:, qs, ks], self.midx[b0:b1], ds)
+            scatter_add.add_at(dmask[:, qs, ks], self.midx[b0:b1], ds)
 
 
 class _SDPAKernel:

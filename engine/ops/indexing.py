@@ -21,6 +21,7 @@ from ..backend import dtypes, host_checks, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
+from ..kernels import scatter_add as scatter_kernels
 from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, replicated, reshape, scalar_tensor,
                     shape_str, sum_to)
 
@@ -145,7 +146,7 @@ class IndexBackward(Op):
             idx = key[0]
             add_rows(out.reshape(shape[0], -1), idx, g.reshape(idx.shape[0], -1))
         else:
-            xp.add.at(out, key, g)
+            scatter_kernels.add_at(out, key, g)
         return out
 
     @staticmethod
@@ -372,7 +373,7 @@ class GatherBackward(Op):
         if len(shape) == 0:
             out[...] = g.sum()
             return out
-        xp.add.at(out, along_index(index, dim), g)
+        scatter_kernels.add_at(out, along_index(index, dim), g)
         return out
 
     @staticmethod
@@ -403,7 +404,7 @@ class Scatter(Op):
         mesh = along_index(index, dim)
         s = _crop(src, index.shape) if src.ndim else src
         if add:
-            xp_of(x).add.at(out, mesh, s)
+            scatter_kernels.add_at(out, mesh, s)
         else:
             out[mesh] = s
         return out
@@ -534,12 +535,6 @@ def _identity(reduce, dtype):
     return (info.min if reduce == "amax" else info.max) if info is not None else reduce == "amin"
 
 
-def _flat_targets(xp, out, mesh, src):
-    """(the flat position in `out` of each element of `src` that `mesh` scatters, src flattened)."""
-    lin = xp.ravel_multi_index(tuple(xp.broadcast_to(m, src.shape) for m in mesh), out.shape).reshape(-1)
-    return lin, src.reshape(-1)
-
-
 def _extreme_at(xp, reduce, out, mesh, src):
     """out[mesh] = max (amax) or min (amin) of out[mesh] and src, repeated targets included
     (numpy's maximum.at / minimum.at; NaN wins, as there).
@@ -553,7 +548,7 @@ def _extreme_at(xp, reduce, out, mesh, src):
     if xp is np or out.dtype.kind != "f":
         getattr(xp, _AT[reduce]).at(out, mesh, src)
         return
-    lin, vals = _flat_targets(xp, out, mesh, src)
+    lin, vals = scatter_kernels.flat_targets(xp, out, mesh, src)
     if not lin.size:
         return
     key = vals if reduce == "amax" else -vals
@@ -571,7 +566,7 @@ def _multiply_at(xp, out, mesh, src):
     if xp is np:
         np.multiply.at(out, mesh, src)
         return
-    lin, vals = _flat_targets(xp, out, mesh, src)
+    lin, vals = scatter_kernels.flat_targets(xp, out, mesh, src)
     if not lin.size:
         return
     order = xp.argsort(lin)
@@ -751,7 +746,7 @@ def _add_along(out, dim, index, src):
     if dim == 0 and out.flags.c_contiguous:
         add_rows(out.reshape(out.shape[0], -1), index, src.reshape(src.shape[0], -1))
     else:
-        xp_of(out).add.at(out, (slice(None),) * dim + (index,), src)
+        scatter_kernels.add_at(out, (slice(None),) * dim + (index,), src)
 
 
 def index_select(input, dim, index):
@@ -1043,7 +1038,7 @@ def add_rows(out, idx, rows):
     if n == 0:
         return
     if xp is not np:  # on a GPU, no host read of the ids: wrap negatives unconditionally
-        xp.add.at(out, idx + (idx < 0) * out.shape[0], rows)
+        scatter_kernels.add_at(out, idx + (idx < 0) * out.shape[0], rows)
         return
     if int(idx.min()) < 0:  # -1 and N-1 are the same row: one group, not two
         idx = idx + (idx < 0) * out.shape[0]
@@ -1205,7 +1200,7 @@ def _store(dst, key, value):
 
 
 def _add_at(dst, key, value):
-    xp_of(dst).add.at(dst, key, value)
+    scatter_kernels.add_at(dst, key, value)
 
 
 @tensor_method()

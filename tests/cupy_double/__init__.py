@@ -36,6 +36,7 @@ _SPECIAL = {
     "get_default_memory_pool": lambda: cuda.default_pool,
     "get_default_pinned_memory_pool": lambda: cuda.pinned_pool,
     "fuse": None,  # refused below: kernel fusion is not emulated
+    "argsort": lambda a, axis=-1, kind=None: a.argsort(axis=axis, kind=kind),  # stable, as CuPy's
 }
 
 

@@ -730,6 +730,16 @@ def _method(name):
     return method
 
 
+def _stable_argsort(a, axis=-1, kind=None):
+    """CuPy's argsort is always stable (a radix sort); numpy's default quicksort is not."""
+    if kind not in (None, "stable"):
+        raise NotImplementedError(f"CuPy's argsort accepts only kind=None or 'stable', got {kind!r}")
+    return a.argsort(axis=axis, kind="stable")
+
+
+ndarray.argsort = lambda self, axis=-1, kind=None: _argsort_routine(self, axis, kind)
+_argsort_routine = routine("argsort", _stable_argsort, "cupy.ndarray")
+
 for _n in NAMES["cupy.ndarray"]:
     if not _n.startswith("_") and not hasattr(ndarray, _n) and callable(getattr(np.ndarray, _n, None)):
         setattr(ndarray, _n, _method(_n))

@@ -1,0 +1,61 @@
+"""torch.use_deterministic_algorithms and its companions, with what they change in the engine.
+
+The engine's CPU kernels are deterministic already: numpy's `ufunc.at` adds in index order, and
+the threaded kernels split work by shape, never by thread count (docs/engine.md). On CUDA two
+things depend on the order in which threads finish, both float sums with atomics:
+
+* scatter-adds (`cupy.add.at`): the embedding gradient, `index_add`, `scatter_add`, `index_put`
+  with `accumulate=True`, the backward of `gather` / `index_select` / advanced indexing, an
+  attention mask's gradient. In deterministic mode they go through
+  engine.kernels.scatter_add's sorted segment sums: the bits of numpy's `add.at`, one order.
+* flash attention's fused backward (engine.ops.attention.FLASH_BACKWARD = "fused"): in
+  deterministic mode the split backward (dq and dkdv kernels, no atomics) runs instead.
+
+So every op has a deterministic path, and none raises in deterministic mode (`warn_only` is kept
+and read back). cuBLAS gives the same bits for the same call on the same GPU; the engine gives
+each cuBLAS handle its own workspace (PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise).
+"""
+import builtins
+
+_state = {"enabled": False, "warn_only": False}
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False):
+    """As torch.use_deterministic_algorithms: deterministic versions of the operations that have
+    nondeterministic ones (the module docstring lists them)."""
+    if type(mode) is not bool:
+        raise TypeError(f"use_deterministic_algorithms(): argument 'mode' (position 1) must be bool, "
+                        f"not {type(mode).__name__}")
+    if type(warn_only) is not bool:
+        raise TypeError(f"use_deterministic_algorithms(): argument 'warn_only' must be bool, "
+                        f"not {type(warn_only).__name__}")
+    _state["enabled"], _state["warn_only"] = mode, warn_only
+
+
+def are_deterministic_algorithms_enabled():
+    return _state["enabled"]
+
+
+def is_deterministic_algorithms_warn_only_enabled():
+    return _state["warn_only"]
+
+
+def set_deterministic_debug_mode(debug_mode):
+    """0 / "default": off; 1 / "warn": on, warn only; 2 / "error": on (torch's interface)."""
+    if not isinstance(debug_mode, (builtins.int, str)):
+        raise TypeError(f"debug_mode must be str or int, but got {type(debug_mode)}")
+    if isinstance(debug_mode, str):
+        names = {"default": 0, "warn": 1, "error": 2}
+        if debug_mode not in names:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`, "
+                               f"but got {debug_mode}")
+        debug_mode = names[debug_mode]
+    if debug_mode not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode, expected 0, 1, or 2, but got {debug_mode}")
+    use_deterministic_algorithms(debug_mode != 0, warn_only=debug_mode == 1)
+
+
+def get_deterministic_debug_mode():
+    if not _state["enabled"]:
+        return 0
+    return 1 if _state["warn_only"] else 2

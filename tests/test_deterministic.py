@@ -1,0 +1,125 @@
+"""engine.use_deterministic_algorithms and its companions (engine/backend/deterministic.py):
+the API against torch's, and what the mode changes on CUDA, through the CuPy double: floating
+scatter-adds take the sorted segment sums (the bits of numpy's add.at, which the CPU run gives
+here: its row adds match add.at up to 32 repeats of an id), and
+flash attention's fused backward gives way to the split one."""
+import numpy as np
+import pytest
+import torch
+
+import engine as flow
+from engine.kernels import flash_attention as fa
+from engine.ops import attention as A
+
+API = ["are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled",
+       "get_deterministic_debug_mode"]
+
+
+@pytest.fixture
+def restore():
+    yield
+    flow.use_deterministic_algorithms(False)
+    torch.use_deterministic_algorithms(False)
+
+
+def _state(lib):
+    return [getattr(lib, n)() for n in API]
+
+
+@pytest.mark.parametrize("call", [
+    ("use", (True,), {}), ("use", (True,), {"warn_only": True}), ("use", (False,), {"warn_only": True}),
+    ("use", (False,), {}), ("debug", ("warn",), {}), ("debug", ("error",), {}), ("debug", (1,), {}),
+    ("debug", ("default",), {}), ("debug", (2,), {}), ("debug", (0,), {})])
+def test_the_api_reads_back_as_torch(restore, call):
+    kind, args, kwargs = call
+    for lib in (flow, torch):
+        (lib.use_deterministic_algorithms if kind == "use" else lib.set_deterministic_debug_mode)(*args, **kwargs)
+    assert _state(flow) == _state(torch)
+
+
+@pytest.mark.parametrize("call", [
+    ("use_deterministic_algorithms", (1,), {}), ("use_deterministic_algorithms", (True,), {"warn_only": 1}),
+    ("set_deterministic_debug_mode", ("strict",), {}), ("set_deterministic_debug_mode", (3,), {}),
+    ("set_deterministic_debug_mode", (1.0,), {})])
+def test_bad_arguments_fail_as_in_torch(restore, call):
+    name, args, kwargs = call
+    with pytest.raises(Exception) as want:
+        getattr(torch, name)(*args, **kwargs)
+    with pytest.raises(type(want.value)) as got:
+        getattr(flow, name)(*args, **kwargs)
+    assert str(got.value).split(":")[-1].strip()[:40] == str(want.value).split(":")[-1].strip()[:40]
+    assert _state(flow) == [False, False, 0]
+
+
+def _scatter_cases(rng):
+    """(name, fn(x, device) -> tensor) of ops whose CUDA versions scatter-add floats."""
+    idx = rng.integers(0, 6, 50)
+    ids = rng.integers(0, 6, (5, 10))
+    src = rng.standard_normal((50, 4)).astype(np.float32)
+    index2 = rng.integers(0, 6, (7, 4))
+    return [
+        ("embedding backward", lambda w, dev: _grad(w, dev, lambda t: flow.nn.functional.embedding(
+            flow.tensor(ids, device=dev), t))),
+        ("index_add", lambda w, dev: flow.tensor(w, device=dev).index_add(0, flow.tensor(idx, device=dev),
+                                                                          flow.tensor(src, device=dev))),
+        ("scatter_add", lambda w, dev: flow.tensor(w, device=dev).scatter_add(
+            0, flow.tensor(index2, device=dev), flow.tensor(src[:7], device=dev))),
+        ("index_put accumulate", lambda w, dev: flow.tensor(w, device=dev).index_put(
+            (flow.tensor(idx, device=dev),), flow.tensor(src, device=dev), accumulate=True)),
+        ("gather backward", lambda w, dev: _grad(w, dev, lambda t: t.gather(0, flow.tensor(index2, device=dev)))),
+        ("advanced indexing backward", lambda w, dev: _grad(w, dev, lambda t: t[flow.tensor(idx, device=dev)])),
+    ]
+
+
+def _grad(w, dev, fn):
+    t = flow.tensor(w, device=dev, requires_grad=True)
+    out = fn(t)
+    out.backward(flow.tensor(np.linspace(-3, 3, out.numel(), dtype=np.float32).reshape(out.shape), device=dev))
+    return t.grad
+
+
+def test_cuda_scatter_adds_are_the_cpu_bits_in_deterministic_mode(cuda_double, restore):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 4)).astype(np.float32)
+    stats = cuda_double._double.stats
+    for name, fn in _scatter_cases(rng):
+        flow.use_deterministic_algorithms(True)
+        stats.reset()
+        got = fn(w, "cuda").cpu().numpy()
+        assert stats.by_name["engine_segment_add__float"] >= 1, name
+        want = fn(w, "cpu").numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        flow.use_deterministic_algorithms(False)
+        stats.reset()
+        fn(w, "cuda")
+        assert stats.by_name["engine_segment_add__float"] == 0, name  # CuPy's atomic add.at outside the mode
+
+
+def test_deterministic_mode_takes_the_split_flash_backward(cuda_double, restore, monkeypatch):
+    monkeypatch.setattr(A, "FLASH_BACKWARD", "fused")
+    monkeypatch.setattr(A, "FLASH_ATTENTION_ON_GPU", True)
+    rng = np.random.default_rng(2)
+    qkv = rng.standard_normal((2, 9, 2 * 3 * 16)).astype(np.float32)
+    stats = cuda_double._double.stats
+    for mode, kernels in ((False, ("bwd_pre", "bwd", "bwd_dq")), (True, ("dq", "dkdv"))):
+        flow.use_deterministic_algorithms(mode)
+        x = flow.tensor(qkv, device="cuda", requires_grad=True)
+        with flow.autocast("cuda", dtype=flow.float16):
+            y = flow.nn.functional.packed_qkv_attention(x, 2, causal=True)
+        stats.reset()
+        y.float().sum().backward()
+        assert all(stats.by_name[f"flash_{k}__hd16"] == 1 for k in kernels), (mode, dict(stats.by_name))
+
+
+def test_a_gpt2_step_in_deterministic_mode_reads_nothing_back(cuda_layers, restore):
+    """The sorted scatter-adds need no host read (no count of distinct targets): the GPT-2 step
+    still makes no host synchronisation, with the embedding gradients through the segment sums,
+    and its losses are those of the default mode (the same sums, in one order)."""
+    from test_cuda_double_training import _gpt2_step_counts
+    default_counts, default_losses = _gpt2_step_counts(cuda_layers)
+    flow.use_deterministic_algorithms(True)
+    stats = cuda_layers._double.stats
+    counts, losses = _gpt2_step_counts(cuda_layers)
+    assert [syncs for _, syncs, _ in counts[1:]] == [0, 0], counts
+    assert stats.by_name["engine_segment_add__float"] >= 2  # the token and position embeddings
+    np.testing.assert_allclose(losses, default_losses, rtol=1e-6)
