@@ -1,4 +1,5 @@
 """Parity cases for engine/ops/normalization.py: layer_norm, normalize, cosine_similarity."""
+import torch
 
 from harness import Input as I, OpCase
 
@@ -20,6 +21,22 @@ CASES += [
     OpCase("layer_norm", _ln((4,)), [I((1, 4)), I((4,)), I((4,))], name="one-row"),
     OpCase("layer_norm", _ln((4,)), [I((0, 4)), I((4,)), I((4,))], name="empty", gradcheck=False),
     OpCase("layer_norm", _ln((32,)), [I((3, 32)), I((32,)), I((32,))], name="wide"),
+]
+
+
+# layer_norm_into_autocast (an engine function) is torch's layer_norm outside autocast; under
+# autocast it adds the cast a product would make (tests/test_fused_kernels_norm_act.py)
+def _ln_into_autocast(shape):
+    def fn(m, x, *p):
+        if m is torch:
+            return m.nn.functional.layer_norm(x, shape, *p)
+        return m.nn.functional.layer_norm_into_autocast(x, shape, *p)
+    return fn
+
+
+CASES += [
+    OpCase("layer_norm_into_autocast", _ln_into_autocast((6,)), [I((2, 3, 6)), I((6,)), I((6,))], name="affine"),
+    OpCase("layer_norm_into_autocast", _ln_into_autocast((3, 4)), [I((2, 3, 4))], name="2d-shape"),
 ]
 
 
