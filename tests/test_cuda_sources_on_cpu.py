@@ -29,6 +29,7 @@ SMALL = " or ".join([
     "multi_tensor_unscale",
     "loss_scale_update_kernel",
     "segment_add",
+    "segment_store",
 ])
 
 

@@ -138,6 +138,27 @@ def test_segment_add(dtype, key):
     np.testing.assert_array_equal(_host(got), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64, np.int8, np.bool_])
+@pytest.mark.parametrize("key", ["rows", "mesh"])
+def test_segment_store(dtype, key):
+    """The deterministic indexed store: of a repeated target's values the last wins, as numpy's
+    assignment leaves it (any dtype, moved as words of its size)."""
+    rng = _rng()
+    out = (rng.standard_normal((7, 5)) * 50).astype(dtype)
+    if key == "rows":
+        k = rng.integers(-7, 7, 30)
+        vals = (rng.standard_normal((30, 5)) * 50).astype(dtype)
+    else:
+        k = tuple(rng.integers(0, n, (4, 8)) for n in out.shape)
+        vals = (rng.standard_normal((4, 8)) * 50).astype(dtype)
+    want = out.copy()
+    want[k] = vals
+    got = _dev(out)
+    dev_key = tuple(_dev(a) for a in k) if isinstance(k, tuple) else _dev(k)
+    scatter_add.store_at_cuda(got, dev_key, _dev(vals))
+    np.testing.assert_array_equal(_host(got), want)
+
+
 def _mask(rng, kind, shape):
     b, h, q, k = shape
     return {"none": None, "padding": rng.random((b, 1, 1, k)) < 0.3, "square": rng.random((1, 1, q, k)) < 0.3,

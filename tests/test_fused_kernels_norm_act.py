@@ -456,6 +456,43 @@ def test_layer_norm_into_autocast_is_layer_norm_then_the_cast(cuda_double, devic
         assert stats.launches == plain - 2, (stats.launches, plain)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_into_autocast_under_create_graph(cuda_double, affine):
+    """A double backward (create_graph=True) through the float16 output: the gradients of
+    layer_norm followed by the cast, dtypes included (the composite backward gets the gradient
+    in float32, as after the cast's backward)."""
+    rng = np.random.default_rng(8)
+    x = _rand(rng, (4, 32), np.float32, 2.0)
+    w, b = (_rand(rng, 32, np.float32), _rand(rng, 32, np.float32)) if affine else (None, None)
+    results = []
+    for norm in (lambda t, w, b: F.layer_norm(t, (32,), w, b), lambda t, w, b: F.layer_norm_into_autocast(t, (32,), w, b)):
+        ts = [None if a is None else flow.tensor(a, device="cuda", requires_grad=True) for a in (x, w, b)]
+        with flow.autocast("cuda", dtype=flow.float16):
+            y = norm(*ts)
+            y = y.to(flow.float16)  # the product's cast (a no-op after layer_norm_into_autocast)
+        grads = flow.autograd.grad((y.float() ** 2).sum(), [t for t in ts if t is not None], create_graph=True)
+        second = flow.autograd.grad(sum(g.float().sum() for g in grads), ts[0])[0]
+        results.append([(_np(g), g.dtype) for g in grads] + [(_np(second), second.dtype)])
+    for (got, got_dtype), (want, want_dtype) in zip(results[1], results[0]):
+        assert got_dtype == want_dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_layer_norm_grad_of_a_float16_gradient_is_float32(cuda_double, device):
+    """A float16 gradient for a float32 layer_norm output gives float32 dx and db on both
+    devices, as in torch (its engine casts the gradient to the output's dtype first)."""
+    rng = np.random.default_rng(4)
+    x, b = (flow.tensor(_rand(rng, s, np.float32), device=device, requires_grad=True) for s in ((3, 8), 8))
+    y = F.layer_norm(x, (8,), None, b)
+    g = _rand(rng, (3, 8), np.float16)
+    dx, db = flow.autograd.grad(y, (x, b), flow.tensor(g, device=device))
+    tx, tb = (torch.tensor(_np(t), requires_grad=True) for t in (x, b))
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(tx, (8,), None, tb), (tx, tb), torch.tensor(g))
+    assert (dx.dtype, db.dtype) == (flow.float32, flow.float32) and all(w.dtype == torch.float32 for w in want)
+    for got, w in zip((dx, db), want):
+        np.testing.assert_allclose(_np(got), w.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_layer_norm_into_autocast_outside_autocast_and_its_errors(cuda_double):
     x = flow.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="cuda")
     y = F.layer_norm_into_autocast(x, 4)

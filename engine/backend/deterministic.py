@@ -1,19 +1,25 @@
 """torch.use_deterministic_algorithms and its companions, with what they change in the engine.
 
 The engine's CPU kernels are deterministic already: numpy's `ufunc.at` adds in index order, and
-the threaded kernels split work by shape, never by thread count (docs/engine.md). On CUDA two
-things depend on the order in which threads finish, both float sums with atomics:
+the threaded kernels split work by shape, never by thread count (docs/engine.md). On CUDA three
+things depend on the order in which threads run:
 
-* scatter-adds (`cupy.add.at`): the embedding gradient, `index_add`, `scatter_add`, `index_put`
-  with `accumulate=True`, the backward of `gather` / `index_select` / advanced indexing, an
-  attention mask's gradient. In deterministic mode they go through
-  engine.kernels.scatter_add's sorted segment sums: the bits of numpy's `add.at`, one order.
+* scatter-adds (`cupy.add.at`, atomics): the embedding gradient, `index_add`, `scatter_add`,
+  `scatter_reduce` sum and mean, `index_put` with `accumulate=True`, the backward of `gather`
+  / `index_select` / advanced indexing, an attention mask's gradient, and the weighted
+  `bincount` (also max_pool2d's backward). In deterministic mode they go through
+  engine.kernels.scatter_add's sorted runs: the bits of numpy's `add.at`, one order.
+* indexed stores that name a target twice (`x[idx] = v`, `index_put`, `scatter`): in
+  deterministic mode the last value of each target wins, as numpy leaves it.
 * flash attention's fused backward (engine.ops.attention.FLASH_BACKWARD = "fused"): in
   deterministic mode the split backward (dq and dkdv kernels, no atomics) runs instead.
 
 So every op has a deterministic path, and none raises in deterministic mode (`warn_only` is kept
-and read back). cuBLAS gives the same bits for the same call on the same GPU; the engine gives
-each cuBLAS handle its own workspace (PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise).
+and read back). The sorted runs sort with CuPy, whose Thrust sort synchronises the stream: a
+host wait per call, and none inside a CUDA graph capture (refused). cuBLAS gives the same bits
+for the same call on the same GPU; the engine gives each cuBLAS handle its own workspace
+(PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise). torch's `fill_uninitialized_memory`
+(empty tensors filled with NaN in deterministic mode) is not implemented.
 """
 import builtins
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from .op import Op, autocast_unifies
 from ..backend import dtypes, onednn, xp_of
+from ..kernels import scatter_add as scatter_kernels
 from ..tensor import Tensor
 from ._core import broadcast_to, const_like, reshape, shape_str
 from ._kernels import matmul as _matmul
@@ -722,7 +723,7 @@ class MaxPool2dScatter(Op):
         pt, pb, pl, pr = pads
         hp, wp = h + pt + pb, w + pl + pr
         flat = _winner_index(arg, (hp, wp), kernel, stride, dilation, out_hw)
-        dx = xp.bincount(flat.reshape(-1), weights=g.reshape(-1), minlength=n * c * hp * wp)
+        dx = scatter_kernels.bincount(flat.reshape(-1), g.reshape(-1), n * c * hp * wp, size=n * c * hp * wp)
         dx = dx.reshape(n, c, hp, wp)[:, :, pt:pt + h, pl:pl + w]
         return xp.ascontiguousarray(dx, dtype=g.dtype)
 

@@ -178,7 +178,7 @@ class IndexPut(Op):
     def forward(ctx, x, v, key, basic):
         ctx.key, ctx.basic, ctx.v_shape = key, basic, v.shape
         out = x.copy()
-        out[key] = v
+        scatter_kernels.store_at(out, key, v)
         return out
 
     @staticmethod
@@ -406,7 +406,7 @@ class Scatter(Op):
         if add:
             scatter_kernels.add_at(out, mesh, s)
         else:
-            out[mesh] = s
+            scatter_kernels.store_at(out, mesh, s)
         return out
 
     @staticmethod
@@ -544,7 +544,8 @@ def _extreme_at(xp, reduce, out, mesh, src):
     H200), and it has none for float16. There each target's extreme is the last of its run once
     the values are sorted by (target, value) (NaN sorts last; amin sorts the negated values), and
     every element of a run writes that same value: no boolean compaction, which would read a
-    count back to the host (a synchronisation, refused inside a CUDA graph capture)."""
+    count back to the host. The sorts themselves wait for the stream (CuPy sorts with Thrust,
+    CuPy issue #9126), so this still synchronises and cannot be captured in a CUDA graph."""
     if xp is np or out.dtype.kind != "f":
         getattr(xp, _AT[reduce]).at(out, mesh, src)
         return
@@ -601,8 +602,8 @@ class ScatterReduce(Op):
             _multiply_at(xp, out, mesh, s)
         elif reduce in ("amax", "amin"):
             _extreme_at(xp, reduce, out, mesh, s)
-        else:
-            getattr(xp, _AT[reduce]).at(out, mesh, s)
+        else:  # sum, mean
+            scatter_kernels.add_at(out, mesh, s)
         if reduce == "mean":
             count = xp.full(x.shape, int(include_self), dtype=np.int64)
             xp.add.at(count, mesh, 1)
@@ -1196,7 +1197,7 @@ def fill_(self, value):
 
 
 def _store(dst, key, value):
-    dst[key] = value
+    scatter_kernels.store_at(dst, key, value)
 
 
 def _add_at(dst, key, value):

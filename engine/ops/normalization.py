@@ -189,6 +189,7 @@ class LayerNorm(Op):
         x, w, mean, rstd = ctx.saved_tensors
         if _grad_state.enabled:  # create_graph: the gradients must be differentiable themselves
             norm = tuple(x.shape[x.ndim - ctx.k:])
+            g = cast(g, x.dtype)  # layer_norm_into_autocast's float16 y: as after its cast's backward
             dx, dw, db = _norm_backward_composite(g, x, w, tuple(range(x.ndim - ctx.k, x.ndim)), ctx.eps,
                                                   w_shape=norm if ctx.has_w else None,
                                                   b_shape=norm if ctx.has_b else None)
@@ -232,7 +233,7 @@ class LayerNormGrad(NoDoubleBackward, Op):
             return _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b)
         x2 = work_array(x).reshape(-1, d)
         m = x2.shape[0]
-        dtype = g.dtype
+        dtype = _grad_dtype(g, x)
         g2 = work_array(g).reshape(m, d)
         if g2.dtype != x2.dtype:
             g2 = g2.astype(x2.dtype)
@@ -260,6 +261,12 @@ class LayerNormGrad(NoDoubleBackward, Op):
         return dx.reshape(g.shape).astype(dtype, copy=False), dw, db
 
 
+def _grad_dtype(g, x):
+    """The dtype of dx and db: g's, but the rows' for a float16 g beside float32 rows
+    (layer_norm_into_autocast's float16 y, as after its cast's backward; torch gives float32)."""
+    return x.dtype if g.dtype == np.float16 and x.dtype == np.float32 else g.dtype
+
+
 def _kernel_dtype(x, *params):
     """The element type the fused CUDA kernels run in: x's, or float32 when a weight's dtype
     differs (a float16 input with float32 weights)."""
@@ -283,10 +290,9 @@ def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):
     dt = _kernel_dtype(x, w)
     if acc_dtype(dt) != mean.dtype:  # the forward ran in float32 (a bias of another dtype): so does this
         dt = np.dtype(mean.dtype)
-    # layer_norm_into_autocast's float16 y beside float32 rows: its gradient is read as it is, and
-    # dx and db come in the rows' dtype (as after the cast's backward)
+    # layer_norm_into_autocast's float16 y beside float32 rows: its gradient is read as it is
     half_g = g.dtype == np.float16 and x.dtype == dt == np.float32
-    out = x.dtype if half_g else g.dtype
+    out = _grad_dtype(g, x)
     dx, dw, db = layer_norm_kernels.layer_norm_backward(
         g.reshape(m, d) if half_g else g.reshape(m, d).astype(dt, copy=False), x.reshape(m, d).astype(dt, copy=False),
         mean.reshape(m), rstd.reshape(m), None if w is None else w.reshape(d).astype(dt, copy=False), has_b)

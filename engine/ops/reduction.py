@@ -18,6 +18,7 @@ import numpy as np
 
 from .op import Op
 from ..backend import dtypes, host_checks, xp_of
+from ..kernels import scatter_add as scatter_kernels
 from .comparison import gt, lt, where
 from .unary import exp, log
 from ..tensor import Tensor, _check_dim, tensor_method
@@ -1036,7 +1037,7 @@ class Bincount(Op):
     @staticmethod
     def forward(ctx, x, weights, minlength, out_dtype):
         xp = xp_of(x)
-        out = xp.bincount(x, weights=weights, minlength=minlength)
+        out = scatter_kernels.bincount(x, weights, minlength)
         return out.astype(out_dtype.np, copy=False)
 
 

@@ -36,7 +36,11 @@ _SPECIAL = {
     "get_default_memory_pool": lambda: cuda.default_pool,
     "get_default_pinned_memory_pool": lambda: cuda.pinned_pool,
     "fuse": None,  # refused below: kernel fusion is not emulated
-    "argsort": lambda a, axis=-1, kind=None: a.argsort(axis=axis, kind=kind),  # stable, as CuPy's
+    # Thrust's sorts: stable, each a synchronisation (_double.SORTS)
+    "argsort": _double.SORTS["argsort"], "sort": _double.SORTS["sort"], "lexsort": _double.SORTS["lexsort"],
+    # CuPy's ravel_multi_index wraps out-of-range indices by default (numpy's raises)
+    "ravel_multi_index": routine("ravel_multi_index", lambda multi_index, dims, mode="wrap", order="C":
+                                 np.ravel_multi_index(multi_index, dims, mode=mode, order=order)),
 }
 
 

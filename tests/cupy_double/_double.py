@@ -730,15 +730,37 @@ def _method(name):
     return method
 
 
+# CuPy sorts with Thrust, whose sort ends with cudaStreamSynchronize (CuPy issue #9126): a host
+# synchronisation at every sort, refused inside a stream capture. Its argsort is always stable.
+def _thrust_sort(name, fn):
+    def sort(*args, **kwargs):
+        stats.sync(f"cupy.{name} (Thrust's sort synchronises the stream)")
+        return fn(*args, **kwargs)
+
+    return routine(name, sort)
+
+
 def _stable_argsort(a, axis=-1, kind=None):
-    """CuPy's argsort is always stable (a radix sort); numpy's default quicksort is not."""
     if kind not in (None, "stable"):
         raise NotImplementedError(f"CuPy's argsort accepts only kind=None or 'stable', got {kind!r}")
     return a.argsort(axis=axis, kind="stable")
 
 
-ndarray.argsort = lambda self, axis=-1, kind=None: _argsort_routine(self, axis, kind)
-_argsort_routine = routine("argsort", _stable_argsort, "cupy.ndarray")
+def _sort(a, axis=-1, kind=None):
+    if kind not in (None, "stable"):
+        raise NotImplementedError(f"CuPy's sort accepts only kind=None or 'stable', got {kind!r}")
+    return np.sort(a, axis=axis, kind="stable")
+
+
+def _sort_in_place(a, axis=-1, kind=None):
+    a.sort(axis=axis, kind="stable" if kind is None else kind)
+
+
+SORTS = {"argsort": _thrust_sort("argsort", _stable_argsort), "sort": _thrust_sort("sort", _sort),
+         "lexsort": _thrust_sort("lexsort", np.lexsort)}
+ndarray.argsort = lambda self, axis=-1, kind=None: SORTS["argsort"](self, axis, kind)
+ndarray.sort = lambda self, axis=-1, kind=None: _sort_in_place_routine(self, axis, kind)
+_sort_in_place_routine = _thrust_sort("sort", _sort_in_place)
 
 for _n in NAMES["cupy.ndarray"]:
     if not _n.startswith("_") and not hasattr(ndarray, _n) and callable(getattr(np.ndarray, _n, None)):
