@@ -140,3 +140,30 @@ def test_chunked_kernel_launches_must_be_aligned(cuda_double):
     with pytest.raises(ValueError, match="16-byte path with y at address"):
         kernel((1,), (32,), (y, b, np.uint64(16), np.int32(8), np.int32(1)))
     kernel((1,), (32,), (y, b, np.uint64(16), np.int32(8), np.int32(0)))  # one element per thread: fine
+
+
+def test_an_allocation_with_permuted_axes_resolves_to_its_memory(cuda_double):
+    """astype / copy of a transposed array keep its layout (order "K"): one dense block whose axes
+    are neither in C nor F order. Its addresses resolve, and a cuBLAS product reads it (a Swin
+    float16 backward hit this: its patch embedding's weight gradient)."""
+    cp = cuda_double
+    from engine.backend import cublas
+    host = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    a = cp.asarray(host).transpose(1, 2, 0).astype(np.float16)  # [4, 5, 3], strides of a (3, 4, 5) block
+    assert not (a.flags.c_contiguous or a.flags.f_contiguous)
+    flat = cuda_double._double.view(a.data.ptr, np.float16, a.size)
+    np.testing.assert_array_equal(np.sort(flat), np.sort(host.astype(np.float16).reshape(-1)))
+    b = cp.asarray(np.ones((4, 3, 2), np.float16))
+    want = np.matmul(host.transpose(1, 2, 0).astype(np.float16).astype(np.float32), np.ones((4, 3, 2), np.float32))
+    np.testing.assert_allclose(cp.asnumpy(cublas.matmul(a, b)).astype(np.float32), want, rtol=2e-3)
+
+
+def test_sorts_are_stable_and_synchronise_as_cupys(cuda_double):
+    """CuPy sorts with Thrust: stable, and the sort waits for the stream (CuPy issue #9126)."""
+    cp = cuda_double
+    keys = cp.asarray(np.array([2, 1, 2, 1, 0, 2]))
+    stats = cuda_double._double.stats
+    stats.reset()
+    orders = cp.argsort(keys), keys.argsort()
+    assert stats.syncs == 2
+    assert [cp.asnumpy(o).tolist() for o in orders] == [[4, 1, 3, 0, 2, 5]] * 2

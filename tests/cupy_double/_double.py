@@ -169,10 +169,11 @@ def view(ptr, dtype, count):
     offset = int(ptr) - _sorted_addrs[i]
     if offset < 0 or offset + count * dtype.itemsize > root.nbytes:
         raise ValueError(f"{count} x {dtype} at {ptr:#x} runs past its allocation of {root.nbytes} bytes")
-    # an allocation owns one block of memory, in C or in F order (the transpose of an F-ordered
-    # array is that block in C order)
-    block = root if root.flags.c_contiguous else root.T if root.flags.f_contiguous else None
-    flat = block.reshape(-1).view(np.uint8) if block is not None else None
+    # an allocation owns one block of memory, its axes in C order, F order or any other (astype
+    # and copy keep a transposed input's layout, order="K"): the axes sorted by stride are that
+    # block in C order
+    block = root.transpose(np.argsort([-st for st in root.strides], kind="stable"))
+    flat = block.reshape(-1).view(np.uint8) if block.flags.c_contiguous else None
     if flat is None:
         raise ValueError("address lookup into a non-contiguous allocation")
     return flat[offset: offset + count * dtype.itemsize].view(dtype)
