@@ -249,10 +249,13 @@ def _recipe(name):
             "gpt2-fp16-flash": (CONFIG, TINY + ["train.amp.enabled=True", "train.amp.dtype=float16"]),
             "bert": (bert_helpers.CONFIG, bert_helpers.TINY),
             "vit": (vision_helpers.VIT_CONFIG, vision_helpers.VIT_TINY),
-            "swin": (vision_helpers.SWIN_CONFIG, vision_helpers.SWIN_NO_DROP)}[name]
+            "swin": (vision_helpers.SWIN_CONFIG, vision_helpers.SWIN_NO_DROP),
+            # float16 through the patch embedding's convolution and the norms' float16 outputs
+            "swin-fp16": (vision_helpers.SWIN_CONFIG,
+                          vision_helpers.SWIN_NO_DROP + ["train.amp.enabled=True", "train.amp.dtype=float16"])}[name]
 
 
-RECIPES = ["gpt2", "gpt2-fp16", "gpt2-fp16-flash", "bert", "vit", "swin"]
+RECIPES = ["gpt2", "gpt2-fp16", "gpt2-fp16-flash", "bert", "vit", "swin", "swin-fp16"]
 
 
 def _flash_env(recipe, monkeypatch):
