@@ -162,3 +162,30 @@ def test_a_cuda_graph_capture_refuses_deterministic_scatter_adds(cuda_double, re
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph: CuPy's sort synchronises"):
         with flow.cuda.graph(flow.cuda.CUDAGraph()):
             flow.nn.functional.embedding(ids, w).sum().backward()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_empty_is_filled_in_deterministic_mode_as_in_torch(cuda_double, restore, device):
+    """torch.utils.deterministic.fill_uninitialized_memory: NaN for floating dtypes, the largest
+    integer, True; off with the flag."""
+    flow.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True)
+    for name in ("float32", "float16", "float64", "int32", "int64", "uint8", "bool"):
+        got = flow.empty(3, dtype=getattr(flow, name), device=device).cpu().numpy()
+        want = torch.empty(3, dtype=getattr(torch, name)).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert np.isnan(flow.empty_like(flow.ones(2, device=device)).cpu().numpy()).all()
+    assert np.isnan(flow.ones(2, device=device).new_empty(4).cpu().numpy()).all()
+    with pytest.raises(RuntimeError, match="expected a bool, but got int"):
+        flow.utils.deterministic.fill_uninitialized_memory = 1
+    flow.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        assert flow.utils.deterministic.fill_uninitialized_memory is False
+        assert deterministic_fill() is None
+    finally:
+        flow.utils.deterministic.fill_uninitialized_memory = True
+
+
+def deterministic_fill():
+    from engine.backend import deterministic
+    return deterministic.fill_value(np.dtype(np.float32))

@@ -18,12 +18,17 @@ So every op has a deterministic path, and none raises in deterministic mode (`wa
 and read back). The sorted runs sort with CuPy, whose Thrust sort synchronises the stream: a
 host wait per call, and none inside a CUDA graph capture (refused). cuBLAS gives the same bits
 for the same call on the same GPU; the engine gives each cuBLAS handle its own workspace
-(PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise). torch's `fill_uninitialized_memory`
-(empty tensors filled with NaN in deterministic mode) is not implemented.
+(PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise).
+
+As torch, deterministic mode also fills `empty` tensors (`empty_like`, `new_empty`): NaN for
+floating dtypes, the largest value for integers, True for bool, unless
+`engine.utils.deterministic.fill_uninitialized_memory` is set to False.
 """
 import builtins
 
-_state = {"enabled": False, "warn_only": False}
+import numpy as np
+
+_state = {"enabled": False, "warn_only": False, "fill_uninitialized_memory": True}
 
 
 def use_deterministic_algorithms(mode, *, warn_only=False):
@@ -65,3 +70,15 @@ def get_deterministic_debug_mode():
     if not _state["enabled"]:
         return 0
     return 1 if _state["warn_only"] else 2
+
+
+def fill_value(dtype):
+    """What `empty` of numpy dtype `dtype` is filled with in deterministic mode (torch's values),
+    or None when it is left uninitialised."""
+    if not (_state["enabled"] and _state["fill_uninitialized_memory"]):
+        return None
+    if dtype.kind in "fV":  # V: bfloat16 (ml_dtypes)
+        return float("nan")
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).max
+    return True

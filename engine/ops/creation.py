@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from ..backend import array_from_data, as_device, check_dtype_on, default_device, dtypes, to_device, xp_for
+from ..backend import array_from_data, as_device, check_dtype_on, default_device, deterministic, dtypes, to_device, xp_for
 from ..backend.random import default_generator
 from ..autograd.grad_mode import _state as _grad_state
 from ..tensor import Tensor, Size
@@ -100,7 +100,11 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **_):
 def empty(*size, dtype=None, device=None, requires_grad=False, **_):
     dev = _dev(device)
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    return _finish(_xp(dev, dtype).empty(_size(size), dtype=dtype.np), dev, requires_grad)
+    a = _xp(dev, dtype).empty(_size(size), dtype=dtype.np)
+    fill = deterministic.fill_value(a.dtype)  # torch's fill_uninitialized_memory in deterministic mode
+    if fill is not None:
+        a.fill(fill)
+    return _finish(a, dev, requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False, **_):
