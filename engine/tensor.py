@@ -18,7 +18,7 @@ import numpy as np
 from . import autograd
 from .autograd.grad_mode import _state as _grad_state
 from .autograd.graph import AccumulateGrad, RemovableHandle
-from .backend import array_from_data, as_device, default_device, dtypes, xp_for, xp_of
+from .backend import array_from_data, as_device, default_device, deterministic, dtypes, xp_for, xp_of
 
 
 class Size(tuple):
@@ -51,6 +51,9 @@ class Tensor:
             dev = dev or default_device()
             dt = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
             array = xp_for(dev).empty(tuple(int(s) for s in (data,) + args), dtype=dt.np)
+            fill = deterministic.fill_value(array.dtype)  # as torch.empty in deterministic mode
+            if fill is not None:
+                array.fill(fill)
         else:
             if dtype is None and not isinstance(data, Tensor):
                 dtype = dtypes.get_default_dtype()

@@ -189,3 +189,26 @@ def test_empty_is_filled_in_deterministic_mode_as_in_torch(cuda_double, restore,
 def deterministic_fill():
     from engine.backend import deterministic
     return deterministic.fill_value(np.dtype(np.float32))
+
+
+
+def test_deterministic_stores_and_adds_edge_cases(cuda_double, restore):
+    """Values with extra leading unit dims (numpy's assignment drops them), values read from the
+    memory being written (x[idx] = x: copied first, as numpy), and a weighted bincount of a
+    negative id (an error, as outside the mode) take the deterministic path as numpy would."""
+    flow.use_deterministic_algorithms(True)
+    for dev in ("cpu", "cuda"):
+        x = flow.zeros(5, device=dev)
+        x[flow.tensor([1, 1, 2], device=dev)] = flow.tensor([[1.0, 2.0, 3.0]], device=dev)
+        assert x.cpu().numpy().tolist() == [0, 2, 3, 0, 0], dev
+    n = 300
+    host = np.arange(n, dtype=np.float32)
+    idx = np.concatenate([np.arange(1, n), [n - 1]])
+    want = host.copy()
+    want[idx] = host.copy()
+    x = flow.tensor(host, device="cuda")
+    x[flow.tensor(idx, device="cuda")] = x
+    np.testing.assert_array_equal(x.cpu().numpy(), want)
+    with pytest.raises(ValueError, match="must be non-negative"):
+        flow.bincount(flow.tensor([0, -1, 2], device="cuda"), flow.tensor([1.0, 2.0, 3.0], device="cuda"))
+    assert np.isnan(flow.Tensor(3).numpy()).all()  # the legacy sizes constructor is filled too

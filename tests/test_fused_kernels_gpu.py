@@ -157,6 +157,15 @@ def test_segment_store(dtype, key):
     dev_key = tuple(_dev(a) for a in k) if isinstance(k, tuple) else _dev(k)
     scatter_add.store_at_cuda(got, dev_key, _dev(vals))
     np.testing.assert_array_equal(_host(got), want)
+    # values read from the memory being written, many threads apart: copied first, as numpy does
+    n = 4096
+    big = (rng.standard_normal(n) * 50).astype(dtype)
+    shift = np.concatenate([np.arange(1, n), [n - 1]])
+    want = big.copy()
+    want[shift] = big.copy()
+    got = _dev(big)
+    scatter_add.store_at_cuda(got, _dev(shift), got)
+    np.testing.assert_array_equal(_host(got), want)
 
 
 def _mask(rng, kind, shape):

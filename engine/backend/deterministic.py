@@ -10,12 +10,13 @@ things depend on the order in which threads run:
   `bincount` (also max_pool2d's backward). In deterministic mode they go through
   engine.kernels.scatter_add's sorted runs: the bits of numpy's `add.at`, one order.
 * indexed stores that name a target twice (`x[idx] = v`, `index_put`, `scatter`): in
-  deterministic mode the last value of each target wins, as numpy leaves it.
+  deterministic mode the last value of each target in the index's C order wins (numpy's order
+  for C-ordered indices and values).
 * flash attention's fused backward (engine.ops.attention.FLASH_BACKWARD = "fused"): in
   deterministic mode the split backward (dq and dkdv kernels, no atomics) runs instead.
 
-So every op has a deterministic path, and none raises in deterministic mode (`warn_only` is kept
-and read back). The sorted runs sort with CuPy, whose Thrust sort synchronises the stream: a
+So every op has a deterministic path, and none raises in deterministic mode outside a CUDA-graph
+capture (`warn_only` is kept and read back). The sorted runs sort with CuPy, whose Thrust sort synchronises the stream: a
 host wait per call, and none inside a CUDA graph capture (refused). cuBLAS gives the same bits
 for the same call on the same GPU; the engine gives each cuBLAS handle its own workspace
 (PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise).

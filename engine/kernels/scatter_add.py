@@ -15,8 +15,10 @@ scatter-adds on CUDA take this path instead:
      Weighted bincount goes through the adds (float64, numpy's sums).
 
 So the result has the bits of numpy's `add.at` on the same values (cast to out's dtype first:
-every caller passes them so), every run. Targets outside `out` are skipped, where numpy raises:
-the ops check their indices first. It costs the sort, and CuPy sorts with Thrust, whose sort
+every caller passes them so), every run; a store keeps the last value of each target in the C
+order of the index (numpy's order for C-ordered indices and values). Indices out of range wrap
+(per-axis index arrays, as CuPy's ravel_multi_index) or are skipped (rows): the ops check their
+indices first (on CUDA in debug mode). It costs the sort, and CuPy sorts with Thrust, whose sort
 ends with a stream synchronisation (CuPy issue #9126): a host wait per scatter-add, and no
 deterministic scatter-add inside a CUDA graph capture (refused by name). A general key also
 costs an int64 array of target positions: the size of `values` for per-axis index arrays, of
@@ -92,6 +94,14 @@ def flat_targets(xp, out, mesh, values):
     return lin, values.reshape(-1)
 
 
+def _fit(xp, values, shape):
+    """`values` broadcast to `shape` as an assignment broadcasts them: leading unit dims beyond
+    the target's rank dropped first (numpy's and torch's x[idx] = v accept them)."""
+    while values.ndim > len(shape) and values.shape[0] == 1:
+        values = values[0]
+    return xp.broadcast_to(values, shape)
+
+
 def _targets(xp, out, key, values):
     """(targets [n], values [n, cols], out viewed [rows, cols]) of out[key] += values."""
     if isinstance(key, xp.ndarray) and key.ndim == 1 and key.dtype.kind in "iu":  # rows along axis 0
@@ -99,15 +109,15 @@ def _targets(xp, out, key, values):
         target = key.astype(np.int64)
         target = xp.where(target < 0, target + rows, target)
         cols = out.size // rows if rows else 0
-        vals = xp.broadcast_to(values, (key.size,) + out.shape[1:]).reshape(key.size, cols)
+        vals = _fit(xp, values, (key.size,) + out.shape[1:]).reshape(key.size, cols)
         return target, vals, out.reshape(rows, cols)
     if (isinstance(key, tuple) and len(key) == out.ndim
             and all(isinstance(m, xp.ndarray) and m.dtype.kind in "iu" for m in key)):
         shape = xp.broadcast_shapes(*(m.shape for m in key))
-        lin, vals = flat_targets(xp, out, key, xp.broadcast_to(values, shape))
+        lin, vals = flat_targets(xp, out, key, _fit(xp, values, shape))
     else:  # slices, a boolean mask, fewer arrays than axes: the positions of an arange
         positions = xp.arange(out.size, dtype=np.int64).reshape(out.shape)[key]
-        lin, vals = positions.reshape(-1), xp.broadcast_to(values, positions.shape).reshape(-1)
+        lin, vals = positions.reshape(-1), _fit(xp, values, positions.shape).reshape(-1)
     return lin, vals.reshape(-1, 1), out.reshape(-1, 1)
 
 
@@ -126,7 +136,8 @@ def _sorted_runs(out, key, values, kernel_base, word=None):
     if n and cols:
         order = cp.argsort(target)  # stable: each target's values keep their order
         sorted_target = target[order]
-        vals = cp.ascontiguousarray(vals)
+        # values read from the memory being written (x[idx] = x) are copied first, as numpy does
+        vals = vals.copy() if cp.may_share_memory(vals, work) else cp.ascontiguousarray(vals)
         if word is None:
             name = kernel_name(kernel_base, out.dtype)
         else:  # any dtype, moved as words of its size
@@ -185,7 +196,9 @@ def bincount(x, weights=None, minlength=0, size=None):
     xp = backend.xp_of(x)
     if xp is np or weights is None or not deterministic.are_deterministic_algorithms_enabled():
         return xp.bincount(x, weights=weights, minlength=minlength)
-    if size is None:
+    if size is None:  # two host reads, as cupy.bincount makes them
+        if x.size and int(x.min()) < 0:
+            raise ValueError("The first argument of bincount must be non-negative")
         size = max(int(minlength), int(x.max()) + 1 if x.size else 0)
     out = xp.zeros(size, np.result_type(weights.dtype, np.float64))
     add_at_cuda(out, x.reshape(-1), weights.reshape(-1))
