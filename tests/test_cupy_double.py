@@ -159,7 +159,8 @@ def test_an_allocation_with_permuted_axes_resolves_to_its_memory(cuda_double):
 
 
 def test_sorts_are_stable_and_synchronise_as_cupys(cuda_double):
-    """CuPy sorts with Thrust: stable, and the sort waits for the stream (CuPy issue #9126)."""
+    """CuPy sorts with Thrust: stable, and the sort waits for the stream (CuPy issue #9126);
+    unique sorts too."""
     cp = cuda_double
     keys = cp.asarray(np.array([2, 1, 2, 1, 0, 2]))
     stats = cuda_double._double.stats
@@ -167,3 +168,6 @@ def test_sorts_are_stable_and_synchronise_as_cupys(cuda_double):
     orders = cp.argsort(keys), keys.argsort()
     assert stats.syncs == 2
     assert [cp.asnumpy(o).tolist() for o in orders] == [[4, 1, 3, 0, 2, 5]] * 2
+    stats.reset()
+    cp.unique(keys)  # a sort, and an output whose size is read back
+    assert stats.syncs == 1

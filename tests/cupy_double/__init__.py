@@ -38,6 +38,7 @@ _SPECIAL = {
     "fuse": None,  # refused below: kernel fusion is not emulated
     # Thrust's sorts: stable, each a synchronisation (_double.SORTS)
     "argsort": _double.SORTS["argsort"], "sort": _double.SORTS["sort"], "lexsort": _double.SORTS["lexsort"],
+    "unique": _double.SORTS["unique"],
     # CuPy's ravel_multi_index wraps out-of-range indices by default (numpy's raises)
     "ravel_multi_index": routine("ravel_multi_index", lambda multi_index, dims, mode="wrap", order="C":
                                  np.ravel_multi_index(multi_index, dims, mode=mode, order=order)),

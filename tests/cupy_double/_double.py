@@ -758,7 +758,8 @@ def _sort_in_place(a, axis=-1, kind=None):
 
 
 SORTS = {"argsort": _thrust_sort("argsort", _stable_argsort), "sort": _thrust_sort("sort", _sort),
-         "lexsort": _thrust_sort("lexsort", np.lexsort)}
+         "lexsort": _thrust_sort("lexsort", np.lexsort),
+         "unique": _thrust_sort("unique", np.unique)}  # a sort, and a result whose size is read back
 ndarray.argsort = lambda self, axis=-1, kind=None: SORTS["argsort"](self, axis, kind)
 ndarray.sort = lambda self, axis=-1, kind=None: _sort_in_place_routine(self, axis, kind)
 _sort_in_place_routine = _thrust_sort("sort", _sort_in_place)
