@@ -50,10 +50,8 @@ class Tensor:
         if isinstance(data, int) and not isinstance(data, bool):
             dev = dev or default_device()
             dt = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-            array = xp_for(dev).empty(tuple(int(s) for s in (data,) + args), dtype=dt.np)
-            fill = deterministic.fill_value(array.dtype)  # as torch.empty in deterministic mode
-            if fill is not None:
-                array.fill(fill)
+            array = deterministic.fill_uninitialized(xp_for(dev).empty(tuple(int(s) for s in (data,) + args),
+                                                                       dtype=dt.np))
         else:
             if dtype is None and not isinstance(data, Tensor):
                 dtype = dtypes.get_default_dtype()

@@ -181,14 +181,11 @@ def test_empty_is_filled_in_deterministic_mode_as_in_torch(cuda_double, restore,
     flow.utils.deterministic.fill_uninitialized_memory = False
     try:
         assert flow.utils.deterministic.fill_uninitialized_memory is False
-        assert deterministic_fill() is None
+        from engine.backend import deterministic
+        left = np.zeros(3, np.float32)
+        assert deterministic.fill_uninitialized(left) is left and not np.isnan(left).any()
     finally:
         flow.utils.deterministic.fill_uninitialized_memory = True
-
-
-def deterministic_fill():
-    from engine.backend import deterministic
-    return deterministic.fill_value(np.dtype(np.float32))
 
 
 

@@ -16,8 +16,8 @@ things depend on the order in which threads run:
   deterministic mode the split backward (dq and dkdv kernels, no atomics) runs instead.
 
 So every op has a deterministic path, and none raises in deterministic mode outside a CUDA-graph
-capture (`warn_only` is kept and read back). The sorted runs sort with CuPy, whose Thrust sort synchronises the stream: a
-host wait per call, and none inside a CUDA graph capture (refused). cuBLAS gives the same bits
+capture (`warn_only` is kept and read back). The sorted runs sort with CuPy, whose Thrust sort
+synchronises the stream: a host wait per call, and none inside a CUDA graph capture (refused). cuBLAS gives the same bits
 for the same call on the same GPU; the engine gives each cuBLAS handle its own workspace
 (PyTorch's CUBLAS_WORKSPACE_CONFIG concern does not arise).
 
@@ -73,13 +73,11 @@ def get_deterministic_debug_mode():
     return 1 if _state["warn_only"] else 2
 
 
-def fill_value(dtype):
-    """What `empty` of numpy dtype `dtype` is filled with in deterministic mode (torch's values),
-    or None when it is left uninitialised."""
-    if not (_state["enabled"] and _state["fill_uninitialized_memory"]):
-        return None
-    if dtype.kind in "fV":  # V: bfloat16 (ml_dtypes)
-        return float("nan")
-    if dtype.kind in "iu":
-        return np.iinfo(dtype).max
-    return True
+def fill_uninitialized(array):
+    """`array`, a fresh uninitialised allocation (`empty`), filled as torch fills it in
+    deterministic mode: NaN for floating dtypes, the largest integer, True; left as it is outside
+    the mode or with fill_uninitialized_memory off."""
+    if _state["enabled"] and _state["fill_uninitialized_memory"]:
+        kind = array.dtype.kind
+        array.fill(float("nan") if kind in "fV" else np.iinfo(array.dtype).max if kind in "iu" else True)  # V: bfloat16
+    return array

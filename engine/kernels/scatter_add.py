@@ -80,11 +80,6 @@ __device__ void segment_store(const long long* target, const long long* order, c
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def segment_add_reference(out2, target, values2):
-    """out2 [rows, cols] += values2 [n, cols] at rows `target` [n], in place: numpy's add.at."""
-    np.add.at(out2, target, values2)
-
-
 def flat_targets(xp, out, mesh, values):
     """(the flat position in `out` of each element of `values` that the index arrays `mesh`
     (one per axis of out) scatter, values flattened)."""

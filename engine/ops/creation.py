@@ -100,10 +100,7 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **_):
 def empty(*size, dtype=None, device=None, requires_grad=False, **_):
     dev = _dev(device)
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
-    a = _xp(dev, dtype).empty(_size(size), dtype=dtype.np)
-    fill = deterministic.fill_value(a.dtype)  # torch's fill_uninitialized_memory in deterministic mode
-    if fill is not None:
-        a.fill(fill)
+    a = deterministic.fill_uninitialized(_xp(dev, dtype).empty(_size(size), dtype=dtype.np))
     return _finish(a, dev, requires_grad)
 
 

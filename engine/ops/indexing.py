@@ -250,7 +250,7 @@ def _put(self, items, basic, v, accumulate, op):
     inplace.check_inplace_allowed(self, op)
     if inplace.records(self, v):
         return inplace.rebind(self, _index_put(self, items, basic, v, accumulate), op)
-    write = _add_at if accumulate else _store
+    write = scatter_kernels.add_at if accumulate else scatter_kernels.store_at
     try:
         write(self._data, items, v._data)
         if _grad_state.tracer is not None:  # nn.Graph is capturing this step
@@ -498,7 +498,7 @@ def _inplace_scatter(self, dim, index, src, value, add, op):
         return inplace.rebind(self, Scatter.apply(self, index, src, dim=dim, add=add), op)
     mesh = along_index(index._data, dim)
     s = _crop(src._data, index.shape) if src.ndim else src._data
-    write = _add_at if add else _store
+    write = scatter_kernels.add_at if add else scatter_kernels.store_at
     write(self._data, mesh, s)
     if _grad_state.tracer is not None:  # nn.Graph is capturing this step
         _grad_state.tracer.call(write, (self._data, mesh, s), None, f"{op} (in place)")
@@ -1189,19 +1189,11 @@ def fill_(self, value):
     v = _fill_value(value, self, "fill_")
     if inplace.records(self, v):
         return inplace.rebind(self, Fill.apply(self, v), "fill_")
-    _store(self._data, Ellipsis, v._data)
+    scatter_kernels.store_at(self._data, Ellipsis, v._data)
     if _grad_state.tracer is not None:  # nn.Graph is capturing this step
-        _grad_state.tracer.call(_store, (self._data, Ellipsis, v._data), None, "fill_ (in place)")
+        _grad_state.tracer.call(scatter_kernels.store_at, (self._data, Ellipsis, v._data), None, "fill_ (in place)")
     self._bump_version()
     return self
-
-
-def _store(dst, key, value):
-    scatter_kernels.store_at(dst, key, value)
-
-
-def _add_at(dst, key, value):
-    scatter_kernels.add_at(dst, key, value)
 
 
 @tensor_method()

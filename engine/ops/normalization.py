@@ -155,14 +155,8 @@ class LayerNorm(Op):
         lead, norm = x.shape[:-k] if k else x.shape, x.shape[x.ndim - k:]
         d = math.prod(norm) if norm else 1
         ctx.k, ctx.shape, ctx.has_w, ctx.has_b, ctx.eps = k, x.shape, w is not None, b is not None, eps
-        if half_y:  # layer_norm_into_autocast: float32 rows and weights on CUDA, y written in float16
-            y, mean, rstd = layer_norm_kernels.layer_norm_forward(x.reshape(-1, d), None if w is None else w.reshape(d),
-                                                                  None if b is None else b.reshape(d), eps,
-                                                                  np.float16)
-            stat_shape = lead + (1,) * k
-            return y.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
-        if xp is not np and x.size:
-            return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps)
+        if xp is not np and x.size:  # half_y (layer_norm_into_autocast): float32 rows, y in float16
+            return _layer_norm_cuda(x, w, b, lead + (1,) * k, d, eps, np.float16 if half_y else None)
         x2 = work_array(x).reshape(-1, d)
         if x2.size == 0:
             stat = xp.zeros(lead + (1,) * k, dtype=x2.dtype)
@@ -273,12 +267,15 @@ def _kernel_dtype(x, *params):
     return x.dtype if all(p is None or p.dtype == x.dtype for p in params) else np.dtype(np.float32)
 
 
-def _layer_norm_cuda(x, w, b, stat_shape, d, eps):
-    """LayerNorm.forward on CuPy arrays: the fused kernel (engine/kernels/layer_norm.py, one launch)."""
+def _layer_norm_cuda(x, w, b, stat_shape, d, eps, y_dtype=None):
+    """LayerNorm.forward on CuPy arrays: the fused kernel (engine/kernels/layer_norm.py, one launch);
+    y in x's dtype, or `y_dtype` (float16 beside float32 rows, written by the kernel)."""
     dt = _kernel_dtype(x, w, b)
     w2, b2 = (None if p is None else p.reshape(d).astype(dt, copy=False) for p in (w, b))
-    y, mean, rstd = layer_norm_kernels.layer_norm_forward(x.reshape(-1, d).astype(dt, copy=False), w2, b2, eps)
-    return y.reshape(x.shape).astype(x.dtype, copy=False), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+    y, mean, rstd = layer_norm_kernels.layer_norm_forward(x.reshape(-1, d).astype(dt, copy=False), w2, b2, eps,
+                                                          y_dtype)
+    return (y.reshape(x.shape).astype(y_dtype or x.dtype, copy=False), mean.reshape(stat_shape),
+            rstd.reshape(stat_shape))
 
 
 def _layer_norm_grad_cuda(g, x, mean, rstd, w, k, has_b):

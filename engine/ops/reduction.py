@@ -1036,7 +1036,6 @@ class Bincount(Op):
 
     @staticmethod
     def forward(ctx, x, weights, minlength, out_dtype):
-        xp = xp_of(x)
         out = scatter_kernels.bincount(x, weights, minlength)
         return out.astype(out_dtype.np, copy=False)
 
