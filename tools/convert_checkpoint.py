@@ -398,7 +398,7 @@ def libai_to_hf(ckpt, hf_dir, config=None):
         if "head.weight" in sd:
             kwargs["num_classes"] = int(sd["head.weight"].shape[0])
         hf_sd = libai_to_hf_vit(sd, kwargs)
-        hf_cfg = hf_config_from_vit_kwargs(kwargs)
+        hf_cfg = hf_config_from_vit_kwargs(kwargs, base)
     else:
         head = "pretraining" if "cls_head.lm_logits.bias" in sd else (
             "classification" if "classifier.weight" in sd else None)

@@ -219,6 +219,8 @@ def _callable_to_string(obj):
 
 def _to_plain(node, path, problems, convert_callables=True):
     """A YAML-ready copy of a (to_container'ed) config; records unserialisable values."""
+    if OmegaConf.is_config(node):  # a LazyCall node or list inside a plain-dict root
+        node = OmegaConf.to_container(node, resolve=False)
     if isinstance(node, abc.Mapping):
         return {k: _to_plain(v, f"{path}.{k}" if path else str(k), problems) for k, v in node.items()}
     if isinstance(node, (list, tuple)):

@@ -39,6 +39,7 @@ from libai.layers import (
 from libai.layers.utils import settle, to_placement
 from libai.utils import distributed as dist
 
+from .utils.classification import check_problem_type, classification_loss
 from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 from .utils.weights import as_numpy
@@ -368,15 +369,19 @@ class BertForPreTraining(nn.Module):
 
 
 class BertForSequenceClassification(nn.Module):
-    """BertModel + dropout + classifier on the pooled output. `num_labels == 1` is regression
-    (mean squared error against float labels), otherwise cross-entropy over num_labels classes.
-    Training returns {"loss"}; eval {"prediction_scores": logits [b, num_labels] ([b] for
-    regression)} plus "loss" when labels are given."""
+    """BertModel + dropout + classifier on the pooled output. The loss is HuggingFace's for
+    `problem_type` (libai.models.utils.classification); with None, as HF infers it: `num_labels
+    == 1` is regression (mean squared error against float labels), integer labels the
+    cross-entropy over num_labels classes, float labels [b, num_labels] the multi-label binary
+    cross-entropy. Training returns {"loss"}; eval {"prediction_scores": logits [b, num_labels]
+    ([b] for one output)} plus "loss" when labels are given."""
 
     hf_head = "classification"
 
-    def __init__(self, cfg=None, num_labels=2, classifier_dropout=None, **kwargs):
+    def __init__(self, cfg=None, num_labels=2, classifier_dropout=None, problem_type=None, **kwargs):
         super().__init__()
+        check_problem_type(type(self).__name__, problem_type)
+        self.problem_type = problem_type
         args, pretraining = _bert_kwargs(type(self).__name__, cfg, kwargs)
         if pretraining:
             raise ValueError(f"BertForSequenceClassification: {sorted(pretraining)} configure pretraining heads, "
@@ -412,17 +417,10 @@ class BertForSequenceClassification(nn.Module):
 
     def _classify(self, pooled, labels):
         logits = self.classifier(dropout(pooled, self.classifier_dropout, self.training))  # [b, num_labels]
-        if self.num_labels == 1:
-            logits = logits.view(-1)  # [b]
         outputs = {}
         if labels is not None:
-            labels = to_placement(labels, logits.placement)
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits, labels.to(logits.dtype).view(-1))
-            else:
-                loss = F.cross_entropy(logits, labels.to(flow.int64).view(-1))
-            outputs["loss"] = settle(loss)
+            outputs["loss"] = settle(classification_loss(logits, labels, self.problem_type))
             if self.training:
                 return outputs
-        outputs["prediction_scores"] = logits
+        outputs["prediction_scores"] = logits.view(-1) if self.num_labels == 1 else logits  # [b] for one output
         return outputs

@@ -38,7 +38,8 @@ from libai.utils import distributed as dist
 
 from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
-from .vision_transformer import _default_loss, classifier_outputs
+from .utils.classification import check_problem_type
+from .vision_transformer import classifier_outputs, default_loss
 
 __all__ = ["SwinTransformer"]
 
@@ -216,8 +217,9 @@ class SwinTransformer(nn.Module):
     def __init__(self, img_size=224, patch_size=4, in_chans=3, num_classes=1000, embed_dim=96, depths=(2, 2, 6, 2),
                  num_heads=(3, 6, 12, 24), window_size=7, mlp_ratio=4.0, qkv_bias=True, qk_scale=None, drop_rate=0.0,
                  attn_drop_rate=0.0, drop_path_rate=0.1, ape=False, patch_norm=True, loss_func=None,
-                 layernorm_epsilon=1e-5, initializer_range=0.02, mlp_drop_path=True):
+                 layernorm_epsilon=1e-5, initializer_range=0.02, mlp_drop_path=True, problem_type=None):
         super().__init__()
+        check_problem_type("SwinTransformer", problem_type)
         if not qkv_bias:
             raise NotImplementedError("SwinTransformer(qkv_bias=False): not implemented")
         if qk_scale is not None:
@@ -257,7 +259,7 @@ class SwinTransformer(nn.Module):
         self.num_features = embed_dim * 2 ** (len(depths) - 1)
         self.norm = LayerNorm(self.num_features, eps=eps, layer_idx=-1)
         self.head = Linear(self.num_features, num_classes, init_method=init, layer_idx=-1) if num_classes > 0 else None
-        self.loss_func = loss_func if loss_func is not None else _default_loss
+        self.loss_func = loss_func if loss_func is not None else default_loss(problem_type)
 
     @classmethod
     def from_config(cls, cfg):

@@ -9,7 +9,8 @@
 
 Training returns {"losses": loss}, eval {"prediction_scores": logits} (LiBai's convention). The
 loss is `loss_func(logits, labels)` when given (e.g. `SoftTargetCrossEntropy()` for mixup);
-by default the cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's),
+by default the one HuggingFace's `problem_type` names (libai.models.utils.classification):
+with None, the cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's),
 and with num_classes == 1 the mean squared error (regression, as HuggingFace's).
 
 Tensor parallel: the blocks are LiBai's TransformerLayer (heads split over tp, MLP column/row
@@ -17,6 +18,8 @@ parallel); the patch embedding, tokens, position embeddings and head are replica
 batch stays split over dp throughout. HuggingFace's `ViTForImageClassification` is the same
 network with `layernorm_epsilon=1e-12` (`from_huggingface`, libai.models.utils.hf_vit).
 """
+import functools
+
 import numpy as np
 
 import engine as flow
@@ -24,9 +27,10 @@ import engine.nn as nn
 import engine.nn.functional as F
 from libai.config import configurable
 from libai.layers import LayerNorm, Linear, PatchEmbedding, TransformerLayer
-from libai.layers.utils import init_method_normal, make_parameter, to_placement
+from libai.layers.utils import init_method_normal, make_parameter
 from libai.utils import distributed as dist
 
+from .utils.classification import SoftTargetCrossEntropy, check_problem_type, classification_loss
 from .utils.model_config import check_positive_sizes, kwargs_from_config
 from .utils.pipeline import PipelineStep
 
@@ -35,32 +39,13 @@ __all__ = ["VisionTransformer", "SoftTargetCrossEntropy"]
 B = flow.sbp.broadcast
 
 
-class SoftTargetCrossEntropy(nn.Module):
-    """mean over samples of -sum_c target[c] * log_softmax(logits)[c] (Mixup's soft labels)."""
-
-    def forward(self, logits, target):
-        return -(target * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
-
-
-def _default_loss(logits, labels):
-    """Cross-entropy of integer labels, or of soft labels [N, num_classes] (Mixup's); with one
-    output (num_classes == 1) the mean squared error against float labels: regression, as
-    HuggingFace's image classifiers do for num_labels == 1."""
-    if logits.is_global:  # labels given as a local tensor: the whole batch, as every rank has it
-        labels = to_placement(labels, logits.placement)
-    if logits.shape[-1] == 1:
-        return F.mse_loss(logits.view(-1), labels.to(logits.dtype).view(-1))
-    if labels.ndim == 2 and labels.is_floating_point():
-        return SoftTargetCrossEntropy()(logits, labels)
-    return F.cross_entropy(logits, labels.to(flow.int64).view(-1))
-
-
 class VisionTransformer(nn.Module):
     @configurable
     def __init__(self, img_size=224, patch_size=16, in_chans=3, embed_dim=192, depth=12, num_heads=3, mlp_ratio=4.0,
                  drop_rate=0.0, attn_drop_rate=0.0, drop_path_rate=0.0, num_classes=1000, loss_func=None,
-                 layernorm_epsilon=1e-6, initializer_range=0.02):
+                 layernorm_epsilon=1e-6, initializer_range=0.02, problem_type=None):
         super().__init__()
+        check_problem_type("VisionTransformer", problem_type)
         hidden = int(embed_dim * mlp_ratio)
         check_positive_sizes("VisionTransformer", embed_dim=embed_dim, num_heads=num_heads, in_chans=in_chans,
                              **{"embed_dim * mlp_ratio": hidden})
@@ -84,7 +69,7 @@ class VisionTransformer(nn.Module):
         ])
         self.norm = LayerNorm(embed_dim, eps=layernorm_epsilon, layer_idx=-1)
         self.head = Linear(embed_dim, num_classes, init_method=init, layer_idx=-1) if num_classes > 0 else None
-        self.loss_func = loss_func if loss_func is not None else _default_loss
+        self.loss_func = loss_func if loss_func is not None else default_loss(problem_type)
 
     @classmethod
     def from_config(cls, cfg):
@@ -126,6 +111,12 @@ class VisionTransformer(nn.Module):
                 *[PipelineStep(block.layer_idx, block_step(block)) for block in self.blocks],
                 PipelineStep(-1, lambda carry, batch: classifier_outputs(self, self._pool(carry["hidden"]),
                                                                          batch.get("labels")))]
+
+
+def default_loss(problem_type):
+    """The image classifiers' loss when no `loss_func` is given (libai.models.utils.classification):
+    float labels [N, num_classes] are soft targets under problem_type None."""
+    return functools.partial(classification_loss, problem_type=problem_type, soft_targets=True)
 
 
 def classifier_outputs(model, features, labels):

@@ -178,6 +178,17 @@ def test_save_load_round_trip(tmp_path):
     assert built["items"] == [1, [2, 3], {"k": [4, 5]}]
 
 
+def test_a_plain_dict_root_holding_lazy_nodes_saves_their_lists(tmp_path):
+    """tools/convert_checkpoint.py saves {"model": LazyCall(...)(img_size=[16, 24])}: the node's
+    ListConfig was written as an "unserializable" string."""
+    cfg = {"model": LazyCall(dict)(size=[16, 24], nested={"pair": (1, 2)})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LazyConfig.save(cfg, tmp_path / "c.yaml")
+    loaded = LazyConfig.load(tmp_path / "c.yaml")
+    assert instantiate(loaded.model) == {"size": [16, 24], "nested": {"pair": [1, 2]}}
+
+
 def test_save_prefers_short_public_target_path(tmp_path):
     import engine as flow
 

@@ -173,10 +173,36 @@ def test_masked_lm_folder_loads_without_pooler_and_binary_head(tmp_path):
     load_logical_state_dict(BertForPreTraining(**cfg), read_safetensors(str(ckpt / "model.safetensors")))
 
 
-def test_multi_output_regression_is_named(tmp_path):
-    make_hf(tmp_path, "BertForSequenceClassification", num_labels=3, problem_type="regression")
-    with pytest.raises(HFConfigError, match="problem_type='regression' with num_labels=3"):
-        BertForSequenceClassification.from_huggingface(str(tmp_path))
+MULTI_HOT = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]], np.float32)
+
+
+@pytest.mark.parametrize("problem_type, labels", [
+    ("multi_label_classification", MULTI_HOT),
+    ("regression", np.array([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5], [0.1, 0.2, 0.3]], np.float32)),
+    (None, MULTI_HOT),  # float labels: HF infers multi-label, and so do we
+], ids=["multi-label", "multi-output-regression", "inferred-multi-label"])
+def test_every_hf_problem_type_trains_with_hf_loss(tmp_path, problem_type, labels):
+    hf = make_hf(tmp_path, "BertForSequenceClassification", num_labels=3, problem_type=problem_type)
+    model = BertForSequenceClassification.from_huggingface(str(tmp_path)).train()
+    ref = hf.train()(**hf_inputs(), labels=torch.tensor(labels)).loss
+    loss = model(*our_inputs(), labels=flow.tensor(labels))["loss"]
+    assert abs(loss.item() - ref.item()) < 1e-5
+    loss.backward()
+    ref.backward()
+    assert maxabs(model.classifier.weight.grad.numpy(), hf.classifier.weight.grad.numpy()) < 1e-5
+
+
+def test_float_class_indices_are_refused_as_hf_refuses_them(tmp_path):
+    """Float labels [b] with 3 classes: HF infers multi-label and fails on the shape; they were
+    truncated to class indices here. Named as a single-label problem, float labels are refused."""
+    make_hf(tmp_path, "BertForSequenceClassification", num_labels=3)
+    model = BertForSequenceClassification.from_huggingface(str(tmp_path)).train()
+    float_indices = flow.tensor(np.array([2.0, 1.0, 0.0], np.float32))
+    with pytest.raises(ValueError, match=r"labels of shape \[3\] for logits of shape \[3, 3\]"):
+        model(*our_inputs(), labels=float_indices)
+    single = BertForSequenceClassification.from_huggingface(str(tmp_path), problem_type="single_label_classification")
+    with pytest.raises(ValueError, match="takes integer class labels, got engine.float32 labels of shape \\[3\\]"):
+        single.train()(*our_inputs(), labels=float_indices)
 
 
 def test_classifier_from_a_pretrained_folder(hf_pretraining):
@@ -186,6 +212,19 @@ def test_classifier_from_a_pretrained_folder(hf_pretraining):
     assert tuple(model.classifier.weight.shape) == (4, HF_BERT["hidden_size"])
     ref = hf.bert.pooler.dense.weight.detach().numpy()
     assert np.array_equal(model.bert.pooler.dense.weight.detach().numpy(), ref)
+
+
+def test_another_number_of_labels_needs_ignore_mismatched_sizes(tmp_path):
+    """As HF's from_pretrained: a folder classifying 3 labels loaded with num_labels=4 is an error
+    naming both shapes, and with ignore_mismatched_sizes=True a new classifier (the encoder the
+    folder's)."""
+    hf = make_hf(tmp_path, "BertForSequenceClassification", num_labels=3)
+    with pytest.raises(HFConfigError, match=r"classifier.weight is \[3, 64\], the model's \[4, 64\].*"
+                                            "ignore_mismatched_sizes=True"):
+        BertForSequenceClassification.from_huggingface(str(tmp_path), num_labels=4)
+    model = BertForSequenceClassification.from_huggingface(str(tmp_path), num_labels=4, ignore_mismatched_sizes=True)
+    assert tuple(model.classifier.weight.shape) == (4, 64)
+    assert np.array_equal(model.bert.pooler.dense.weight.detach().numpy(), hf.bert.pooler.dense.weight.detach().numpy())
 
 
 def test_bert_model_matches_hf_bert_model(hf_pretraining):

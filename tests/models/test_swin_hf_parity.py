@@ -11,7 +11,7 @@ import engine as flow
 from libai.models import SwinTransformer
 from libai.models.utils.hf_gpt2 import HFConfigError
 
-from vision_hf_helpers import assert_logits_match, assert_regression_loss_matches, save_perturbed
+from vision_hf_helpers import assert_logits_match, assert_loss_matches, assert_regression_loss_matches, save_perturbed
 
 CASES = {
     # 16x16 -> 8x8 maps, window 4: two stages of shifted windows, no padding
@@ -129,12 +129,26 @@ def test_config_variants_match(tmp_path, overrides):
     assert_logits_match(hf, SwinTransformer, tmp_path, overrides.get("image_size", [32, 32]))
 
 
-def test_regression_head_matches_hf_and_other_problem_types_are_named(tmp_path):
+def test_regression_head_matches_hf(tmp_path):
     assert_regression_loss_matches(_hf_variant(tmp_path / "reg", num_labels=1), SwinTransformer, tmp_path / "reg",
                                    (32, 32))
-    _hf_variant(tmp_path / "multi", problem_type="multi_label_classification")
-    with pytest.raises(HFConfigError, match="problem_type='multi_label_classification' with num_labels=5"):
-        SwinTransformer.from_huggingface(str(tmp_path / "multi"))
+
+
+@pytest.mark.parametrize("kind", ["multi_label_classification", "regression"])
+def test_multi_label_and_multi_output_regression_train_with_hf_loss(tmp_path, kind):
+    hf = _hf_variant(tmp_path, problem_type=kind)  # 5 labels
+    labels = np.random.default_rng(6).integers(0, 2, (2, 5)).astype(np.float32)
+    assert_loss_matches(hf, SwinTransformer, tmp_path, (32, 32), labels)
+
+
+def test_a_map_smaller_than_the_window_is_named(tmp_path):
+    """HF's Swin fails at its forward when a stage's map is smaller than the window (position
+    tables sized for the window); loading such a folder names the stage, not a table's shape."""
+    _hf_variant(tmp_path, image_size=16, depths=[2, 2, 2], num_heads=[2, 2, 2])  # maps 8, 4, 2; window 4
+    with pytest.raises(HFConfigError, match="stage 2's map 2x2 is smaller than window_size=4"):
+        SwinTransformer.from_huggingface(str(tmp_path))
+    _hf_variant(tmp_path / "equal", image_size=16)  # maps 8, 4: a map equal to the window loads
+    SwinTransformer.from_huggingface(str(tmp_path / "equal"))
 
 
 def test_stochastic_depth_from_hf_drops_the_attention_branch_only(tmp_path):

@@ -12,7 +12,7 @@ from libai.models import VisionTransformer
 from libai.models.utils.hf_gpt2 import HFConfigError
 from libai.models.utils.hf_vit import hf_config_from_vit_kwargs, libai_to_hf_vit
 
-from vision_hf_helpers import assert_logits_match, assert_regression_loss_matches, save_perturbed
+from vision_hf_helpers import assert_logits_match, assert_loss_matches, assert_regression_loss_matches, save_perturbed
 
 CFG = dict(image_size=24, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
            intermediate_size=80, num_labels=7, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -189,13 +189,52 @@ def test_config_variants_match(tmp_path, overrides):
     assert_logits_match(hf, VisionTransformer, tmp_path, overrides.get("image_size", [24, 24]))
 
 
-def test_regression_head_matches_hf_and_other_problem_types_are_named(tmp_path):
+def test_regression_head_matches_hf(tmp_path):
     assert_regression_loss_matches(_hf_variant(tmp_path / "reg", num_labels=1), VisionTransformer,
                                    tmp_path / "reg", (24, 24))
-    for kind, num_labels in (("multi_label_classification", 7), ("regression", 3)):
-        _hf_variant(tmp_path / kind, num_labels=num_labels, problem_type=kind)
-        with pytest.raises(HFConfigError, match=f"problem_type='{kind}' with num_labels={num_labels}"):
-            VisionTransformer.from_huggingface(str(tmp_path / kind))
+
+
+MULTI_HOT = np.array([[1, 0, 1], [0, 1, 0]], np.float32)
+TARGETS_3 = np.array([[0.5, -1.0, 2.0], [1.5, 0.0, -0.5]], np.float32)
+
+
+@pytest.mark.parametrize("kind, labels", [("multi_label_classification", MULTI_HOT), ("regression", TARGETS_3),
+                                          ("single_label_classification", np.array([2, 0]))])
+def test_each_hf_problem_type_trains_with_hf_loss(tmp_path, kind, labels):
+    """The folder's problem_type is the loss: HF's BCE with logits for multi-hot labels, the mean
+    squared error of three outputs, the cross-entropy (the ViT sample in issue probes)."""
+    hf = _hf_variant(tmp_path, num_labels=3, problem_type=kind)
+    assert_loss_matches(hf, VisionTransformer, tmp_path, (24, 24), labels)
+
+
+def test_problem_type_none_reads_float_labels_as_soft_targets_unless_named(tmp_path):
+    """Without a problem_type, float labels [N, C] are Mixup's soft targets (LiBai's convention;
+    HF would infer multi-label): the soft-target cross-entropy. Naming the problem type gives HF's."""
+    _hf_variant(tmp_path, num_labels=3)
+    x = flow.tensor(np.random.default_rng(4).standard_normal((2, 3, 24, 24)).astype(np.float32))
+    model = VisionTransformer.from_huggingface(str(tmp_path)).train()
+    logits = torch.from_numpy(model.head(model.forward_features(x)).detach().numpy())
+    target = torch.from_numpy(MULTI_HOT)
+    soft = torch.nn.functional.cross_entropy(logits, target)  # class probabilities as the target
+    np.testing.assert_allclose(float(model(x, flow.tensor(MULTI_HOT))["losses"].detach().numpy()), float(soft),
+                               rtol=1e-6)
+    named = VisionTransformer.from_huggingface(str(tmp_path), problem_type="multi_label_classification").train()
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+    np.testing.assert_allclose(float(named(x, flow.tensor(MULTI_HOT))["losses"].detach().numpy()), float(bce),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match=r"labels of shape \[2\] for logits of shape \[2, 3\]"):
+        named(x, flow.tensor(np.array([1.0, 0.0], np.float32)))
+    with pytest.raises(ValueError, match="problem_type='multilabel' is not one of"):
+        VisionTransformer.from_huggingface(str(tmp_path), problem_type="multilabel")
+
+
+def test_another_number_of_classes_needs_ignore_mismatched_sizes(tmp_path):
+    hf = _hf_variant(tmp_path)  # 7 labels
+    with pytest.raises(HFConfigError, match=r"head.weight is \[7, 32\], the model's \[10, 32\]"):
+        VisionTransformer.from_huggingface(str(tmp_path), num_classes=10)
+    model = VisionTransformer.from_huggingface(str(tmp_path), num_classes=10, ignore_mismatched_sizes=True)
+    assert tuple(model.head.weight.shape) == (10, 32)
+    assert np.array_equal(model.cls_token.detach().numpy(), hf.vit.embeddings.cls_token.detach().numpy())
 
 
 def test_a_vit_model_pooler_is_named_when_dropped(tmp_path, caplog):

@@ -1,5 +1,5 @@
 """Shared checks of the ViT and Swin HuggingFace parity tests: a perturbed HF model saved, and
-our model loaded from its folder compared on logits or on the regression loss."""
+our model loaded from its folder compared on logits or on the loss."""
 import numpy as np
 import torch
 
@@ -24,11 +24,20 @@ def assert_logits_match(hf, ours_cls, path, image_size, atol=1e-5):
     np.testing.assert_allclose(got, want, rtol=0, atol=atol)
 
 
+def assert_loss_matches(hf, ours_cls, path, image_size, labels):
+    """HF's loss for `labels` (by the folder's problem_type, or the one HF infers from them), and
+    the classifier's weight gradient."""
+    ours = ours_cls.from_huggingface(str(path)).train()
+    x = np.random.default_rng(4).standard_normal((len(labels), 3, *image_size)).astype(np.float32)
+    loss = ours(flow.tensor(x), flow.tensor(labels))["losses"]
+    ref = hf.train()(pixel_values=torch.from_numpy(x), labels=torch.from_numpy(labels)).loss
+    np.testing.assert_allclose(float(loss.detach().numpy()), float(ref), rtol=1e-5)
+    loss.backward()
+    ref.backward()
+    np.testing.assert_allclose(ours.head.weight.grad.numpy(), hf.classifier.weight.grad.numpy(), rtol=1e-4,
+                               atol=1e-6)
+
+
 def assert_regression_loss_matches(hf, ours_cls, path, image_size):
     """num_labels == 1: HF's mean squared error against float labels."""
-    ours = ours_cls.from_huggingface(str(path)).train()
-    x = np.random.default_rng(4).standard_normal((3, 3, *image_size)).astype(np.float32)
-    y = np.array([0.5, -1.0, 2.0], np.float32)
-    loss = ours(flow.tensor(x), flow.tensor(y))["losses"]
-    ref = hf.train()(pixel_values=torch.from_numpy(x), labels=torch.from_numpy(y)).loss
-    np.testing.assert_allclose(float(loss.detach().numpy()), float(ref), rtol=1e-5)
+    assert_loss_matches(hf, ours_cls, path, image_size, np.array([0.5, -1.0, 2.0], np.float32))

@@ -42,6 +42,28 @@ def test_hf_to_libai_and_back(tmp_path):
                                   hf(pixel_values=x).logits.detach().numpy())
 
 
+def test_rectangular_images_and_the_original_config_survive_the_round_trip(tmp_path):
+    """An [h, w] image size is a list in the checkpoint's config.yaml (it was written as an
+    "unserializable ListConfig" string the way back could not read), and the HF config's other
+    entries (label names, encoder_stride, pooler_act, problem_type) come back as they were."""
+    torch.manual_seed(0)
+    cfg = ViTConfig(image_size=[16, 24], patch_size=4, hidden_size=24, num_hidden_layers=1, num_attention_heads=3,
+                    intermediate_size=48, id2label={0: "cat", 1: "dog", 2: "bird"}, encoder_stride=4,
+                    pooler_act="relu", problem_type="single_label_classification")
+    hf = ViTForImageClassification(cfg).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    _convert("--from-hf", str(tmp_path / "hf"), "--to", str(tmp_path / "ckpt"))
+    assert "img_size:\n  - 16\n  - 24\n" in (tmp_path / "ckpt" / "config.yaml").read_text()
+    _convert("--from-libai", str(tmp_path / "ckpt"), "--to-hf", str(tmp_path / "hf2"))
+    a, b = json.load(open(tmp_path / "hf" / "config.json")), json.load(open(tmp_path / "hf2" / "config.json"))
+    changed = {k for k in set(a) | set(b) if k not in ("transformers_version", "dtype") and a.get(k) != b.get(k)}
+    assert not changed, {k: (a.get(k), b.get(k)) for k in changed}
+    back = ViTForImageClassification.from_pretrained(str(tmp_path / "hf2")).eval()
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 3, 16, 24)).astype(np.float32))
+    np.testing.assert_array_equal(back(pixel_values=x).logits.detach().numpy(),
+                                  hf(pixel_values=x).logits.detach().numpy())
+
+
 def test_a_trained_recipe_checkpoint_converts(tmp_path):
     out = str(tmp_path / "run")
     train_vit(f"train.output_dir={out}", *VIT_TINY, "train.train_iter=3", "train.evaluation.enabled=False")

@@ -32,10 +32,10 @@ import os
 
 import numpy as np
 
-from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
+from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder, take_new_classifier
 
 __all__ = ["bert_kwargs_from_hf_config", "hf_config_from_bert_kwargs", "hf_to_libai_bert", "libai_to_hf_bert",
-           "load_huggingface_bert", "bert_head_of", "check_problem_type"]
+           "load_huggingface_bert", "bert_head_of"]
 
 # HF config keys whose non-default value BertModel cannot reproduce
 _UNSUPPORTED = {"is_decoder": False, "add_cross_attention": False, "position_embedding_type": "absolute",
@@ -267,45 +267,34 @@ def libai_to_hf_bert(sd, kw, prefix="bert."):
 
 
 # ------------------------------------------------------------------ loading a folder
-def check_problem_type(hf_cfg, num_labels):
-    """HFConfigError naming `problem_type` unless the classifier's loss is the one HF would use:
-    cross-entropy over num_labels > 1 classes, or (num_labels == 1) the mean squared error. HF's
-    multi-label (BCE) and multi-output regression losses are not implemented (BERT, ViT, Swin)."""
-    kind = hf_cfg.get("problem_type")
-    wanted = "regression" if int(num_labels) == 1 else "single_label_classification"
-    if kind is not None and kind != wanted:
-        raise HFConfigError(f"unsupported config: problem_type={kind!r} with num_labels={int(num_labels)} "
-                            f"(supported: {wanted!r}: "
-                            + ("mean squared error)" if wanted == "regression" else "cross-entropy over the classes)"))
-
-
 def _num_labels(hf_cfg, overrides):
-    """The classifier's width: the override (a new task), else the folder's (with its problem type)."""
+    """The classifier's width: the override, else the folder's."""
     if "num_labels" in overrides:
         return int(overrides["num_labels"])
     if "num_labels" in hf_cfg:
-        num = int(hf_cfg["num_labels"])
-    else:
-        num = len(hf_cfg.get("id2label") or {0: 0, 1: 1})
-    check_problem_type(hf_cfg, num)
-    return num
+        return int(hf_cfg["num_labels"])
+    return len(hf_cfg.get("id2label") or {0: 0, 1: 1})
 
 
 def load_huggingface_bert(model_cls, path, **overrides):
     """Build `model_cls` (BertModel, BertForPreTraining or BertForSequenceClassification) from a HF
     BERT folder and load its weights (laid out on each parameter's placement/SBP). A
     BertForSequenceClassification from a folder without a classifier (a pretrained BERT) keeps
-    its freshly initialised classifier; other missing tensors are errors."""
+    its freshly initialised classifier, and so does `num_labels=N` for a folder classifying
+    another number of labels with `ignore_mismatched_sizes=True` (HF's flag); other missing
+    tensors are errors."""
     from .weights import load_logical_state_dict
 
+    overrides = dict(overrides)
+    ignore_mismatched_sizes = overrides.pop("ignore_mismatched_sizes", False)
     hf_cfg, hf_sd = read_hf_folder(path)
     kwargs = bert_kwargs_from_hf_config(hf_cfg)
     head = bert_head_of(hf_sd)
     weights = os.path.join(path, WEIGHTS_FILE)
     target = getattr(model_cls, "hf_head", None)  # which head the model class has (None: BertModel)
     if target == "classification":
-        overrides = dict(overrides)
         overrides["num_labels"] = _num_labels(hf_cfg, overrides)
+        overrides.setdefault("problem_type", hf_cfg.get("problem_type"))  # the loss HF trains it with
         if "classifier_dropout" not in overrides and hf_cfg.get("classifier_dropout") is not None:
             overrides["classifier_dropout"] = float(hf_cfg["classifier_dropout"])
     elif target == "pretraining":
@@ -325,16 +314,16 @@ def load_huggingface_bert(model_cls, path, **overrides):
         sd.pop(k)
     if dropped:
         logging.getLogger(__name__).info(f"{weights}: heads not used by {model_cls.__name__}: {dropped}")
-    fresh = []  # what the folder lacks and the classifier needs: newly initialised, as HF does
-    if target == "classification" and head != "classification":
-        fresh += ["classifier.weight", "classifier.bias"]
-    if target == "classification" and not has_pooler:
-        fresh += ["bert.pooler.dense.weight", "bert.pooler.dense.bias"]
+    fresh = []  # what the folder lacks (or, for a new task, has for other labels): newly initialised, as HF does
+    if target == "classification":
+        fresh += take_new_classifier(model, sd, ("classifier.weight", "classifier.bias"), weights,
+                                     ignore_mismatched_sizes)
+        if not has_pooler:
+            fresh += take_new_classifier(model, sd, ("bert.pooler.dense.weight", "bert.pooler.dense.bias"), weights,
+                                         False)
     for module in sorted({k.rsplit(".", 1)[0] for k in fresh}):
-        logging.getLogger(__name__).info(f"{weights}: no {module}; {model_cls.__name__}.{module} is newly "
-                                         "initialised (fine-tune it)")
-    for k in fresh:
-        sd[k] = own[k].detach().numpy()
+        logging.getLogger(__name__).info(f"{weights}: {model_cls.__name__}.{module} is newly initialised (fine-tune "
+                                         "it): the folder has none, or (ignore_mismatched_sizes) one for other labels")
     load_logical_state_dict(model, sd)
     model.hf_config = hf_cfg
     return model

@@ -280,6 +280,30 @@ def read_hf_folder(path):
     return cfg, read_safetensors(weights)
 
 
+def take_new_classifier(model, sd, keys, path, ignore_mismatched_sizes):
+    """Put the model's own (freshly initialised) classifier tensors `keys` into the state dict
+    `sd` where the folder has none (a backbone), or, with `ignore_mismatched_sizes` (the flag of
+    HF's from_pretrained), where the folder's are for another number of labels: a new task. Any
+    other size mismatch is an HFConfigError naming both shapes. Returns the keys taken."""
+    own = dict(model.named_parameters())
+    taken = []
+    for k in keys:
+        if k not in own:
+            continue
+        if k in sd and tuple(sd[k].shape) != tuple(own[k].shape):
+            if not ignore_mismatched_sizes:
+                raise HFConfigError(f"{path}: the folder's {k} is {list(sd[k].shape)}, the model's "
+                                    f"{list(own[k].shape)}: another number of labels than the folder's classifier; "
+                                    "pass ignore_mismatched_sizes=True for a new classifier, initialised afresh "
+                                    "(as HF's from_pretrained)")
+            taken.append(k)
+        elif k not in sd:
+            taken.append(k)
+    for k in taken:
+        sd[k] = own[k].detach().numpy()
+    return taken
+
+
 def load_huggingface_gpt2(model_cls, path, **overrides):
     """Build `model_cls` (GPTModel) from a HF folder and load its weights (laid out on each
     parameter's placement/SBP, so tensor-parallel models get their shards)."""

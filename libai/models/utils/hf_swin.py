@@ -23,9 +23,25 @@ import numpy as np
 
 from .hf_bert import qkv_hf_to_libai
 from .hf_gpt2 import HFConfigError
-from .hf_vit import TensorReader, hf_num_classes, hf_size, load_huggingface_classifier
+from .hf_vit import TensorReader, hf_num_classes, hf_problem_type, hf_size, load_huggingface_classifier
 
 __all__ = ["swin_kwargs_from_hf_config", "hf_to_libai_swin", "load_huggingface_swin"]
+
+
+def _check_windows_fit(hf, image_size, patch_size):
+    """HFConfigError when a stage's map is smaller than the window: HF's Swin then attends in a
+    window of the map's size with position tables sized for the configured window, which fails
+    in HF and cannot be loaded here (our tables follow the window the stage uses)."""
+    window = int(hf.get("window_size", 7))
+    h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+    res = (-(-h // patch_size), -(-w // patch_size))  # the padded patch grid
+    for stage in range(len(hf.get("depths", (2, 2, 6, 2)))):
+        if min(res) < window:
+            raise HFConfigError(f"unsupported config: stage {stage}'s map {res[0]}x{res[1]} is smaller than "
+                                f"window_size={window} (image_size={hf.get('image_size')!r}, "
+                                f"patch_size={patch_size}); HF's Swin cannot run it either: its position tables "
+                                "are sized for the window")
+        res = ((res[0] + 1) // 2, (res[1] + 1) // 2)
 
 
 def swin_kwargs_from_hf_config(hf):
@@ -38,7 +54,7 @@ def swin_kwargs_from_hf_config(hf):
     patch_size = hf_size(hf, "patch_size", 4)
     if not isinstance(patch_size, int):
         raise HFConfigError(f"unsupported config: patch_size={hf['patch_size']!r} (square patches only)")
-    num_classes = hf_num_classes(hf)
+    _check_windows_fit(hf, hf_size(hf, "image_size", 224), patch_size)
     return dict(img_size=hf_size(hf, "image_size", 224), patch_size=patch_size,
                 in_chans=int(hf.get("num_channels", 3)), embed_dim=int(hf.get("embed_dim", 96)),
                 depths=tuple(hf.get("depths", (2, 2, 6, 2))), num_heads=tuple(hf.get("num_heads", (3, 6, 12, 24))),
@@ -49,7 +65,7 @@ def swin_kwargs_from_hf_config(hf):
                 ape=bool(hf.get("use_absolute_embeddings", False)),
                 layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-5)),
                 initializer_range=float(hf.get("initializer_range", 0.02)),
-                num_classes=num_classes)
+                num_classes=hf_num_classes(hf), **hf_problem_type(hf))
 
 
 _MEMORY_NAMES = [  # transformers 5's in-memory names -> the file names above

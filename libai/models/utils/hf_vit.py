@@ -23,8 +23,8 @@ import re
 
 import numpy as np
 
-from .hf_bert import check_problem_type, qkv_hf_to_libai, qkv_libai_to_hf
-from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder
+from .hf_bert import qkv_hf_to_libai, qkv_libai_to_hf
+from .hf_gpt2 import WEIGHTS_FILE, HFConfigError, read_hf_folder, take_new_classifier
 
 __all__ = ["vit_kwargs_from_hf_config", "hf_config_from_vit_kwargs", "hf_to_libai_vit", "libai_to_hf_vit",
            "load_huggingface_vit", "load_huggingface_classifier"]
@@ -67,15 +67,18 @@ def vit_kwargs_from_hf_config(hf):
                 attn_drop_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
                 layernorm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
                 initializer_range=float(hf.get("initializer_range", 0.02)),
-                num_classes=num_classes)
+                num_classes=num_classes, **hf_problem_type(hf))
 
 
 def hf_num_classes(hf):
-    """The classifier width of a HF image-classification config (its labels, else num_labels),
-    its problem type checked (libai.models.utils.hf_bert.check_problem_type)."""
-    num_classes = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
-    check_problem_type(hf, num_classes)
-    return num_classes
+    """The classifier width of a HF image-classification config (its labels, else num_labels)."""
+    return len(hf.get("id2label") or {}) or int(hf.get("num_labels", 2))
+
+
+def hf_problem_type(hf):
+    """{"problem_type": ...} when the HF config names the loss it trains with, else {} (the
+    model's default, None: inferred from the labels)."""
+    return {"problem_type": hf["problem_type"]} if hf.get("problem_type") is not None else {}
 
 
 def hf_size(hf, key, default=None):
@@ -102,18 +105,24 @@ def _config_size(size):
     return int(size) if isinstance(size, int) else [int(v) for v in size]
 
 
-def hf_config_from_vit_kwargs(kw):
+def hf_config_from_vit_kwargs(kw, base=None):
+    """A HF ViT config dict for VisionTransformer kwargs `kw` (`base`: an original HF config whose
+    other entries, e.g. label names, encoder_stride or problem_type, are kept)."""
+    cfg = dict(base or {})
     hidden = int(kw["embed_dim"])
-    return {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": hidden,
-            "num_hidden_layers": int(kw["depth"]), "num_attention_heads": int(kw["num_heads"]),
-            "intermediate_size": int(hidden * kw.get("mlp_ratio", 4.0)), "hidden_act": "gelu",
-            "hidden_dropout_prob": float(kw.get("drop_rate", 0.0)),
-            "attention_probs_dropout_prob": float(kw.get("attn_drop_rate", 0.0)),
-            "layer_norm_eps": float(kw.get("layernorm_epsilon", 1e-6)), "image_size": _config_size(kw["img_size"]),
-            "patch_size": _config_size(kw["patch_size"]), "num_channels": int(kw.get("in_chans", 3)), "qkv_bias": True,
-            "initializer_range": float(kw.get("initializer_range", 0.02)),
-            "id2label": {str(i): f"LABEL_{i}" for i in range(int(kw.get("num_classes", 1000)))},
-            "label2id": {f"LABEL_{i}": i for i in range(int(kw.get("num_classes", 1000)))}}
+    num_classes = int(kw.get("num_classes", 1000))
+    cfg.update({"model_type": "vit", "hidden_size": hidden, "num_hidden_layers": int(kw["depth"]),
+                "num_attention_heads": int(kw["num_heads"]), "intermediate_size": int(hidden * kw.get("mlp_ratio", 4.0)),
+                "hidden_act": "gelu", "hidden_dropout_prob": float(kw.get("drop_rate", 0.0)),
+                "attention_probs_dropout_prob": float(kw.get("attn_drop_rate", 0.0)),
+                "layer_norm_eps": float(kw.get("layernorm_epsilon", 1e-6)), "image_size": _config_size(kw["img_size"]),
+                "patch_size": _config_size(kw["patch_size"]), "num_channels": int(kw.get("in_chans", 3)),
+                "qkv_bias": True, "initializer_range": float(kw.get("initializer_range", 0.02))})
+    cfg.setdefault("architectures", ["ViTForImageClassification"])
+    if "id2label" not in cfg or len(cfg["id2label"]) != num_classes:
+        cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_classes)}
+        cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
+    return cfg
 
 
 def _normalise(hf_sd):
@@ -207,18 +216,19 @@ def libai_to_hf_vit(sd, kw):
 def load_huggingface_classifier(model_cls, path, kwargs_from_hf, hf_to_libai, **overrides):
     """Build `model_cls` from a HF image-classification folder and load its weights (each on its
     parameter's placement/SBP). A folder without a classifier (a backbone) keeps the new head's
-    initial weights. Shared by ViT and Swin."""
+    initial weights, and so does `num_classes=N` for a folder classifying another number of
+    classes with `ignore_mismatched_sizes=True` (HF's flag). Shared by ViT and Swin."""
     from .weights import load_logical_state_dict
 
+    overrides = dict(overrides)
+    ignore_mismatched_sizes = overrides.pop("ignore_mismatched_sizes", False)
     hf_cfg, hf_sd = read_hf_folder(path)
     kwargs = kwargs_from_hf(hf_cfg)
     kwargs.update(overrides)
     model = model_cls(**kwargs)
-    sd = hf_to_libai(hf_sd, kwargs, path=os.path.join(path, WEIGHTS_FILE))
-    own = dict(model.named_parameters())
-    for k in ("head.weight", "head.bias"):
-        if k in own and k not in sd:
-            sd[k] = own[k].detach().numpy()
+    weights = os.path.join(path, WEIGHTS_FILE)
+    sd = hf_to_libai(hf_sd, kwargs, path=weights)
+    take_new_classifier(model, sd, ("head.weight", "head.bias"), weights, ignore_mismatched_sizes)
     load_logical_state_dict(model, sd)
     model.hf_config = hf_cfg
     return model
