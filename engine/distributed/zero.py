@@ -59,6 +59,7 @@ class ZeroRedundancy:
             raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage!r}")
         self.optimizer, self.stage, self.axis = optimizer, int(stage), int(axis)
         self.pairs = []  # (parameter, its shard in the optimizer) for stages 1 and 2
+        self._in_step = []  # per pair: (the parameter's array, its version) when its shard last matched it
         self.sharded = []  # parameters stored sharded (stage 3)
         for group in optimizer.param_groups:
             if any(optimizer.state.get(p) for p in group["params"]):
@@ -85,12 +86,30 @@ class ZeroRedundancy:
             return p
         leaf = _leaf_like(p, shard)
         self.pairs.append((p, leaf))
+        self._in_step.append((p._data, p._version))
         return leaf
 
     # ------------------------------------------------------------------ the step
+    def refresh_shards(self):
+        """Give the shard of every parameter written since the two last matched (a checkpoint
+        resumed or `load_weight` loaded after ZeRO was applied, a user's load_state_dict) the
+        parameter's values: B -> S is a local slice, no communication. Without it the next
+        step would update the stale shard and gather it over the loaded weights."""
+        with no_grad():
+            for i, (p, shard) in enumerate(self.pairs):
+                array, version = self._in_step[i]
+                if not p._global.here or (array is p._data and version == p._version):
+                    continue
+                fresh = global_to_global(p.detach(), shard._global.placement, shard._global.sbp)
+                shard._data[...] = fresh._data
+                shard._bump_version()
+                self._in_step[i] = (p._data, p._version)
+
     def reduce_gradients(self):
         """Each shard's gradient from its parameter's: stage 1 slices the all-reduced gradient,
-        stage 2 reduce-scatters the partial one; the full gradient is dropped."""
+        stage 2 reduce-scatters the partial one; the full gradient is dropped. Shards whose
+        parameter was written since the last step take its values first (refresh_shards)."""
+        self.refresh_shards()
         if self.stage == 1:  # the all-reduces (P -> B), in buckets: the loop below then only slices
             sync_grads([p for p, _ in self.pairs])
         with no_grad():
@@ -104,12 +123,13 @@ class ZeroRedundancy:
     def gather_parameters(self):
         """Write every updated shard back into its parameter (all-gather, S -> B), in place."""
         with no_grad():
-            for p, shard in self.pairs:
+            for i, (p, shard) in enumerate(self.pairs):
                 if not p._global.here:
                     continue
                 full = global_to_global(shard.detach(), p._global.placement, p._global.sbp)
                 p._data[...] = full._data
                 p._bump_version()
+                self._in_step[i] = (p._data, p._version)
 
     def zero_grad(self):
         for p, shard in self.pairs:

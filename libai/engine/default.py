@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import random
+import re
 import signal
 import weakref
 from collections import OrderedDict
@@ -67,6 +68,44 @@ def _apply_fast_dev_run(cfg):
             f"train.evaluation.eval_period={ev.eval_period}, train.evaluation.eval_iter={ev.eval_iter}")
 
 
+def _flat_config(cfg):
+    """{dotted key: repr of its value} of `cfg` as its YAML would hold it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        plain = LazyConfig.to_plain(cfg)
+    flat = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        else:  # object addresses differ between processes, not configs
+            flat[prefix] = re.sub(r"0x[0-9a-fA-F]+", "0x...", repr(node))
+
+    walk(plain, "")
+    return flat
+
+
+def check_same_config_on_every_rank(cfg):
+    """RuntimeError on every rank, naming the keys and ranks, unless all ranks hold the same
+    config. A key that differs (a config reading an environment variable, a per-rank override)
+    made ranks disagree on collectives: a checkpoint period hung the job, a seed or learning rate
+    trained silently differently on each rank."""
+    if dist.get_world_size() == 1:
+        return
+    configs = dist.all_gather_object(_flat_config(cfg))
+    keys = sorted(set().union(*configs))
+    differ = [k for k in keys if len({c.get(k, "<missing>") for c in configs}) > 1]
+    if differ:
+        lines = [f"  {k}: " + ", ".join(f"rank {r}: {c.get(k, '<missing>')[:80]}" for r, c in enumerate(configs))
+                 for k in differ[:10]]
+        more = f"\n  ... and {len(differ) - 10} more keys" if len(differ) > 10 else ""
+        raise RuntimeError(f"the ranks were given different configs ({len(differ)} keys differ); every rank must run "
+                           "the same config:\n" + "\n".join(lines) + more)
+
+
 def default_setup(cfg, args):
     """The common start of a job:
 
@@ -101,6 +140,7 @@ def default_setup(cfg, args):
     if getattr(args, "overwrite_output_dir", False):
         train.overwrite_output_dir = True
     fast_dev_run = _apply_fast_dev_run(cfg) if getattr(args, "fast_dev_run", False) else None
+    check_same_config_on_every_rank(cfg)
     output_dir = train.output_dir
     deleted = prepare_output_dir(output_dir, resume=train.resume, overwrite=train.overwrite_output_dir,
                                  training=not eval_only)

@@ -14,9 +14,12 @@ class PPLEvaluator(DatasetEvaluator):
     """Perplexity exp(mean loss) from the model's loss output(s).
 
     `process` reads the scalar loss `outputs[key]` for each key in `loss_keys` (default: every
-    key containing "loss"); per-batch losses are weighted by the batch size (the leading
-    dimension of inputs[weight_key] when present). Results: {"PPL": ...} for a single loss key,
-    {"<key>_PPL": ...} for several. The exponent is capped at 20 (as LiBai) to stay finite."""
+    key containing "loss"); per-batch losses are weighted by the batch size: the leading
+    dimension of inputs[weight_key], or without a weight_key of the first input tensor (the
+    whole batch's, for global tensors). So the result is the mean over samples whatever the
+    batches are, and the same for every data-parallel size (whose last batches are smaller;
+    an equal weight per batch made the PPL depend on it). Results: {"PPL": ...} for a single loss
+    key, {"<key>_PPL": ...} for several. The exponent is capped at 20 (as LiBai) to stay finite."""
 
     def __init__(self, loss_keys=None, weight_key=None):
         self.loss_keys = list(loss_keys) if loss_keys else None
@@ -34,6 +37,10 @@ class PPLEvaluator(DatasetEvaluator):
         weight = 1.0
         if self.weight_key is not None and self.weight_key in inputs:
             weight = float(inputs[self.weight_key].shape[0])
+        elif self.weight_key is None:
+            batch = next((v for v in inputs.values() if getattr(v, "ndim", 0) >= 1), None)
+            if batch is not None:
+                weight = float(batch.shape[0])
         for k in keys:
             v = outputs[k]
             v = float(v.item() if hasattr(v, "item") else v)

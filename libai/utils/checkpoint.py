@@ -743,6 +743,10 @@ class Checkpointer:
             rng_file = os.path.join(path, f"rng_state_rank{dist.get_rank()}.safetensors")
             if os.path.isfile(rng_file):
                 rng = flow.load(rng_file)
+            elif int(extra.get("world_size", -1)) == dist.get_world_size():
+                # saved by as many ranks: the file was written and is lost (a damaged checkpoint)
+                raise CheckpointError(f"Checkpointer: {rng_file} is missing from a checkpoint saved by "
+                                      f"{dist.get_world_size()} ranks (needed to resume this rank's RNG states)")
             else:
                 self.logger.warning(f"{rng_file} not found: RNG states are not restored "
                                     "(the resumed run will not repeat the original bit for bit)")

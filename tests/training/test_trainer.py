@@ -198,16 +198,21 @@ def _make_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("victim,how", [("model.safetensors", "truncate"), ("optimizer.safetensors", "flip"),
                                         ("rng_state_rank0.safetensors", "truncate"),
+                                        ("rng_state_rank0.safetensors", "delete"),
                                         ("trainer_state.safetensors", "flip")])
 def test_corrupted_checkpoint_names_the_file_and_changes_nothing(tmp_path, victim, how):
+    """A damaged or (for this rank's RNG states, saved by as many ranks) missing file."""
     _make_checkpoint(tmp_path)
     path = os.path.join(str(tmp_path), "model_0000000", victim)
     data = bytearray(open(path, "rb").read())
     if how == "truncate":
         data = data[: len(data) // 2]
-    else:
+    elif how == "flip":
         data[-3] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    if how == "delete":
+        os.remove(path)
+    else:
+        open(path, "wb").write(bytes(data))
 
     flow.manual_seed(1)
     model = MLPClassifier(in_features=4, hidden_size=8, num_classes=3)
@@ -322,6 +327,12 @@ def test_cls_and_ppl_evaluators():
     ppl.process({}, {"lm_loss": flow.tensor(1.0)})
     ppl.process({}, {"lm_loss": flow.tensor(3.0)})
     assert ppl.evaluate()["PPL"] == pytest.approx(np.exp(2.0))
+    # batches of 4 and 2 samples (the last batch smaller): the mean over samples, whatever the
+    # batches are (the data-parallel size regroups them), not the mean of the batch means
+    ppl.reset()
+    ppl.process({"input_ids": flow.zeros(4, 3), "labels": flow.zeros(4, 3)}, {"lm_loss": flow.tensor(1.0)})
+    ppl.process({"input_ids": flow.zeros(2, 3), "labels": flow.zeros(2, 3)}, {"lm_loss": flow.tensor(4.0)})
+    assert ppl.evaluate()["PPL"] == pytest.approx(np.exp((4 * 1.0 + 2 * 4.0) / 6))
 
 
 def test_event_storage_and_json_writer(tmp_path):
