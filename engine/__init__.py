@@ -3,6 +3,7 @@
 numpy computes on the CPU, CuPy on CUDA devices; global tensors (placement + SBP) extend the same
 API to many processes (engine.distributed).
 """
+import math as _math
 import operator
 
 from . import backend
@@ -46,6 +47,7 @@ from .serialization import save, load  # noqa: E402
 
 
 from . import cuda  # noqa: E402,F401
+from . import accelerator  # noqa: E402,F401
 from . import backends  # noqa: E402,F401
 from .backends import set_float32_matmul_precision, get_float32_matmul_precision  # noqa: E402,F401
 from .backend.deterministic import (  # noqa: E402,F401
@@ -116,5 +118,7 @@ def numel(t):
 
 
 from . import distributions  # noqa: E402,F401
+
+pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan  # torch.pi, torch.e, torch.inf, torch.nan
 
 __version__ = "0.1.0"

@@ -11,7 +11,8 @@ Unpickling normally imports and calls whatever the file names, so a checkpoint c
 Here the unpickler (a `pickle.Unpickler` with `find_class` and `persistent_load` overridden)
 resolves a global only from a fixed table: torch's tensor-rebuild functions, storage classes and
 dtypes (replaced by functions and markers of this module that build engine objects from
-checked arguments), torch.Size, torch.device, collections.OrderedDict, and the few builtins
+checked arguments), torch.Size, torch.device, collections.OrderedDict, argparse.Namespace (a bag
+of attributes, built by object.__new__ and a __dict__ update), and the few builtins
 protocol 2 needs for sets, bytes and complex numbers. Any other global raises CheckpointError
 naming it before anything is called. The loaded tree is then checked again: only plain
 containers, scalars, strings, dtypes, devices and engine tensors may come out.
@@ -23,6 +24,7 @@ view) gets its own copy. Every view is checked to lie inside its storage. Zip re
 checked against their CRC32 unless mapped with mmap=True (whose point is not to read them).
 """
 import _compat_pickle
+import argparse
 import io
 import math
 import os
@@ -35,10 +37,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .backend import CPU, as_device, device, dtypes, is_cuda_available, to_device
+from .backend import CPU, device, dtypes, is_cuda_available, to_device
 from .tensor import Parameter, Size, Tensor
 
-__all__ = ["CheckpointError", "detect", "load", "check_options"]
+__all__ = ["CheckpointError", "detect", "load", "check_options", "placement", "StorageStandIn"]
 
 
 class CheckpointError(RuntimeError):
@@ -137,17 +139,90 @@ def check_options(weights_only, mmap):
         raise TypeError(f"engine.load: mmap must be a bool or None, got {mmap!r}")
 
 
-def _target_device(map_location):
-    if map_location is None:
-        return CPU
-    if isinstance(map_location, dict) or (callable(map_location) and not isinstance(map_location, device)):
-        raise NotImplementedError("engine.load: map_location as a dict or a function is not supported; pass None, "
-                                  "'cpu', 'cuda[:N]' or an engine.device (all tensors go to that device)")
-    dev = as_device(map_location)
+class StorageStandIn:
+    """What a `map_location` function receives in place of torch's storage (the engine has no
+    storage objects): it only records where the function sends it, by `.cpu()`, `.cuda(i)` or
+    `.to(device)`; the function returns it (or None: the saved location) and the tensors of that
+    storage are built on the device it names."""
+
+    def __init__(self, location):
+        self.location = location
+
+    @property
+    def device(self):
+        return _parse_location(self.location)
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def cpu(self):
+        return StorageStandIn("cpu")
+
+    def cuda(self, device=None, non_blocking=False):
+        if device is None:
+            return StorageStandIn("cuda")
+        return StorageStandIn(str(device) if not isinstance(device, int) else f"cuda:{device}")
+
+    def to(self, device=None, non_blocking=False, copy=False):
+        return StorageStandIn(str(device) if not isinstance(device, int) else f"cuda:{device}")
+
+    def __repr__(self):
+        return f"StorageStandIn(location={self.location!r})"
+
+
+def _parse_location(location):
+    """An engine device from a location ('cpu', 'cuda:1', an engine or torch device: str() of it)."""
+    if not isinstance(location, (str, device)):
+        location = str(location)  # a torch.device (told without importing torch)
+    try:
+        return device(location)
+    except ValueError as e:
+        raise RuntimeError(f"engine.load: unknown location {location!r} ({e})") from None
+
+
+def _device_of(location):
+    """`_parse_location`, refusing a CUDA device where CUDA is not available."""
+    dev = _parse_location(location)
     if dev.type == "cuda" and not is_cuda_available():
-        raise RuntimeError(f"engine.load: map_location={map_location!r} asks for a CUDA device, but CUDA is not "
-                           "available here (CuPy or a GPU is missing); use map_location='cpu'")
+        raise RuntimeError(f"engine.load: a tensor would go to {location!r}, a CUDA device, but CUDA is not available "
+                           "here (CuPy or a GPU is missing); use map_location='cpu'")
     return dev
+
+
+def _is_device(x):
+    module = type(x).__module__ or ""
+    return isinstance(x, (str, device)) or (type(x).__name__ == "device" and module.split(".")[0] == "torch")
+
+
+def placement(map_location):
+    """fn(saved location) -> the engine device a storage saved there is loaded to, per torch.load's
+    `map_location`: None (here: always the CPU, whatever the saved location), a device or its
+    name (every tensor there), a dict remapping locations ({'cuda:0': 'cpu'}; others stay where
+    they were saved), or a function `f(storage, location)` called once per storage with a
+    `StorageStandIn`, returning it moved (`storage.cuda(0)`) or as is, or None (the saved location)."""
+    if map_location is None:
+        return lambda location: CPU
+    if _is_device(map_location):
+        dev = _device_of(map_location)
+        return lambda location: dev
+    if isinstance(map_location, dict):
+        if not all(isinstance(k, str) and _is_device(v) for k, v in map_location.items()):
+            raise TypeError(f"engine.load: a map_location dict maps location strings to location strings or "
+                            f"devices, got {map_location!r}")
+        return lambda location: _device_of(map_location.get(location, location))
+    if callable(map_location):
+        def call(location):
+            moved = map_location(StorageStandIn(location), location)
+            if moved is None:
+                return _device_of(location)
+            if not isinstance(moved, StorageStandIn):
+                raise TypeError(f"engine.load: the map_location function returned a {type(moved).__name__}; it must "
+                                "return the storage it was given (moved with .cpu(), .cuda(i) or .to(device)) or None")
+            return _device_of(moved.location)
+        return call
+    raise TypeError(f"engine.load: map_location of type {type(map_location).__name__} is not supported; pass None, a "
+                    "device or its name ('cpu', 'cuda:0'), a dict of locations or a function (storage, location)")
 
 
 # ====================================================================== storages
@@ -164,8 +239,9 @@ class _StorageType:
 class _Storage:
     """One storage: its raw bytes (uint8, writable), their byte order, and its element dtype."""
 
-    def __init__(self, raw, byteorder, dtype, key):
+    def __init__(self, raw, byteorder, dtype, key, location="cpu"):
         self.raw, self.byteorder, self.dtype, self.key = raw, byteorder, dtype, key
+        self.location = location  # where torch saved it ('cpu', 'cuda:0')
         self._typed = {}
 
     def typed(self, dtype):
@@ -196,6 +272,14 @@ class _Reported(CheckpointError):
     """An error whose message is already complete (it names the file)."""
 
 
+class _Placing(Exception):
+    """Carries an error of `map_location` through the unpickler, which blames the file for others."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 def _ints(value, what):
     if not isinstance(value, (tuple, list)) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                                                        for v in value):
@@ -218,8 +302,9 @@ class _Builder:
     """The functions and markers that the admitted globals resolve to. Each checks its arguments
     and builds engine objects; nothing from the file is ever called."""
 
-    def __init__(self, device, name):
-        self.device, self.name = device, name
+    def __init__(self, place, name):
+        self.place, self.name = place, name  # place: saved location -> device (`placement`)
+        self.devices = {}  # id(storage) -> its device: map_location is asked once per storage
         self.tensor_marker = _TypeMarker("torch.Tensor")
         self.parameter_marker = _TypeMarker("torch.nn.parameter.Parameter")
         self.table = self._table()
@@ -229,6 +314,7 @@ class _Builder:
     def _table(self):
         t = {
             "collections.OrderedDict": OrderedDict,
+            "argparse.Namespace": argparse.Namespace,  # an attribute bag (training args): NEWOBJ + BUILD
             "torch._utils._rebuild_tensor": self.rebuild_tensor,
             "torch._utils._rebuild_tensor_v2": self.rebuild_tensor_v2,
             "torch._utils._rebuild_tensor_v3": self.rebuild_tensor_v3,
@@ -294,13 +380,19 @@ class _Builder:
         if numel and not _no_overlap(size, stride):
             a = a.copy()  # an expanded view: engine tensors do not alias their own elements
         a = _apply_metadata(a, metadata)
-        if self.device != CPU:
+        dev = self.devices.get(id(storage))
+        if dev is None:
             try:
-                a = to_device(a, self.device)
+                dev = self.devices[id(storage)] = self.place(storage.location)
+            except Exception as e:
+                raise _Placing(e) from None
+        if dev != CPU:
+            try:
+                a = to_device(a, dev)
             except (TypeError, RuntimeError) as e:  # e.g. CuPy has no bfloat16
-                raise _Reported(f"engine.load: {self.name}: cannot place a {dtype.name} tensor on {self.device}: "
+                raise _Reported(f"engine.load: {self.name}: cannot place a {dtype.name} tensor on {dev}: "
                                 f"{e}") from None
-        t = Tensor._make(a, self.device)
+        t = Tensor._make(a, dev)
         if requires_grad:
             t.requires_grad_(True)
         return t
@@ -453,6 +545,8 @@ class _Unpickler(pickle.Unpickler):
 def _unpickle(file, builder, storage_of, name):
     try:
         return _Unpickler(file, builder, storage_of, name).load()
+    except _Placing as e:  # map_location's own error (a wrong return, CUDA missing): not the file's fault
+        raise e.error from None
     except _Reported as e:
         raise CheckpointError(str(e)) from None
     except CheckpointError as e:
@@ -460,6 +554,15 @@ def _unpickle(file, builder, storage_of, name):
     except Exception as e:  # a truncated or garbled pickle, a wrong argument count, ...
         raise CheckpointError(f"engine.load: {name} is not a valid PyTorch checkpoint (truncated or corrupted?): "
                               f"{type(e).__name__}: {e}") from e
+
+
+def _location(location):
+    """A storage's saved location as a str ('cpu', 'cuda:0'); protocol 2 may give bytes."""
+    if isinstance(location, bytes):
+        location = location.decode("ascii", "replace")
+    if not isinstance(location, str):
+        raise CheckpointError(f"invalid storage location {location!r}")
+    return location
 
 
 def _storage_pid(pid, fields):
@@ -562,11 +665,13 @@ class _ZipReader:
         storage_type, key, location, numel = _storage_pid(pid, 5)
         nbytes = _nbytes(storage_type.dtype, numel, f"storage {key!r}")
         if key not in self.storages:
-            self.storages[key] = _Storage(self.raw(key, nbytes), self.byteorder, storage_type.dtype, key)
+            self.storages[key] = _Storage(self.raw(key, nbytes), self.byteorder, storage_type.dtype, key,
+                                          _location(location))
         st = self.storages[key]
         if st.raw.size != nbytes:
             raise self.bad(f"storage {key!r} is used with two different sizes")
-        return st if st.dtype is storage_type.dtype else _Storage(st.raw, st.byteorder, storage_type.dtype, key)
+        return st if st.dtype is storage_type.dtype else _Storage(st.raw, st.byteorder, storage_type.dtype, key,
+                                                                  st.location)
 
     def load(self, builder):
         pkl = self._read_small("data.pkl")
@@ -591,7 +696,7 @@ class _LegacyReader:
         dtype = storage_type.dtype
         nbytes = _nbytes(dtype, numel, f"storage {key!r}")
         if key not in self.storages:
-            self.storages[key] = _Storage(np.zeros(nbytes, dtype=np.uint8), "little", dtype, key)
+            self.storages[key] = _Storage(np.zeros(nbytes, dtype=np.uint8), "little", dtype, key, _location(location))
         root = self.storages[key]
         if root.dtype is not dtype or root.raw.size != nbytes:
             raise self.bad(f"storage {key!r} is used with two different types or sizes")
@@ -604,7 +709,7 @@ class _LegacyReader:
             lo, n = _nbytes(dtype, offset, "view offset"), _nbytes(dtype, size, "view size")
             if lo + n > nbytes:
                 raise self.bad(f"storage view {view_key!r} reaches past its storage {key!r}")
-            self.views[view_key] = _Storage(root.raw[lo:lo + n], "little", dtype, str(view_key))
+            self.views[view_key] = _Storage(root.raw[lo:lo + n], "little", dtype, str(view_key), root.location)
         return self.views[view_key]
 
     def load(self, builder):
@@ -630,7 +735,7 @@ class _LegacyReader:
         # The storages' bytes follow the object, but tensors are built while it is read (some as
         # copies): read it once to learn its storages and where it ends, fill them, read it again.
         start = self.f.tell()
-        _unpickle(self.f, _Builder(CPU, self.name), self.storage_of, self.name)
+        _unpickle(self.f, _Builder(lambda location: CPU, self.name), self.storage_of, self.name)
         keys = plain()
         if not isinstance(keys, list):
             raise self.bad("invalid storage key list")
@@ -682,6 +787,10 @@ def _check_tree(obj, name):
                 stack.extend((v, f"{where}/{k}") for k, v in x.items())
             else:
                 stack.extend((v, f"{where}/{i}") for i, v in enumerate(x))
+        elif t is argparse.Namespace:  # e.g. DeiT's / MAE's saved `args`
+            if not all(isinstance(k, str) for k in vars(x)):
+                raise CheckpointError(f"engine.load: {name}: the argparse.Namespace at {where} has invalid attributes")
+            stack.extend((v, f"{where}.{k}") for k, v in vars(x).items())
         elif isinstance(x, _Storage):
             raise CheckpointError(f"engine.load: {name}: {where} is a bare storage, not a tensor; the engine has no "
                                   "storage objects")
@@ -694,12 +803,13 @@ def _check_tree(obj, name):
 # ====================================================================== entry point
 def load(source, kind, map_location=None, mmap=False):
     """Read a PyTorch checkpoint of format `kind` ('zip' or 'legacy', from `detect`) into engine
-    tensors on `map_location` (default: the CPU; the device a tensor was saved from is ignored).
+    tensors placed as `map_location` says (`placement`; by default on the CPU, whatever device a
+    tensor was saved from).
 
     mmap=True (zip format and a path only) maps the file copy-on-write instead of reading the tensor
     data: tensors are views of the mapping, changed in memory only."""
     name = _name(source)
-    builder = _Builder(_target_device(map_location), name)
+    builder = _Builder(placement(map_location), name)
     is_path = not hasattr(source, "read")
     if mmap and (kind != "zip" or not is_path):
         raise ValueError(f"engine.load: mmap=True needs the path of a zip-format PyTorch checkpoint ({name} is "

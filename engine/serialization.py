@@ -1,8 +1,9 @@
 """`engine.save` / `engine.load`: checkpoints as one safetensors file, never pickle.
 
-A checkpoint is any nesting of dicts (plain or ordered, with str/int/float/bool/None keys), lists
-and tuples whose leaves are tensors, numpy arrays, ints, floats, strings, bools and None (a
-model's state_dict, an optimizer's state_dict, a training-state dict).
+A checkpoint is any nesting of dicts (plain or ordered, with str/int/float/bool/None keys), lists,
+tuples, sets, frozensets and argparse.Namespace objects whose leaves are tensors, numpy arrays,
+ints, floats, strings, bytes, bools and None (a model's state_dict, an optimizer's state_dict, a
+training-state dict such as DeiT's `{'model': ..., 'args': args}`).
 
 File layout (the safetensors format, readable by the `safetensors` package and by torch):
 
@@ -23,6 +24,8 @@ a truncated or corrupted file raises `CheckpointError` naming the file, never a 
 result. Files are written atomically (temp file in the same directory, fsync, os.replace), so a
 crash mid-save leaves the previous checkpoint intact.
 """
+import argparse
+import base64
 import json
 import math
 import os
@@ -35,7 +38,7 @@ import numpy as np
 
 from . import _torch_checkpoint
 from ._torch_checkpoint import CheckpointError
-from .backend import CPU, as_device, dtypes, to_device
+from .backend import CPU, dtypes, to_device
 from .tensor import Parameter, Tensor
 
 __all__ = ["save", "load", "CheckpointError"]
@@ -104,6 +107,8 @@ class _Writer:
             if obj.is_global:
                 raise TypeError(f"engine.save: {where} is a global tensor; save obj.to_local() or gather it first")
             node = {"T": self._array(obj, path, "tensor")}
+            if obj._device != CPU:  # where it was saved from: what a map_location dict or function sees
+                node["dev"] = str(obj._device)
             if isinstance(obj, Parameter):
                 node["param"] = bool(obj.requires_grad)
             elif obj.requires_grad:
@@ -131,9 +136,17 @@ class _Writer:
             return {"U": [self.encode(v, path + (str(i),)) for i, v in enumerate(obj)]}
         if isinstance(obj, list):
             return {"L": [self.encode(v, path + (str(i),)) for i, v in enumerate(obj)]}
+        if isinstance(obj, (set, frozenset)):
+            return {"FS" if isinstance(obj, frozenset) else "S":
+                    [self.encode(v, path + (str(i),)) for i, v in enumerate(obj)]}
+        if isinstance(obj, (bytes, bytearray)):
+            return {"B" if isinstance(obj, bytes) else "BA": base64.b64encode(obj).decode("ascii")}
+        if type(obj) is argparse.Namespace:  # an attribute bag: its attributes, as a dict's items
+            return {"NS": [[k, self.encode(v, path + (k,))] for k, v in vars(obj).items()]}
         raise TypeError(
             f"engine.save: cannot save {where} of type {type(obj).__name__}; supported: tensors, numpy "
-            "arrays, dict/OrderedDict, list, tuple, int, float, str, bool, None (no pickle)"
+            "arrays, dict/OrderedDict, list, tuple, set, frozenset, argparse.Namespace, int, float, str, bytes, "
+            "bool, None (no pickle)"
         )
 
     def encode_key(self, k, where):
@@ -336,21 +349,12 @@ def _parse(buf, name):
     return header, meta, 8 + n, engine_file
 
 
-def _map_device(map_location):
-    if map_location is None:
-        return CPU
-    if isinstance(map_location, dict):
-        raise TypeError("engine.load: map_location must be None, 'cpu', 'cuda[:N]' or a device "
-                        "(tensors are stored without a device)")
-    return as_device(map_location)
-
-
 class _Reader:
     """Turns a parsed file back into the object tree (the inverse of _Writer). Every reference
     and value is checked; anything malformed raises CheckpointError naming the file."""
 
-    def __init__(self, buf, name, header, base, device):
-        self.buf, self.name, self.header, self.base, self.device = buf, name, header, base, device
+    def __init__(self, buf, name, header, base, place):
+        self.buf, self.name, self.header, self.base, self.place = buf, name, header, base, place
         self.table = []
         self.built = {}  # table index -> array
         self.tensors = {}  # table index -> Tensor: shared tensors come back shared
@@ -367,10 +371,11 @@ class _Reader:
             a = a.astype(a.dtype.newbyteorder("="))
         return a
 
-    def tensor(self, a, requires_grad=False, param=False):
-        if self.device != CPU:
-            a = to_device(a, self.device)
-        t = Tensor._make(a, self.device)
+    def tensor(self, a, requires_grad=False, param=False, location="cpu"):
+        dev = self.place(location)
+        if dev != CPU:
+            a = to_device(a, dev)
+        t = Tensor._make(a, dev)
         if param:
             return Parameter(t, requires_grad=requires_grad)
         if requires_grad:
@@ -419,7 +424,10 @@ class _Reader:
         if isinstance(node, dict) and "T" in node:
             idx = node["T"]
             if idx not in self.tensors:
-                self.tensors[idx] = self.tensor(self.get(idx, "T"), param="param" in node,
+                location = node.get("dev", "cpu")
+                if not isinstance(location, str):
+                    raise self.bad(f"invalid tensor location {location!r}")
+                self.tensors[idx] = self.tensor(self.get(idx, "T"), param="param" in node, location=location,
                                                 requires_grad=node.get("rg", False) or node.get("param", False))
             return self.tensors[idx]
         if isinstance(node, dict) and len(node) == 1:
@@ -433,6 +441,22 @@ class _Reader:
                 return [self.decode(v) for v in val]
             if tag == "U" and isinstance(val, list):
                 return tuple(self.decode(v) for v in val)
+            if tag in ("S", "FS") and isinstance(val, list):
+                try:
+                    return (set if tag == "S" else frozenset)(self.decode(v) for v in val)
+                except TypeError:
+                    raise self.bad("a set holds an unhashable value") from None
+            if tag in ("B", "BA") and isinstance(val, str):
+                try:
+                    raw = base64.b64decode(val.encode("ascii"), validate=True)
+                except (ValueError, UnicodeEncodeError):
+                    raise self.bad("invalid bytes value") from None
+                return raw if tag == "B" else bytearray(raw)
+            if tag == "NS" and isinstance(val, list):
+                pairs = [self.decode_pair(item) for item in val]
+                if not all(isinstance(k, str) for k, _ in pairs):
+                    raise self.bad("an argparse.Namespace attribute name is not a string")
+                return argparse.Namespace(**dict(pairs))
             if tag in ("i", "f", "dtype") and isinstance(val, str):
                 return self.decode_scalar(tag, val)
         raise self.bad(f"unknown structure node {str(node)[:80]}")
@@ -469,7 +493,10 @@ def load(path, map_location=None, *, weights_only=True, mmap=None):
     PyTorch checkpoint written by torch.save (read by engine._torch_checkpoint, never running code
     from the file); the format is told by the file's first bytes.
 
-    Tensors come back on the CPU unless `map_location` names another device ('cuda', 'cuda:1').
+    Tensors come back on the CPU unless `map_location` says otherwise, as torch.load's: a device
+    ('cuda', 'cuda:1'), a dict remapping saved locations ({'cuda:0': 'cpu'}) or a function
+    `f(storage, location)` (`lambda s, loc: s` keeps the CPU here; `s.cuda(0)`), where a tensor's
+    location is the device it was saved from ('cpu' for files written before engine.save recorded it).
     `weights_only` can only be True: no file's code is ever executed. `mmap=True` maps a zip-format
     PyTorch checkpoint instead of reading it; an engine file is always read in full (its checksum
     covers every byte)."""
@@ -479,5 +506,5 @@ def load(path, map_location=None, *, weights_only=True, mmap=None):
         return _torch_checkpoint.load(path, kind, map_location, mmap=bool(mmap))
     buf, name = _read_all(path)
     header, meta, base, engine_file = _parse(buf, name)
-    reader = _Reader(buf, name, header, base, _map_device(map_location))
+    reader = _Reader(buf, name, header, base, _torch_checkpoint.placement(map_location))
     return reader.engine_object(meta) if engine_file else reader.plain_state_dict()

@@ -11,6 +11,7 @@ engine.distributed and never imports it: what it needs of a global tensor it ask
 (`logical_value`, `leaf_gradient`, `without_partial`).
 """
 import copy
+import numbers
 import weakref
 
 import numpy as np
@@ -36,7 +37,7 @@ class Size(tuple):
 
 class Tensor:
     __slots__ = ("_data", "_device", "_requires_grad", "grad", "grad_fn", "_output_nr", "_vc",
-                 "_acc_ref", "_leaf_hooks", "_global", "__weakref__", "__dict__")
+                 "_acc_ref", "_leaf_hooks", "_global", "_view_of", "__weakref__", "__dict__")
 
     # numpy must defer to Tensor in `ndarray * Tensor`
     __array_priority__ = 1000
@@ -71,6 +72,7 @@ class Tensor:
         self._acc_ref = None
         self._leaf_hooks = None
         self._global = None
+        self._view_of = None  # (base, op class, attrs, output index) when this tensor is a view of base
 
     @classmethod
     def _make(cls, data, device):
@@ -332,8 +334,7 @@ class Tensor:
 
     def item(self):
         if self.numel() != 1:
-            raise ValueError("only one element tensors can be converted to Python scalars, got shape "
-                             f"{tuple(self.shape)}")
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
         return self._host().reshape(()).item()
 
     def tolist(self):
@@ -418,6 +419,8 @@ def tensor_method(*names):
 def _check_dim(dim, ndim, name="dim"):
     """Normalise a possibly negative dim, with PyTorch's error for out-of-range dims."""
     lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+    if not isinstance(dim, int) and isinstance(dim, numbers.Integral):
+        dim = int(dim)  # a numpy integer, as torch takes it
     if not isinstance(dim, int) or not lo <= dim <= hi:
         raise IndexError(f"Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
     return dim + ndim if dim < 0 else dim

@@ -125,7 +125,7 @@ def test_tensor_metadata():
     assert flow.tensor([[1.0, 2.0]]).tolist() == [[1.0, 2.0]]
     assert flow.tensor(3).item() == 3 and isinstance(flow.tensor(3).item(), int)
     assert "tensor(" in repr(flow.ones(2)) and "requires_grad=True" in repr(flow.ones(2, requires_grad=True))
-    with pytest.raises(ValueError, match="one element"):
+    with pytest.raises(RuntimeError, match="a Tensor with 2 elements cannot be converted to Scalar"):
         flow.ones(2).item()
     with pytest.raises(RuntimeError, match="requires grad"):
         flow.ones(2).requires_grad_().numpy()
@@ -146,3 +146,63 @@ def test_arange_gives_positive_zero_like_torch():
         got, want = flow.arange(*args).numpy(), torch.arange(*args).numpy()
         np.testing.assert_array_equal(got, want)
         assert np.signbit(got).tolist() == np.signbit(want).tolist()
+
+
+def test_integer_ranges_take_torch_integer_bounds():
+    """An integer arange counts and steps as torch's (int64 truncates start, end and step first;
+    narrower types count from the values as given and step from int(start) by int(step)), and an
+    integer linspace runs between the truncated bounds: 4000 random cases against torch."""
+    rng = np.random.default_rng(0)
+    names = ["int64", "int32", "int16", "uint8"]
+    for i in range(4000):
+        a, b = (float(v) for v in rng.uniform(-20, 20, 2).round(int(rng.integers(0, 3))))
+        name = names[i % 4]
+        if name == "uint8":
+            a, b = abs(a), abs(b)
+        step = float(round(rng.uniform(-5, 5), int(rng.integers(0, 2))))
+        args = (a,) if i % 7 == 0 else (a, b, step)
+
+        def run(lib):
+            try:
+                return lib.arange(*args, dtype=getattr(lib, name)).numpy()
+            except (RuntimeError, ValueError) as e:
+                return type(e).__name__
+
+        want, got = run(torch), run(flow)
+        if isinstance(want, str) or isinstance(got, str):
+            assert str(got) == str(want), (args, name, want, got)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"arange{args} {name}")
+    assert flow.arange(3.1, dtype=flow.int64).tolist() == [0, 1, 2]
+    assert flow.arange(3.1, dtype=flow.int32).tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="step must be nonzero"):
+        flow.arange(0, 2.5, 0.5, dtype=flow.int64)
+    for start, end, steps in ((4.3, -3, 8), (0.5, 10.7, 4), (-7.9, 7.9, 3)):
+        np.testing.assert_array_equal(flow.linspace(start, end, steps, dtype=flow.int64).numpy(),
+                                      torch.linspace(start, end, steps, dtype=torch.int64).numpy())
+
+
+def test_factory_options_are_torch_s_and_nothing_else():
+    """out=, layout=, pin_memory= (and memory_format= where torch takes it) are understood or
+    refused by name; a misspelt keyword is a TypeError, never silently dropped."""
+    o = flow.ones(2)
+    with pytest.raises(TypeError, match=r"zeros\(\): out= is not supported"):
+        flow.zeros(2, out=o)
+    for call in (lambda: flow.zeros(3, dtpye=flow.int64), lambda: flow.randn(2, requries_grad=True),
+                 lambda: o.new_zeros(2, dtpye=flow.int64), lambda: flow.zeros_like(o, dtpye=flow.int64),
+                 lambda: flow.full((2,), 1.0, devcie="cpu"), lambda: flow.zeros(2, memory_format=flow.contiguous_format)):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()
+    assert flow.zeros(2, layout=flow.strided, pin_memory=True).tolist() == [0.0, 0.0]
+    assert flow.empty(2, memory_format=flow.contiguous_format).shape == (2,)
+    assert flow.ones_like(o, memory_format=flow.preserve_format).tolist() == [1.0, 1.0]
+    x = flow.ones(1, 3, 2, 2)
+    for call in (lambda: flow.zeros(2, layout=flow.sparse_coo), lambda: flow.empty_like(x, memory_format=flow.channels_last),
+                 lambda: x.contiguous(memory_format=flow.channels_last), lambda: x.to(memory_format=flow.channels_last),
+                 lambda: flow.nn.Linear(2, 2).to(memory_format=flow.channels_last)):
+        with pytest.raises(NotImplementedError, match="not implemented"):
+            call()
+    assert x.clone(memory_format=flow.preserve_format).shape == (1, 3, 2, 2)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(flow.channels_last)) is flow.channels_last

@@ -568,6 +568,34 @@ def test_transformer_encoder_decoder_stacks(train):
     _compare(em, tm, [_randn(4, 2, 8), _randn(5, 2, 8, seed=3)], dict(tgt_mask=_causal(4)), train=train)
 
 
+def test_encoder_inference_zeroes_padding_as_torch_s_nested_tensor_path():
+    """Eval, no gradients, batch_first, a left-aligned key padding mask: torch runs the stack on a
+    nested tensor and pads it back with zeros (before the final norm), so a mean over every
+    position counts them as zeros. Training, gradients, an attention mask, right-aligned padding
+    or a layer torch cannot fuse (norm_first, odd heads) keep the computed values."""
+    def make(nn, **kw):
+        layer = nn.TransformerEncoderLayer(8, 2, 12, dropout=0.0, batch_first=True, **kw)
+        return nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(8))
+
+    x = _randn(3, 5, 8)
+    left, right = _padding([5, 3, 1], 5), _padding([5, 3, 1], 5)[:, ::-1].copy()
+    for kw in (dict(), dict(norm_first=True)):
+        em, tm = _pair(lambda nn: make(nn, **kw))
+        em.eval(), tm.eval()
+        for mask in (left, right):
+            with torch.no_grad(), flow.no_grad():
+                want = tm(torch.tensor(x), src_key_padding_mask=torch.tensor(mask)).numpy()
+                got = em(flow.tensor(x), src_key_padding_mask=flow.tensor(mask)).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+    em, _ = _pair(lambda nn: make(nn))
+    em.eval()
+    with flow.no_grad():
+        out = em(flow.tensor(x), src_key_padding_mask=flow.tensor(left)).numpy()
+    assert np.all(out[1, 3:] == em.norm(flow.zeros(8, dtype=flow.float64)).detach().numpy())  # norm of zeros
+    out = em(flow.tensor(x), src_key_padding_mask=flow.tensor(left)).detach().numpy()  # gradients: computed
+    assert not np.all(out[1, 3:] == out[1, 4])
+
+
 def test_transformer_full_model():
     def make(nn):
         return nn.Transformer(8, 2, 1, 2, 12, dropout=0.0, batch_first=True)

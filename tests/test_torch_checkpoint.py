@@ -214,8 +214,10 @@ def test_file_objects_mmap_and_map_location(tmp_path, gen):
         flow.load(legacy, mmap=True)
     with pytest.raises(NotImplementedError, match="never executes code"):
         flow.load(path, weights_only=False)
-    with pytest.raises(NotImplementedError, match="map_location as a dict"):
-        flow.load(path, map_location={"cuda:0": "cpu"})
+    _assert_same(flow.load(path, map_location={"cuda:0": "cpu"}), t)
+    _assert_same(flow.load(path, map_location=lambda storage, loc: storage), t)
+    with pytest.raises(TypeError, match="map_location of type int"):
+        flow.load(path, map_location=0)
     if not flow.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA is not available"):
             flow.load(path, map_location="cuda:0")

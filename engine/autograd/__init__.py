@@ -4,12 +4,16 @@ The layer below tensors: `graph` (nodes and the backward engine), `grad_mode`, a
 (saved-tensor contexts, custom Functions). It never imports `Tensor`; it works on objects with
 the tensor protocol (see function.is_tensor).
 """
-from .function import Function, FunctionCtx
+import warnings
+
+from .anomaly import detect_anomaly, is_anomaly_check_nan_enabled, is_anomaly_enabled, set_detect_anomaly
+from .function import Function, FunctionCtx, is_tensor
 from .grad_mode import _state, enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import Node, run_backward
 
 __all__ = ["Function", "FunctionCtx", "grad", "backward", "no_grad", "enable_grad",
-           "set_grad_enabled", "is_grad_enabled", "inference_mode"]
+           "set_grad_enabled", "is_grad_enabled", "inference_mode", "Variable", "detect_anomaly",
+           "set_detect_anomaly", "is_anomaly_enabled", "is_anomaly_check_nan_enabled"]
 
 
 def _as_list(x):
@@ -63,9 +67,18 @@ def _scaled(o, g):
     return g.to(o.dtype) if g.dtype != o.dtype else g
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,
-         materialize_grads=False):
-    """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated."""
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """Gradients of `outputs` with respect to `inputs`, returned instead of accumulated (torch's
+    signature; `only_inputs` is deprecated and ignored there, with a FutureWarning when False, and
+    here too; `is_grads_batched=True` (vmap over grad_outputs) is not supported)."""
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+                      "gradient for other parts of the graph, please use torch.autograd.backward.",
+                      FutureWarning, stacklevel=2)
+    if is_grads_batched:
+        raise NotImplementedError("autograd.grad(is_grads_batched=True) is not supported: the engine has no vmap; "
+                                  "call autograd.grad once per row of grad_outputs (retain_graph=True)")
     outputs = _as_list(outputs)
     inputs = _as_list(inputs)
     grads = _default_grads(outputs, grad_outputs)
@@ -90,3 +103,24 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         elif not create_graph:
             result[i] = g.detach()
     return tuple(result)
+
+
+class _VariableMeta(type):
+    def __instancecheck__(cls, obj):  # every tensor is a Variable, as in torch
+        return is_tensor(obj)
+
+    def __call__(cls, data=None, requires_grad=False, volatile=False):
+        if volatile:
+            warnings.warn("volatile was removed and now has no effect. Use `with torch.no_grad():` instead.",
+                          stacklevel=2)
+        if data is None:
+            raise TypeError("engine.autograd.Variable() needs a tensor: Variable(tensor, requires_grad=...)")
+        if not is_tensor(data):
+            raise TypeError(f"Variable data has to be a tensor, but got {type(data).__name__}")
+        return data.detach().requires_grad_(bool(requires_grad))
+
+
+class Variable(metaclass=_VariableMeta):
+    """torch.autograd.Variable, the legacy wrapper: `Variable(t, requires_grad=rg)` is
+    `t.detach().requires_grad_(rg)` (a leaf sharing t's memory), and every tensor is an
+    instance of it."""

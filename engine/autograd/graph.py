@@ -10,6 +10,7 @@ engine ops, so the same engine serves local and global tensors and supports `cre
 import sys
 
 from ..backend.buffers import owns_memory
+from . import anomaly
 from .grad_mode import _state, set_grad_enabled
 
 
@@ -31,7 +32,7 @@ class Node:
     """One recorded op call. `next_edges[i]` is `(node, output_nr)` for input i, or None."""
 
     __slots__ = ("name", "backward_fn", "ctx", "next_edges", "num_outputs", "pre_hooks",
-                 "retained", "freed", "seq", "__weakref__")
+                 "retained", "freed", "seq", "trace", "__weakref__")
     made = 0  # nodes made so far: a node's `seq` says which were made after a point (checkpoint)
 
     def __init__(self, name, backward_fn, ctx, next_edges, num_outputs=1):
@@ -45,6 +46,7 @@ class Node:
         self.pre_hooks = None  # {output_nr: [hook]} from Tensor.register_hook on outputs
         self.retained = None  # {output_nr: weakref(Tensor)} from Tensor.retain_grad
         self.freed = False
+        self.trace = anomaly.forward_trace() if anomaly.mode.enabled else None  # the forward's stack under detect_anomaly, else None
 
     def __repr__(self):
         return f"<{self.name}Backward>"
@@ -64,10 +66,17 @@ class Node:
                 "graph are freed when you call .backward() or autograd.grad(). Specify "
                 "retain_graph=True if you need to backward through the graph a second time."
             )
-        with set_grad_enabled(create_graph):
-            out = self.backward_fn(self.ctx, *grads)
-        if not isinstance(out, tuple):
-            out = (out,)
+        try:
+            with set_grad_enabled(create_graph):
+                out = self.backward_fn(self.ctx, *grads)
+            if not isinstance(out, tuple):
+                out = (out,)
+            if anomaly.mode.enabled:
+                anomaly.check_outputs(self.name_(), out)
+        except Exception:
+            if anomaly.mode.enabled:
+                anomaly.report(self.name_(), self.trace)
+            raise
         if len(out) != len(self.next_edges):
             raise RuntimeError(
                 f"{self.name}Backward returned {len(out)} gradients, expected {len(self.next_edges)}"

@@ -19,3 +19,4 @@ from ..ops.loss import *  # noqa: F401,F403
 from ..ops.conv import *  # noqa: F401,F403
 from ..ops.random_ops import *  # noqa: F401,F403
 from ..ops.activation import *  # noqa: F401,F403
+from ..ops.vision import *  # noqa: F401,F403

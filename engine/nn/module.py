@@ -19,6 +19,7 @@ from ..autograd.grad_mode import no_grad
 from ..autograd.graph import RemovableHandle
 from ..backend import as_device, dtypes, to_device, xp_of
 from ..ops.conversion import parse_to_args
+from ..ops.formats import check_memory_format
 from ..tensor import Parameter, Tensor
 
 __all__ = ["Module"]
@@ -52,7 +53,7 @@ def _parse_to(args, kwargs):
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("memory_format", None)
+    check_memory_format("Module.to", kwargs.pop("memory_format", None))
     if kwargs:
         raise TypeError(f"Module.to() got unexpected keyword arguments {sorted(kwargs)}")
     device, dtype = parse_to_args(args, device, dtype)

@@ -5,10 +5,10 @@ engine ops) and attaches the Tensor methods; the SBP rule of an op in `ops/<fami
 from . import _core, conversion, creation  # noqa: F401
 from . import (  # noqa: F401
     activation, attention, comparison, conv, dropout, elementwise, indexing, linalg, logical, loss, normalization,
-    random_ops, reduction, shape, softmax, unary,
+    random_ops, reduction, shape, softmax, unary, vision,
 )
 
 OP_FAMILIES = (elementwise, unary, comparison, logical, reduction, shape, indexing, linalg, softmax,
-               normalization, dropout, loss, conv, random_ops, attention, activation)
+               normalization, dropout, loss, conv, random_ops, attention, activation, vision)
 
 PUBLIC_OPS = sorted({name for fam in OP_FAMILIES for name in fam.__all__})

@@ -8,7 +8,8 @@ from ..backend import check_dtype_on, device_of, dtypes, parallel, xp_of
 from ..kernels import cast as cast_kernel
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import cast_cache
-from .op import Op, set_autocast_cast
+from .formats import check_memory_format
+from .op import Op, foreign_tensor_error, set_autocast_cast
 
 
 def shape_str(shape):
@@ -71,11 +72,13 @@ class Clone(Op):
 
 @tensor_method()
 def clone(self, memory_format=None):
+    check_memory_format("clone", memory_format)
     return Clone.apply(self)
 
 
 @tensor_method()
 def contiguous(self, memory_format=None):
+    check_memory_format("contiguous", memory_format)
     a = self._data
     if a.flags.c_contiguous:
         return self
@@ -84,6 +87,7 @@ def contiguous(self, memory_format=None):
 
 @tensor_method()
 def is_contiguous(self, memory_format=None):
+    check_memory_format("is_contiguous", memory_format)
     return bool(self._data.flags.c_contiguous)
 
 
@@ -315,12 +319,14 @@ def promote_operands(a, b):
         return cast(a, res), cast(b, res)
     if a_t:
         if not is_scalar(b):
-            raise TypeError(f"unsupported operand type {type(b).__name__} for a Tensor op")
+            raise foreign_tensor_error(b, "a Tensor op") or TypeError(
+                f"unsupported operand type {type(b).__name__} for a Tensor op")
         res = dtypes.result_type([a.dtype], scalars=[b])
         return cast(a, res), scalar_tensor(b, res, a)
     if b_t:
         if not is_scalar(a):
-            raise TypeError(f"unsupported operand type {type(a).__name__} for a Tensor op")
+            raise foreign_tensor_error(a, "a Tensor op") or TypeError(
+                f"unsupported operand type {type(a).__name__} for a Tensor op")
         res = dtypes.result_type([b.dtype], scalars=[a])
         return scalar_tensor(a, res, b), cast(b, res)
     raise TypeError("at least one operand must be a Tensor")

@@ -1,6 +1,7 @@
 """Activations beyond the hot ones of engine/ops/unary.py (relu, gelu, silu, softplus, leaky_relu,
 hardtanh live there): relu6, hardswish, hardsigmoid, elu / selu / celu, mish, logsigmoid, glu,
-prelu, softsign and tanhshrink, with torch's signatures and `inplace` flags.
+prelu, softsign and tanhshrink, with torch's signatures and `inplace` flags; and gumbel_softmax
+(torch lists it with the activations; it is only in `F`, not in `engine.*`, as in torch).
 
 Why they look the way they do:
   * None of these is on the hot path of the project's models, so each is either a composition of
@@ -13,20 +14,26 @@ Why they look the way they do:
   * hardsigmoid's slope is torch's float32 constant 1/6 in every dtype (torch's CPU kernel
     writes `1.0f / 6.0f`), so float64 gradients agree to the last bit rather than to 1e-8.
   * float16 / bfloat16 kernels run in float32 and round the result, as torch's CPU kernels do.
+  * gumbel_softmax draws its Gumbel noise inside one Op's forward (not with an in-place fill), so
+    a captured nn.Graph draws new noise on every replay, as dropout does.
 """
+import warnings
+
 import numpy as np
 
 from ..backend import xp_of
+from ..backend.random import default_generator
 from . import inplace as _inplace
 from ._core import reshape, shape_str
 from ._kernels import ignore_fp_errors, work_array
 from .comparison import eq, ge, gt, le, where
 from .creation import zeros_like
 from .op import Op
+from .softmax import softmax
 from .unary import abs as _abs, exp, hardtanh, log1p, sigmoid, tanh
 
 __all__ = ["relu6", "hardswish", "hardsigmoid", "elu", "selu", "celu", "mish", "logsigmoid", "glu", "prelu",
-           "softsign", "tanhshrink"]
+           "softsign", "tanhshrink", "gumbel_softmax"]
 
 # SELU's constants, as torch writes them
 _SELU_ALPHA = 1.6732632423543772848170429916717
@@ -266,3 +273,40 @@ def prelu(input, weight):
         w = reshape(weight, (channels,) + (1,) * (input.ndim - 2))
     return where(gt(input, 0.0), input, input * w)
 
+
+
+# ------------------------------------------------------------------ gumbel_softmax
+class GumbelPerturb(Op):
+    """(x + G) / tau with G = -log(E), E ~ Exp(1) drawn from `generator`: Gumbel(x, tau) samples.
+    Linear in x, so the gradient is g / tau."""
+
+    name = "GumbelPerturb"
+
+    @staticmethod
+    def forward(ctx, x, tau, generator):
+        ctx.tau = tau
+        xp = xp_of(x)
+        wt = np.float64 if x.dtype == np.float64 else np.float32
+        gumbel = -xp.log(generator.rng(xp).standard_exponential(x.shape, dtype=wt))
+        return ((x.astype(wt, copy=False) + gumbel) / wt(tau)).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g / ctx.tau
+
+
+def gumbel_softmax(logits, tau=1, hard=False, eps=1e-10, dim=-1):
+    """softmax((logits + Gumbel noise) / tau): a differentiable sample from the categorical of
+    `logits`. hard=True returns the one-hot of the argmax with the soft sample's gradient
+    (straight-through: y_hard - y_soft.detach() + y_soft), as torch."""
+    if eps != 1e-10:
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    if not logits.is_floating_point():
+        raise RuntimeError("Exponential distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {logits.dtype.name}")
+    y_soft = softmax(GumbelPerturb.apply(logits, tau=tau, generator=default_generator), dim)
+    if not hard:
+        return y_soft
+    index = y_soft.max(dim, keepdim=True)[1]
+    y_hard = zeros_like(logits).scatter_(dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft

@@ -16,8 +16,12 @@ Why it is built this way:
   kh, kw) reads as conv2d's (out, in/groups, kh, kw)); its backward is conv2d and Conv2dGradWeight.
 * Pools loop over kernel offsets the same way; max_pool2d outputs which offset won (an int output
   only backward reads) and scatters its gradient with one bincount.
-* The 1-D ops (conv1d, conv_transpose1d, max/avg/adaptive_avg_pool1d) check their 1-D arguments,
-  then run the 2-D op on a height-1 view.
+* adaptive_max_pool2d finds each window's winner on the arrays (the windows differ in size, so
+  each is padded to the largest by repeating its last row / column, which changes neither the max
+  nor torch's tie and NaN rules), then reads the winners with `gather`, whose backward is the
+  scatter-add.
+* The 1-D ops (conv1d, conv_transpose1d, max/avg/adaptive_avg/adaptive_max_pool1d) check their
+  1-D arguments, then run the 2-D op on a height-1 view.
 * adaptive_avg_pool2d and interpolate (every mode: nearest, nearest-exact, (bi/tri)linear, bicubic,
   area, antialiased) are separable linear maps: out =
   Mh @ x @ Mw^T with small matrices built from PyTorch's index formulas (in float32, as PyTorch
@@ -33,11 +37,13 @@ from .op import Op, autocast_unifies
 from ..backend import dtypes, onednn, xp_of
 from ..kernels import scatter_add as scatter_kernels
 from ..tensor import Tensor
-from ._core import broadcast_to, const_like, reshape, shape_str
+from ._core import broadcast_to, const_like, replicated, reshape, shape_str
+from .indexing import gather
 from ._kernels import matmul as _matmul
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool1d", "avg_pool2d", "max_pool1d",
-           "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "pad"]
+           "max_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_max_pool1d", "adaptive_max_pool2d",
+           "interpolate", "pad"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -868,6 +874,82 @@ def _adaptive_avg_pool(input, oh, ow, output_size, op):
     if not input.is_floating_point():
         raise NotImplementedError(f"{op}: integer inputs are not supported, got {input.dtype.name}")
     return Resample2d.apply(input, mh=_adaptive_matrix(h, oh), mw=_adaptive_matrix(w, ow))
+
+
+def _adaptive_taps(size, out):
+    """(out, K) input positions of torch's adaptive windows [floor(i*size/out), ceil((i+1)*size/out)),
+    K the widest; a narrower window repeats its last position."""
+    i = np.arange(out)
+    start, end = (i * size) // out, -((-(i + 1) * size) // out)
+    width = int((end - start).max()) if out else 0
+    return np.minimum(start[:, None] + np.arange(width), end[:, None] - 1)
+
+
+def _adaptive_max_index(x, oh, ow):
+    """Flat h*W+w index of each adaptive window's maximum of an (N, C, H, W) array: the first
+    maximum, or the last NaN, as torch's kernel."""
+    xp = xp_of(x)
+    n, c, h, w = x.shape
+    if oh * ow == 0:
+        return xp.zeros((n, c, oh, ow), dtype=np.int64)
+    rows, cols = _adaptive_taps(h, oh), _adaptive_taps(w, ow)
+    flat = (rows[:, None, :, None] * w + cols[None, :, None, :]).reshape(oh, ow, rows.shape[1] * cols.shape[1])
+    win = x.reshape(n, c, h * w)[:, :, xp.asarray(flat)]  # (N, C, OH, OW, KH*KW)
+    arg = win.argmax(axis=-1)
+    if x.dtype.kind not in "iu" and bool(xp.isnan(win).any()):
+        nan = xp.isnan(win)
+        arg = xp.where(nan.any(axis=-1), win.shape[-1] - 1 - nan[..., ::-1].argmax(axis=-1), arg)
+    return xp.take_along_axis(xp.broadcast_to(xp.asarray(flat), win.shape), arg[..., None], axis=-1)[..., 0]
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    """Max over torch's adaptive windows of (N, C, H, W) or (C, H, W); `None` in output_size keeps
+    that input size; return_indices gives flat h*W+w positions (int64)."""
+    op = "adaptive_max_pool2d"
+    sizes = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+    if isinstance(output_size, (tuple, list)) and input.ndim <= len(sizes):  # torch's _list_with_default
+        raise ValueError(f"Input dimension should be at least {len(sizes) + 1}")
+    if input.ndim not in (3, 4):
+        raise RuntimeError(f"{op}(): Expected 3D or 4D tensor, but got: {shape_str(input.shape)}")
+    if len(sizes) != 2:
+        raise RuntimeError(f"{op}(): internal error: output_size.size() must be 2")
+    oh, ow = (int(input.shape[-2 + i]) if v is None else int(v) for i, v in enumerate(sizes))
+    return _adaptive_max_pool(input, oh, ow, return_indices, op)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    """Max over torch's adaptive windows along the last dim of (N, C, L) or (C, L)."""
+    op = "adaptive_max_pool1d"
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"Expected 2 to 3 dimensions, but got {input.ndim}-dimensional tensor for argument #1 "
+                           f"'self' (while checking arguments for {op})")
+    if output_size is None:
+        raise TypeError(f"{op}(): argument 'output_size' (position 2) must be tuple of ints, not NoneType")
+    if isinstance(output_size, (tuple, list)) and len(output_size) != 1:
+        raise RuntimeError(f"{op}() argument 'output_size' should contain one int (got {len(output_size)})")
+    ol = int(output_size[0] if isinstance(output_size, (tuple, list)) else output_size)
+    out = _adaptive_max_pool(_with_height(input), 1, ol, return_indices, op)
+    return tuple(_without_height(t) for t in out) if return_indices else _without_height(out)
+
+
+def _adaptive_max_pool(input, oh, ow, return_indices, op):
+    if oh < 0 or ow < 0:
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(oh, ow)}: "
+                           f"{list(input.shape[:-2]) + [oh, ow]}")
+    for dim in range(1 if input.ndim == 4 else 0, input.ndim):
+        if input.shape[dim] == 0:
+            raise RuntimeError(f"adaptive_max_pool2d(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {list(input.shape)} with dimension {dim} being empty")
+    if not input.is_floating_point():
+        raise NotImplementedError(f'"adaptive_max_pool2d" not implemented for \'{input.dtype.name}\'')
+    x = replicated(_as4d(input))  # (a global input: the winners are found on the whole value)
+    n, c, h, w = x.shape
+    index = const_like(_adaptive_max_index(x._data, oh, ow).astype(np.int64), x)  # (N, C, OH, OW)
+    flat = reshape(index, (n, c, oh * ow))
+    out = reshape(gather(reshape(x, (n, c, h * w)), 2, flat), (n, c, oh, ow))
+    if not return_indices:
+        return _from4d(out, input)
+    return _from4d(out, input), _from4d(index, input)
 
 
 _MODES = {"nearest": None, "nearest-exact": None, "area": None, "linear": 1, "bilinear": 2, "bicubic": 2,

@@ -9,6 +9,7 @@ from .op import Op
 from ..backend import as_device, device_of, dtypes, to_device
 from ..tensor import Tensor, tensor_method
 from ._core import cast
+from .formats import check_memory_format
 
 __all__ = []
 
@@ -59,8 +60,9 @@ def parse_to_args(args, device=None, dtype=None):
 
 
 @tensor_method()
-def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False, memory_format=None):
     """`to(dtype)`, `to(device)`, `to(device, dtype)`, `to(other_tensor)`."""
+    check_memory_format("to", memory_format)
     device, dtype = parse_to_args(args, device, dtype)
     out = self
     if device is not None:
@@ -74,6 +76,7 @@ def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
 
 def _caster(dt):
     def method(self, memory_format=None):
+        check_memory_format("cast", memory_format)
         return cast(self, dt)
 
     return method

@@ -13,11 +13,13 @@ from ..backend import array_from_data, as_device, check_dtype_on, default_device
 from ..backend.random import default_generator
 from ..autograd.grad_mode import _state as _grad_state
 from ..tensor import Tensor, Size
+from .formats import *  # noqa: F401,F403 (engine.strided, engine.channels_last, ...)
+from .formats import __all__ as _formats, factory_options
 
 __all__ = ["tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange",
            "linspace", "eye", "rand", "randn", "randint", "normal", "zeros_like", "ones_like",
            "full_like", "empty_like", "rand_like", "randn_like", "randint_like", "randperm",
-           "scalar_tensor"]
+           "scalar_tensor", *_formats]
 
 
 def _finish(array, dev, requires_grad):
@@ -89,22 +91,22 @@ def _filled(size, value, dtype, device, requires_grad):
     return _finish(xp.full(_size(size), value, dtype=dtype.np), dev, requires_grad)
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False, **_):
+def zeros(*size, dtype=None, device=None, requires_grad=False):
     return _filled(size, 0, dtype, device, requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False, **_):
+def ones(*size, dtype=None, device=None, requires_grad=False):
     return _filled(size, 1, dtype, device, requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False, **_):
+def empty(*size, dtype=None, device=None, requires_grad=False):
     dev = _dev(device)
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
     a = deterministic.fill_uninitialized(_xp(dev, dtype).empty(_size(size), dtype=dtype.np))
     return _finish(a, dev, requires_grad)
 
 
-def full(size, fill_value, dtype=None, device=None, requires_grad=False, **_):
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dtypes.scalar_dtype(fill_value.item() if isinstance(fill_value, Tensor) else fill_value)
     if isinstance(fill_value, Tensor):
@@ -120,7 +122,7 @@ def _like(t, dtype, device):
     return (dtypes.as_dtype(dtype) or t.dtype), (device if device is not None else t.device)
 
 
-def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
     dtype, device = _like(input, dtype, device)
     return full(input.shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -129,6 +131,13 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if end is None:
         start, end = 0, start
     vals = [v.item() if isinstance(v, Tensor) else v for v in (start, end, step)]
+    # torch's integer ranges (CPU): int64 truncates start, end and step to integers first; the
+    # narrower types count the elements from the values as given and step from int(start) by int(step)
+    integer = dtype is not None and not dtypes.as_dtype(dtype).is_floating_point and all(np.isfinite(v) for v in vals)
+    if integer and dtypes.as_dtype(dtype) is dtypes.int64 and vals[2] != 0 and (vals[1] - vals[0]) * vals[2] >= 0:
+        vals = [int(v) for v in vals]
+        if vals[2] == 0:
+            raise ValueError(f"arange: step must be nonzero (step {step} truncated to an integer for int64)")
     if vals[2] == 0:
         raise RuntimeError("arange: step must be nonzero")
     if not all(np.isfinite(v) for v in vals):
@@ -141,6 +150,8 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     dtype = dtypes.as_dtype(dtype)
     dev = _dev(device)
     n = max(int(np.ceil((vals[1] - vals[0]) / vals[2])), 0)
+    if integer:
+        vals = [int(vals[0]), vals[1], int(vals[2])]
     # compute in float64/int64 then cast, as PyTorch does, so float32 ranges don't drift; on a GPU
     # on the device itself (the same IEEE products and sums), so no host copy is queued: a forward
     # that builds positions or a causal mask can be captured in a CUDA graph
@@ -164,6 +175,8 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     dtype = dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
+    if not dtype.is_floating_point:  # integer points between the bounds truncated to integers, as torch's
+        start, end = int(start), int(end)
     dev = _dev(device)
     array = np.linspace(float(start), float(end), int(steps), dtype=np.float64).astype(dtype.np)
     return _finish(to_device(array, dev), dev, requires_grad)
@@ -206,11 +219,11 @@ def _drawn(make):
     return array
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **_):
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _float_random(lambda r, s, w: r.random(s, dtype=w), size, generator, dtype, device, requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **_):
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     return _float_random(lambda r, s, w: r.standard_normal(s, dtype=w), size, generator, dtype, device,
                          requires_grad)
 
@@ -299,28 +312,33 @@ def _placeable(fn, filled=None):
 
 
 def _fill_args(value):
-    def parse(*size, dtype=None, device=None, **_):
+    def parse(*size, dtype=None, device=None, requires_grad=False):
         return _size(size), value, dtypes.as_dtype(dtype) or dtypes.get_default_dtype()
 
     return parse
 
 
-def _full_args(size, fill_value, dtype=None, device=None, **_):
+def _full_args(size, fill_value, dtype=None, device=None, requires_grad=False):
     if dtype is None:
         dtype = dtypes.scalar_dtype(fill_value)
     return (_size((size,) if isinstance(size, int) else tuple(size)), fill_value, dtypes.as_dtype(dtype))
 
 
-zeros = _placeable(zeros, _fill_args(0))
-ones = _placeable(ones, _fill_args(1))
-empty = _placeable(empty, _fill_args(0))
-full = _placeable(full, _full_args)
+# torch's factories take out=, layout= and pin_memory= (empty and the *_like also memory_format=)
+_OPTIONS = ("out", "layout", "pin_memory")
+zeros = factory_options(*_OPTIONS)(_placeable(zeros, _fill_args(0)))
+ones = factory_options(*_OPTIONS)(_placeable(ones, _fill_args(1)))
+empty = factory_options(*_OPTIONS, "memory_format")(_placeable(empty, _fill_args(0)))
+full = factory_options(*_OPTIONS)(_placeable(full, _full_args))
 tensor = _placeable(tensor)
-arange = _placeable(arange)
-rand = _placeable(rand)
-randn = _placeable(randn)
-randint = _placeable(randint)
-normal = _placeable(normal)
+arange = factory_options(*_OPTIONS)(_placeable(arange))
+rand = factory_options(*_OPTIONS)(_placeable(rand))
+randn = factory_options(*_OPTIONS)(_placeable(randn))
+randint = factory_options(*_OPTIONS)(_placeable(randint))
+normal = factory_options(*_OPTIONS)(_placeable(normal))
+linspace = factory_options(*_OPTIONS)(linspace)
+eye = factory_options(*_OPTIONS)(eye)
+randperm = factory_options(*_OPTIONS)(randperm)
 
 
 def _global_like(factory, input, kwargs):
@@ -334,14 +352,14 @@ def _like_factory(factory):
     """`<factory>_like(input, ...)`: `factory(input.shape)` with input's dtype and device (or
     placement and SBP, for a global input) unless given."""
 
-    def like(input, dtype=None, device=None, requires_grad=False, **_):
+    def like(input, dtype=None, device=None, requires_grad=False):
         if input._global is not None:
             return _global_like(factory, input, dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
         dtype, device = _like(input, dtype, device)
         return factory(input.shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
     like.__name__ = like.__qualname__ = factory.__name__ + "_like"
-    return like
+    return factory_options("layout", "pin_memory", "memory_format")(like)
 
 
 zeros_like = _like_factory(zeros)
@@ -352,11 +370,15 @@ randn_like = _like_factory(randn)
 _full_like_local = full_like
 
 
-def full_like(input, fill_value, dtype=None, device=None, requires_grad=False, **_):
+def full_like(input, fill_value, dtype=None, device=None, requires_grad=False):
     if input._global is not None:
         return _global_like(lambda shape, **kw: full(shape, fill_value, **kw), input,
                             dict(dtype=dtype or input.dtype, requires_grad=requires_grad))
     return _full_like_local(input, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+full_like = factory_options("layout", "pin_memory", "memory_format")(full_like)
+randint_like = factory_options("layout", "pin_memory", "memory_format")(randint_like)
 
 
 # ------------------------------------------------------------------ Tensor.new_*
@@ -373,12 +395,12 @@ def _new_kwargs(self, dtype, device):
 
 
 def _new_filled(factory):
-    def new(self, *size, dtype=None, device=None, requires_grad=False, **_):
+    def new(self, *size, dtype=None, device=None, requires_grad=False):
         return factory(*size, requires_grad=requires_grad, **_new_kwargs(self, dtype, device))
 
     new.__name__ = new.__qualname__ = "new_" + factory.__name__
     new.__doc__ = f"`{factory.__name__}(*size)` with this tensor's dtype and device unless given (PyTorch's)."
-    return new
+    return factory_options("layout", "pin_memory")(new)
 
 
 Tensor.new_zeros = _new_filled(zeros)
@@ -386,7 +408,7 @@ Tensor.new_ones = _new_filled(ones)
 Tensor.new_empty = _new_filled(empty)
 
 
-def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False, **_):
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
     """`full(size, fill_value)` with this tensor's dtype and device unless given (PyTorch's)."""
     return full(size, fill_value, requires_grad=requires_grad, **_new_kwargs(self, dtype, device))
 
@@ -400,5 +422,5 @@ def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
     return tensor(data, requires_grad=requires_grad, **kw)
 
 
-Tensor.new_full = new_full
-Tensor.new_tensor = new_tensor
+Tensor.new_full = factory_options("layout", "pin_memory")(new_full)
+Tensor.new_tensor = factory_options("layout", "pin_memory")(new_tensor)

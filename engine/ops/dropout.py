@@ -1,7 +1,15 @@
 """Dropout: y = x * m with the scaled mask m = (u >= p) / (1 - p) a hidden output of the forward,
 drawn from an engine Generator (the default one unless given); and the fused
 bias + dropout + residual add (LiBai's bias_dropout_fusion), whose CUDA kernel draws the same u
-inside itself and keeps no mask."""
+inside itself and keeps no mask.
+
+The channel dropouts (dropout1d/2d/3d, feature_alpha_dropout) and alpha_dropout follow torch's
+`_dropout_impl`: one noise value per (sample, channel) (or per element for alpha_dropout) is drawn
+as a constant and the input is multiplied by it (plus alpha dropout's shift) with engine ops, so
+the gradient is g * noise and in-place calls go through `mul_` / `add_`'s in-place rule."""
+import math
+import warnings
+
 import numpy as np
 
 from ..backend import xp_of
@@ -9,10 +17,10 @@ from ..backend.random import default_generator
 from ..kernels import dropout_add as dropout_add_kernels
 from ..kernels import philox
 from . import inplace as _inplace
-from ._core import check_float, sum_to
+from ._core import check_float, const_like, sum_to
 from .op import Op
 
-__all__ = ["dropout"]
+__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
 
 
 def scaled_keep_mask(xp, shape, dtype, p, rng):
@@ -48,11 +56,15 @@ class Dropout(Op):
         return g * mask
 
 
+def _check_p(p):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
 def dropout(input, p=0.5, training=True, inplace=False, generator=None):
     """Zero each element with probability p and scale survivors by 1/(1-p) (identity when not
     training). The mask comes from `generator` (the default generator unless given)."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    _check_p(p)
     if not training or p == 0.0:
         return input
     check_float(input, "dropout")
@@ -64,6 +76,108 @@ def dropout(input, p=0.5, training=True, inplace=False, generator=None):
         y, _ = Dropout.forward(None, input._data, float(p), gen)
         return _inplace.write(input, y, "dropout_")
     return Dropout.apply(input, p=float(p), generator=gen)[0]
+
+
+# ------------------------------------------------------------------ channel and alpha dropout
+_SELU_ALPHA_SCALED = 1.7580993408473766  # -SELU's negative saturation (scale * alpha), torch's constant
+
+
+def _noise_shape(input, feature, batched):
+    """Elementwise noise, or one value per (sample, channel) broadcast over the rest; an unbatched
+    input is a batch of one, as torch's unsqueeze(0) makes it."""
+    if not feature:
+        return tuple(input.shape)
+    if input.ndim < (2 if batched else 1):
+        raise RuntimeError("Feature dropout requires at least 2 dimensions in the input")
+    lead = 2 if batched else 1
+    return tuple(input.shape[:lead]) + (1,) * (input.ndim - lead)
+
+
+def _alpha_noise(keep, p):
+    """(multiplier, shift) of alpha dropout from the 0/1 keep mask: dropped units go to SELU's
+    saturation and an affine map a*x + b keeps mean 0 and variance 1 (torch's formula)."""
+    a = 1.0 / math.sqrt((_SELU_ALPHA_SCALED ** 2 * p + 1) * (1 - p))
+    return keep * keep.dtype.type(a), (keep - 1) * keep.dtype.type(_SELU_ALPHA_SCALED * a) + \
+        keep.dtype.type(_SELU_ALPHA_SCALED * a * p)
+
+
+def _noised(input, p, training, inplace, feature, alpha, batched=True):
+    """torch's _dropout_impl: identity when not training, p == 0 or empty; input * 0 when p == 1;
+    else input * noise (+ shift for alpha dropout), the noise drawn from the default generator."""
+    if p == 0 or not training or input.numel() == 0:
+        return input
+    shape = _noise_shape(input, feature, batched)
+    if not input.is_floating_point():
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {input.dtype.name}")
+    if p == 1:
+        return input.mul_(0) if inplace else input * 0
+    xp = xp_of(input._data)
+    rng = default_generator.rng(xp)
+    if alpha:
+        keep = (rng.random(shape, dtype=np.float64 if input.dtype.name == "float64" else np.float32) >= p)
+        mult, shift = _alpha_noise(keep.astype(input._data.dtype), p)
+    else:
+        mult, shift = scaled_keep_mask(xp, shape, input._data.dtype, p, rng), None
+    mult = const_like(mult, input)
+    if inplace:
+        input.mul_(mult)
+        return input if shift is None else input.add_(const_like(shift, input))
+    out = input * mult
+    return out if shift is None else out + const_like(shift, input)
+
+
+def _deprecated_rank(op, ndim, spatial, allowed):
+    warnings.warn(f"{op}: Received a {ndim}-D input to {op}, which is deprecated and will result in an error in a "
+                  "future release. To retain the behavior and silence this warning, please use dropout instead. "
+                  f"Note that {op} exists to provide channel-wise dropout on inputs with {spatial} spatial "
+                  "dimensions, a channel dimension, and an optional batch dimension (i.e. "
+                  f"{allowed[0]}D or {allowed[1]}D inputs).", stacklevel=3)
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, L) or (C, L) with probability p, scaling the rest by 1/(1-p)."""
+    _check_p(p)
+    if input.ndim not in (2, 3):
+        raise RuntimeError(f"dropout1d: Expected 2D or 3D input, but received a {input.ndim}D input. Note that "
+                           "dropout1d exists to provide channel-wise dropout on inputs with 1 spatial dimension, a "
+                           "channel dimension, and an optional batch dimension (i.e. 2D or 3D inputs).")
+    return _noised(input, p, training, inplace, feature=True, alpha=False, batched=input.ndim == 3)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, H, W) with probability p. As torch, a 3-D input is read as
+    (N, C, L) (with a warning), and other ranks are deprecated but still run."""
+    _check_p(p)
+    if input.ndim not in (3, 4):
+        _deprecated_rank("dropout2d", input.ndim, 2, (3, 4))
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout "
+                      "behavior is desired - input is interpreted as shape (N, C, L), where C is the channel dim. "
+                      "This behavior will change in a future release to interpret the input as one without a "
+                      "batch dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, "
+                      "please switch to using dropout1d instead.", stacklevel=2)
+    return _noised(input, p, training, inplace, feature=True, alpha=False)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    """Zero whole channels of (N, C, D, H, W) or (C, D, H, W) with probability p."""
+    _check_p(p)
+    if input.ndim not in (4, 5):
+        _deprecated_rank("dropout3d", input.ndim, 3, (4, 5))
+    return _noised(input, p, training, inplace, feature=True, alpha=False, batched=input.ndim == 5)
+
+
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """Dropout for SELU networks: dropped units take SELU's saturation value, then an affine map
+    keeps zero mean and unit variance. Off by default (training=False), as torch's function."""
+    _check_p(p)
+    return _noised(input, p, training, inplace, feature=False, alpha=True)
+
+
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    """alpha_dropout of whole channels (one draw per sample and channel)."""
+    _check_p(p)
+    return _noised(input, p, training, inplace, feature=True, alpha=True)
 
 
 class _ShardOfDraw:
@@ -163,8 +277,7 @@ def bias_dropout_add(input, bias, residual, p=0.5, training=True, generator=None
     """residual + dropout(input + bias): `bias` [d] over the last dim and `residual` of input's
     shape, each optional, both of input's dtype; fused on CUDA (see BiasDropoutAdd). Not in
     __all__: libai's layers call it for bias_dropout_fusion."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    _check_p(p)
     check_float(input, "bias_dropout_add")
     if bias is not None and (tuple(bias.shape) != tuple(input.shape[-1:]) or bias.dtype != input.dtype):
         raise ValueError(f"bias_dropout_add: bias must be [{input.shape[-1] if input.ndim else ''}] "

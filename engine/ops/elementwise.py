@@ -147,6 +147,20 @@ class Neg(Op):
         return -g
 
 
+def check_integer_divisor(a, b):
+    """torch's RuntimeError for an integer division (floor, trunc, remainder, fmod) by zero, which
+    numpy answers with 0 and a warning. On the CPU only: the check would read a GPU's array back
+    (torch's CUDA kernels do not check either)."""
+    b = b._data if isinstance(b, Tensor) else b
+    a = a._data if isinstance(a, Tensor) else a
+    xp = xp_of(b) if hasattr(b, "dtype") else np
+    if xp is not np:
+        return
+    kinds = (np.asarray(a).dtype.kind, np.asarray(b).dtype.kind)
+    if kinds[0] in "iub" and kinds[1] in "iub" and np.any(np.asarray(b) == 0):
+        raise RuntimeError("ZeroDivisionError: integer division or modulo by zero")
+
+
 class FloorDivide(Op):
     """Piecewise constant: differentiable with zero gradients, as torch (the output requires grad)."""
 
@@ -155,6 +169,7 @@ class FloorDivide(Op):
     @staticmethod
     def forward(ctx, a, b):
         ctx.shapes = (a.shape, b.shape)
+        check_integer_divisor(a, b)
         return xp_of(a).floor_divide(a, b)
 
     @staticmethod
@@ -180,6 +195,7 @@ class Remainder(Op):
 
     @staticmethod
     def forward(ctx, a, b):
+        check_integer_divisor(a, b)
         return xp_of(a).remainder(a, b)
 
     @staticmethod
@@ -195,6 +211,7 @@ class Fmod(Op):
 
     @staticmethod
     def forward(ctx, a, b):
+        check_integer_divisor(a, b)
         return xp_of(a).fmod(a, b)
 
     @staticmethod
@@ -234,6 +251,7 @@ def div(input, other, *, rounding_mode=None):
         return floor_divide(input, other)
     if rounding_mode == "trunc":
         a, b = promote_operands(input, other)
+        check_integer_divisor(a, b)
         q = binary_op(Div, *_to_float_operands(a, b)).trunc()
         return cast(q, a.dtype)
     raise ValueError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
@@ -263,6 +281,8 @@ def reciprocal(input):
 
 
 def square(input):
+    if isinstance(input, Tensor) and input.dtype is dtypes.bool_:
+        input = cast(input, dtypes.int64)  # torch squares booleans as int64
     return mul(input, input)
 
 
@@ -511,6 +531,8 @@ Tensor.__pos__ = lambda self: self
 # ------------------------------------------------------------------ in-place forms
 def _inplace(name, fn, ufunc):
     def method(self, other, **kw):
+        if ufunc in (np.floor_divide, np.remainder) or kw.get("rounding_mode") == "trunc":
+            check_integer_divisor(self, other)
         if kw:
             return inplace.inplace_binary(self, other, lambda a, b: fn(a, b, **kw), None, name)
         return inplace.inplace_binary(self, other, fn, ufunc, name)

@@ -330,7 +330,7 @@ def _check_gather_shapes(x_shape, index, dim, op, other=None):
     if vals.size:
         hi, lo = int(vals.max()), int(vals.min())
         n = x_shape[dim] if x_shape else 1
-        if hi >= n or lo < -n:
+        if hi >= n or lo < 0:  # no negative indices, as torch's gather and scatter
             raise RuntimeError(f"{op}(): index {hi if hi >= n else lo} is out of bounds for dimension "
                                f"{dim} with size {n}")
 
@@ -697,6 +697,9 @@ def take_along_dim(input, indices, dim=None):
     bshape = broadcast_shapes(tuple(shape_i), tuple(shape_x))
     xs, is_ = list(bshape), list(bshape)
     is_[dim] = indices.shape[dim]
+    if shape_x[dim]:  # negative indices count from the end here (modulo the size), as torch's
+        negative = cast(indices < 0, indices.dtype)
+        indices = indices + negative * (indices % shape_x[dim] - indices)
     return gather(broadcast_to(input, tuple(xs)), dim, broadcast_to(indices, tuple(is_)).contiguous())
 
 
@@ -754,7 +757,7 @@ def index_select(input, dim, index):
     idx = _index_1d(index, "index_select")
     dim = _check_dim(dim, max(input.ndim, 1))
     n = input.shape[dim] if input.ndim else 1
-    if idx.size and (int(idx.max()) >= n or int(idx.min()) < -n):
+    if idx.size and (int(idx.max()) >= n or int(idx.min()) < 0):  # no negative indices, as torch's
         raise IndexError(f"index_select(): index out of range in self (dimension {dim} has size {n})")
     if input.ndim == 0:  # as torch: one index, and the result stays 0-dim
         if idx.size != 1:
@@ -796,6 +799,9 @@ def index_add(input, dim, index, source, *, alpha=1):
                            f"specified dimension, with index.numel() along it. Got self.shape = "
                            f"{shape_str(input.shape)} source.shape = {shape_str(source.shape)}, expected "
                            f"{shape_str(expected)}")
+    idx, n = index._data, input.shape[dim] if input.dim() else 1
+    if idx.size and host_checks(idx) and (int(idx.max()) >= n or int(idx.min()) < 0):
+        raise IndexError(f"index_add(): index out of range in self (dimension {dim} has size {n})")
     if input.dim() == 0:  # a scalar is a one-element vector here, as in torch
         return index_add(input.reshape(1), 0, index, source.reshape(-1), alpha=alpha).reshape(())
     return IndexAdd.apply(input, index, source, dim=dim, alpha=alpha)

@@ -4,13 +4,16 @@
   tensor's own storage (`out=` ufuncs where possible), so views made by slicing see it, and
   optimizer updates allocate nothing.
 * Recorded: the op runs out of place and the tensor is rebound to the result and its grad_fn.
-  Arrays saved by earlier ops are never overwritten, so gradients stay correct; the price is that
-  a view taken *before* a recorded in-place op does not see the new values (documented in
-  docs/engine.md).
+  Arrays saved by earlier ops are never overwritten, so gradients stay correct. When the tensor
+  is a view (of a local tensor), its base is rebound too, to the base with the view's elements
+  replaced (an out-of-place index_put, PyTorch's CopySlices), and the view becomes that view of
+  the new base: `a[0].mul_(5)` changes `a`, as in PyTorch. The price is that *other* views taken
+  before a recorded in-place op do not see the new values (documented in docs/engine.md).
 Either way the version counter is bumped, so a backward that needs the old value raises.
 """
 import numpy as np
 
+from ..autograd.function import Context
 from ..autograd.grad_mode import _state
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor
@@ -44,15 +47,67 @@ def rebind(t, result, op):
         raise RuntimeError(
             f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(result.shape)}"
         )
+    through_view = t._view_of is not None and t._global is None
+    if through_view:
+        result = _write_through_view(t, result, op)
     t._data = result._data
+    t._view_of = result._view_of
     t.grad_fn = result.grad_fn
     t._output_nr = result._output_nr
     t._requires_grad = result._requires_grad
     t._global = result._global
     # the old storage is untouched (nodes that saved it keep the old value), so t starts a new
-    # version history instead of invalidating everything that saved it
-    t._vc = [t._vc[0] + 1]
+    # version history instead of invalidating everything that saved it (a view: its new base's)
+    t._vc = result._vc if through_view else [t._vc[0] + 1]
     return t
+
+
+def _view_chain(t):
+    """(the tensor `t` is a view of, at the end of its chain of views; the (op class, attrs,
+    output index) of each view from that base down to `t`)."""
+    chain = []
+    while t._view_of is not None:
+        base, cls, attrs, k = t._view_of
+        chain.append((cls, attrs, k))
+        t = base
+    return t, chain[::-1]
+
+
+def _take_view(x, chain, on_arrays):
+    """The view `chain` describes, taken of `x`: a Tensor through the ops (recorded), or, with
+    `on_arrays`, of an array through their kernels."""
+    for cls, attrs, k in chain:
+        out = cls.forward(Context(), x, **attrs) if on_arrays else cls.apply(x, **attrs)
+        x = out if k is None else out[k]
+    return x
+
+
+def _write_through_view(t, result, op):
+    """Rebind the base of view `t` to itself with t's elements replaced by `result`, and return
+    the view of the new base that `t` becomes (the values of `result`, its graph through it)."""
+    from ._core import reshape
+    from .creation import tensor
+
+    if any(s == 0 and n > 1 for s, n in zip(t._data.strides, t._data.shape)):
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location (an expanded view); clone() the tensor first")
+    base, chain = _view_chain(t)
+    if base._global is not None:
+        return result
+    if _state.enabled and base.grad_fn is None and base._requires_grad:
+        raise RuntimeError(f"a view of a leaf Variable that requires grad is being used in an in-place operation "
+                           f"({op}); wrap it in `with engine.no_grad():` or clone the leaf first")
+    xp = xp_of(base._data)
+    where = _take_view(xp.arange(base._data.size, dtype=np.int64).reshape(base._data.shape), chain, True)
+    if where.dtype != np.int64 or tuple(where.shape) != tuple(t.shape):  # an op that only aliased its input
+        return result
+    positions = tensor(xp.ascontiguousarray(where).reshape(-1), device=base.device)
+    shape = tuple(base.shape)
+    new_base = reshape(reshape(base, (-1,)).index_put((positions,), reshape(result, (-1,))), shape)
+    base._data, base.grad_fn, base._output_nr = new_base._data, new_base.grad_fn, new_base._output_nr
+    base._requires_grad = new_base._requires_grad
+    base._vc = [base._vc[0] + 1]
+    return _take_view(base, chain, False)
 
 
 def write(t, array, op):

@@ -12,7 +12,7 @@ import string
 
 import numpy as np
 
-from .op import Op, autocast_lowers, autocast_unifies
+from .op import Op, autocast_lowers, autocast_unifies, foreign_tensor_error
 from ..backend import xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from ._core import broadcast_shapes, broadcast_to, cast, reshape, shape_str, sum_to
@@ -44,7 +44,8 @@ def _mT(t):
 
 def _same_dtype(a, b, op):
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise TypeError(f"{op}: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
+        raise foreign_tensor_error(a, op) or foreign_tensor_error(b, op) or TypeError(
+            f"{op}: expected Tensors, got {type(a).__name__} and {type(b).__name__}")
     if a._data.dtype != b._data.dtype and not autocast_unifies(a, b):
         raise RuntimeError(f"{op}: expected both operands to have the same dtype, but got "
                            f"{a.dtype.name} != {b.dtype.name}")
@@ -168,7 +169,10 @@ def mv(input, vec):
 
 
 def _add_scaled(input, prod, beta, alpha):
-    """beta * input + alpha * prod; beta == 0 ignores input (NaNs included), as PyTorch does."""
+    """beta * input + alpha * prod; beta == 0 ignores input (NaNs included), as PyTorch does. An
+    integer product keeps its dtype: float factors are truncated to integers first, as torch's."""
+    if not prod.is_floating_point():
+        alpha, beta = int(alpha), int(beta)
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:  # input still gets a (zero) gradient, as in PyTorch

@@ -1,14 +1,15 @@
-"""Logical and bitwise ops: logical_and/or/xor/not, bitwise_and/or/xor/not (and the operators
-& | ^ ~). No gradients; logical ops take any dtype and return bool, bitwise ops take integer and
+"""Logical and bitwise ops: logical_and/or/xor/not, bitwise_and/or/xor/not and the shifts (and
+the operators & | ^ ~ << >>). No gradients; logical ops take any dtype and return bool, bitwise ops take integer and
 bool tensors."""
 
 from ..backend import dtypes, xp_of
 from ..tensor import Tensor
 from ._core import binary_op, broadcast_shapes, is_scalar, promote_operands, reflected, require_tensor, scalar_tensor
+from .inplace import inplace_method
 from .op import Op
 
 __all__ = ["logical_and", "logical_or", "logical_not", "logical_xor", "bitwise_and", "bitwise_or",
-           "bitwise_not", "bitwise_xor"]
+           "bitwise_not", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift"]
 
 
 class _Logical(Op):
@@ -74,6 +75,10 @@ def _bitwise_op(name, ufunc):
 bitwise_and = _bitwise_op("BitwiseAnd", "bitwise_and")
 bitwise_or = _bitwise_op("BitwiseOr", "bitwise_or")
 bitwise_xor = _bitwise_op("BitwiseXor", "bitwise_xor")
+# shifts by the bit width or more give 0 (or -1 for negative values shifted right), as torch's
+bitwise_left_shift = _bitwise_op("BitwiseLeftShift", "left_shift")
+bitwise_right_shift = _bitwise_op("BitwiseRightShift", "right_shift")
+bitwise_left_shift.__name__, bitwise_right_shift.__name__ = "bitwise_left_shift", "bitwise_right_shift"
 BitwiseNot = type("BitwiseNot", (_Logical,), {"name": "BitwiseNot", "ufunc": "invert"})
 
 
@@ -86,8 +91,11 @@ def bitwise_not(input):
 for _name in ("logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_not"):
     setattr(Tensor, _name, globals()[_name])
 for _fn, _names in ((bitwise_and, ("bitwise_and", "__and__")), (bitwise_or, ("bitwise_or", "__or__")),
-                    (bitwise_xor, ("bitwise_xor", "__xor__"))):
+                    (bitwise_xor, ("bitwise_xor", "__xor__")), (bitwise_left_shift, ("bitwise_left_shift", "__lshift__")),
+                    (bitwise_right_shift, ("bitwise_right_shift", "__rshift__"))):
     setattr(Tensor, _names[0], _fn)
     setattr(Tensor, _names[1], _fn)
     setattr(Tensor, "__r" + _names[1][2:], reflected(_fn))
+    setattr(Tensor, _names[0] + "_", inplace_method(_names[0] + "_", _fn))
+    setattr(Tensor, "__i" + _names[1][2:], getattr(Tensor, _names[0] + "_"))
 Tensor.__invert__ = bitwise_not

@@ -81,17 +81,21 @@ class Op:
         if cls.autocast is not None and _state.autocast is not None:
             inputs = _autocast_inputs(cls.autocast, _state.autocast, inputs)
         device = None
-        for t in inputs:
-            if t is not None:
-                if t._global is not None:
-                    if _global_dispatch is None:
-                        raise RuntimeError("global tensors need engine.distributed (import engine)")
-                    return _global_dispatch(cls, inputs, attrs)
-                if device is None:
-                    device = t._device
-                elif t._device is not device and t._device != device:
-                    inputs = same_device(cls, inputs)
-                    break
+        try:
+            for t in inputs:
+                if t is not None:
+                    if t._global is not None:
+                        if _global_dispatch is None:
+                            raise RuntimeError("global tensors need engine.distributed (import engine)")
+                        return _global_dispatch(cls, inputs, attrs)
+                    if device is None:
+                        device = t._device
+                    elif t._device is not device and t._device != device:
+                        inputs = same_device(cls, inputs)
+                        break
+        except AttributeError:  # an input that is no engine Tensor (a torch.Tensor, a numpy array)
+            check_inputs(cls.name or cls.__name__, inputs)
+            raise
         ctx = Context()
         arrays = [None if t is None else t._data for t in inputs]
         needs_grad = False
@@ -107,7 +111,28 @@ class Op:
             out = cls.forward(ctx, *arrays, **attrs)
         else:  # nn.Graph is capturing this step (engine.autograd.trace)
             out = tracer.kernel(cls, ctx, arrays, attrs)
-        return wrap_outputs(cls, ctx, inputs, out, needs_grad)
+        return wrap_outputs(cls, ctx, inputs, out, needs_grad, attrs)
+
+
+def foreign_tensor_error(x, where):
+    """The TypeError for a torch.Tensor (or Parameter) handed to the engine at `where`, else None.
+    torch is never imported: its tensors are told by the module of their type."""
+    module = type(x).__module__ or ""
+    if module != "torch" and not module.startswith("torch."):
+        return None
+    name = f"{module}.{type(x).__qualname__}"
+    what = "a torch.Tensor" if name == "torch.Tensor" else f"a {name} (a torch.Tensor)"
+    return TypeError(f"{where}: got {what}, but engine ops take engine tensors; convert it with engine.tensor(t) "
+                     "(a copy) or engine.from_numpy(t.detach().cpu().numpy()) (sharing memory)")
+
+
+def check_inputs(where, inputs):
+    """Raise a TypeError naming the first input of an op that is neither None nor an engine Tensor
+    (torch tensors get `foreign_tensor_error`'s advice)."""
+    for i, t in enumerate(inputs):
+        if t is not None and not isinstance(t, Tensor):
+            raise foreign_tensor_error(t, where) or TypeError(
+                f"{where}: expected Tensor inputs, but input {i} is a {type(t).__module__}.{type(t).__qualname__}")
 
 
 def same_device(cls, inputs):
@@ -186,31 +211,39 @@ def memory_of(a):
     return a
 
 
-def share_versions(inputs, outputs):
+def share_versions(inputs, outputs, cls=None, attrs=None):
     """Give each output that is a view of an input (the same memory) that input's version
     counter, as PyTorch's views share their base's: a write through either is seen through both
-    (saved tensors, autocast's kept copies of parameters)."""
+    (saved tensors, autocast's kept copies of parameters). With the op's class and attributes
+    (a local op of one tensor input), the view also remembers how it was taken from its base, so
+    that a recorded in-place op on it can write the base too (engine/ops/inplace.py)."""
     owners = None
-    for t in outputs:
+    for k, t in enumerate(outputs):
         a = t._data
+        base = None
         if a.base is None:  # owns its memory (most outputs): a view only if it is an input's array
             for x in inputs:
                 if x is not None and x._data is a:
-                    t._vc = x._vc
+                    base = x
                     break
+        else:
+            mem = memory_of(a)
+            if mem is None:
+                continue
+            if owners is None:
+                owners = [None if x is None else memory_of(x._data) for x in inputs]
+            for x, owner in zip(inputs, owners):
+                if owner is mem:
+                    base = x
+                    break
+        if base is None:
             continue
-        mem = memory_of(a)
-        if mem is None:
-            continue
-        if owners is None:
-            owners = [None if x is None else memory_of(x._data) for x in inputs]
-        for x, owner in zip(inputs, owners):
-            if owner is mem:
-                t._vc = x._vc
-                break
+        t._vc = base._vc
+        if cls is not None and sum(x is not None for x in inputs) == 1:
+            t._view_of = (base, cls, attrs, k if len(outputs) > 1 else None)
 
 
-def wrap_outputs(cls, ctx, inputs, out, needs_grad):
+def wrap_outputs(cls, ctx, inputs, out, needs_grad, attrs=None):
     """Tensors around the kernel's output array(s); with `needs_grad`, a Node recording the call
     and the saved tensors its backward reads."""
     device = None
@@ -227,7 +260,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad):
             break
     if not needs_grad:
         res = tuple(Tensor._make(a, device) for a in outs)
-        share_versions(inputs, res)
+        share_versions(inputs, res, cls, attrs)
         return res[0] if single else res
     node = Node(cls.name or cls.__name__, cls.backward, ctx,
                 tuple(None if t is None else t._grad_edge() for t in inputs), len(outs))
@@ -239,7 +272,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad):
             t.grad_fn = node
             t._output_nr = i
         res.append(t)
-    share_versions(inputs, res)
+    share_versions(inputs, res, cls, attrs)
     keep = cls.saved_input_indices(ctx)
     if keep or cls.save_outputs:
         saved = [saved_input(inputs[i]) for i in keep]

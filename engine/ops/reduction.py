@@ -27,13 +27,13 @@ from ._core import (along_index, broadcast_to, cast, const_like, replicated, req
 
 __all__ = ["sum", "mean", "var", "std", "var_mean", "std_mean", "prod", "max", "min", "amax",
            "amin", "argmax", "argmin", "logsumexp", "norm", "all", "any", "count_nonzero", "cumsum",
-           "cumprod", "topk", "sort", "argsort", "median", "logcumsumexp", "unique", "searchsorted", "bucketize",
-           "bincount"]
+           "cumprod", "topk", "sort", "argsort", "median", "kthvalue", "logcumsumexp", "unique", "searchsorted",
+           "bucketize", "bincount"]
 
 _builtin_sum, _builtin_max, _builtin_min, _builtin_all, _builtin_any = sum, max, min, all, any
 
 # results that are both a namedtuple (.values/.indices) and a 2-tuple, like torch.return_types
-_ret = {n: namedtuple(n, ["values", "indices"]) for n in ("max", "min", "topk", "sort", "median")}
+_ret = {n: namedtuple(n, ["values", "indices"]) for n in ("max", "min", "topk", "sort", "median", "kthvalue")}
 
 
 # ------------------------------------------------------------------ helpers
@@ -855,6 +855,25 @@ def median(input, dim=None, keepdim=False):
     idx = xp.take_along_axis(order, k, axis=d)
     values = GatherAlong.apply(input, index=idx, dim=d, squeeze=not keepdim)
     return _ret["median"](values, const_like(idx if keepdim else idx.reshape(values._data.shape), input))
+
+
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """(values, indices) of the k-th smallest element along `dim`, NaN sorting last (as torch's
+    CPU kernel); the index is its position in a stable sort (with ties torch's may differ)."""
+    input = replicated(input)
+    n = input._data.ndim
+    d = _check_dim(dim, n)
+    xp = xp_of(input._data)
+    size = input._data.shape[d] if n else 1
+    if not 1 <= k <= size:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    if n == 0:
+        return _ret["kthvalue"](input.clone(), const_like(xp.zeros((), dtype=np.int64), input))
+    a = input._data
+    idx = xp.take_along_axis(_sort_index(a, d, False), xp.full(_kept_shape(a.shape, (d,)), k - 1, dtype=np.int64),
+                             axis=d)
+    values = GatherAlong.apply(input, index=idx, dim=d, squeeze=not keepdim)
+    return _ret["kthvalue"](values, const_like(idx if keepdim else idx.reshape(values._data.shape), input))
 
 
 # ------------------------------------------------------------------ logcumsumexp

@@ -13,7 +13,7 @@ are not seen by the original; call `.contiguous()` first when that matters.
 """
 import numpy as np
 
-from .op import Op
+from .op import Op, foreign_tensor_error
 from ..backend import dtypes, parallel, to_device, xp_of
 from ..tensor import Tensor, _check_dim, tensor_method
 from . import _core
@@ -53,24 +53,64 @@ def _reshape(t, shape, op):
             f"{op}: shape {shape_str(shape)} is invalid for input of shape {shape_str(t.shape)} "
             f"(size {t.numel()})"
         ) from None
-    if shape == t._data.shape:
+    if shape == tuple(t.shape) and t._global is not None:  # (the global rule reshapes real changes only)
         return t
-    return _core.Reshape.apply(t, shape=shape)
+    return _core.Reshape.apply(t, shape=shape)  # a new view even of the same shape, as torch's
+
+
+def _alias(t):
+    """A new tensor viewing all of `t` (torch's shape ops return a new view even when nothing
+    changes: an in-place shape change or requires_grad_ on it must not reach `t`). A global
+    tensor is returned as it is."""
+    return t if t._global is not None else _core.Reshape.apply(t, shape=tuple(t._data.shape))
 
 
 def reshape(input, *shape):
     return _reshape(input, _shape_args(shape), "reshape")
 
 
+def _viewable(shape, strides, new_shape):
+    """Whether an array of `shape` and `strides` (in elements) can be viewed as `new_shape` without
+    a copy: torch's rule (computeStride), each run of dims merged or split must be contiguous."""
+    if not shape or 0 in shape:
+        return True
+    view_d = len(new_shape) - 1
+    base = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return False
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return view_d == -1
+
+
+def _view(t, shape, op):
+    """`t` viewed as `shape`: torch's RuntimeError where the strides allow no view (reshape copies)."""
+    out = _reshape(t, shape, op)
+    a = t._data
+    if t._global is None and not _viewable(a.shape, [s // a.itemsize for s in a.strides], tuple(out.shape)):
+        raise RuntimeError(f"{op}: view size is not compatible with input tensor's size and stride (at least one "
+                           f"dimension spans across two contiguous subspaces); {list(t.shape)} -> {list(out.shape)}. "
+                           "Use .reshape(...) instead.")
+    return out
+
+
 @tensor_method("view")
 def view(self, *shape):
-    """Same as `reshape` (see the module docstring: a copy is made when no view is possible)."""
-    return _reshape(self, _shape_args(shape), "view")
+    """`self` as `shape`, sharing its memory; where its strides allow no view (a transposed
+    tensor merged across the transposed dims) torch's RuntimeError: `reshape` copies."""
+    return _view(self, _shape_args(shape), "view")
 
 
 @tensor_method("view_as")
 def view_as(self, other):
-    return _reshape(self, tuple(other.shape), "view_as")
+    return _view(self, tuple(other.shape), "view_as")
 
 
 @tensor_method("reshape_as")
@@ -133,15 +173,15 @@ def permute(input, *dims):
         )
     dims = _dims_arg(dims, n, "permute")
     if dims == tuple(range(n)):
-        return input
+        return _alias(input)
     return Permute.apply(input, dims=dims)
 
 
 def transpose(input, dim0, dim1):
     n = input._data.ndim
     d0, d1 = _check_dim(dim0, n), _check_dim(dim1, n)
-    if d0 == d1:
-        return input
+    if n == 0 or d0 == d1:  # (a 0-dim tensor takes dims 0 and -1, as torch's)
+        return _alias(input)
     dims = list(range(n))
     dims[d0], dims[d1] = d1, d0
     return Permute.apply(input, dims=tuple(dims))
@@ -154,12 +194,12 @@ def t(input):
     n = input._data.ndim
     if n > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {n}D")
-    return transpose(input, 0, 1) if n == 2 else input
+    return transpose(input, 0, 1) if n == 2 else _alias(input)
 
 
 def _T(self):
     n = self._data.ndim
-    return self if n < 2 else Permute.apply(self, dims=tuple(range(n - 1, -1, -1)))
+    return _alias(self) if n < 2 else Permute.apply(self, dims=tuple(range(n - 1, -1, -1)))
 
 
 def _mT(self):
@@ -185,6 +225,8 @@ def movedim(input, source, destination):
         )
     src = _dims_arg(src, n, "movedim")
     dst = _dims_arg(dst, n, "movedim")
+    if n == 0:
+        return _alias(input)
     order = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
@@ -203,8 +245,6 @@ def squeeze(input, dim=None):
         dims = {i for i, s in enumerate(shape) if s == 1}
     else:
         dims = {d for d in _dims_arg(dim, len(shape), "squeeze") if shape and shape[d] == 1}
-    if not dims:
-        return input
     return _core.Reshape.apply(input, shape=tuple(s for i, s in enumerate(shape) if i not in dims))
 
 
@@ -253,7 +293,7 @@ def _expand_shape(shape, sizes):
 def expand(self, *sizes):
     shape = _expand_shape(tuple(self.shape), _shape_args(sizes))
     if shape == tuple(self.shape):
-        return self
+        return _alias(self)
     return _core.BroadcastTo.apply(self, shape=shape)
 
 
@@ -339,7 +379,8 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     _check_output_size(output_size, n * r)
     shape = tuple(input.shape)
     wide = expand(unsqueeze(input, d + 1), shape[:d + 1] + (r,) + shape[d + 1:])
-    return reshape(wide, shape[:d] + (n * r,) + shape[d + 1:])
+    out = reshape(wide, shape[:d] + (n * r,) + shape[d + 1:])
+    return _core.Clone.apply(out) if r == 1 else out  # a copy, as torch's (r > 1 copies already)
 
 
 def _repeat_counts(repeats, n):
@@ -585,7 +626,8 @@ def _promote_all(tensors, op):
         raise (ValueError if op == "cat" else RuntimeError)(f"{op}(): expected a non-empty list of Tensors")
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
-            raise TypeError(f"{op}(): expected a sequence of Tensors, but element {i} is {type(x).__name__}")
+            raise foreign_tensor_error(x, f"{op}()") or TypeError(
+                f"{op}(): expected a sequence of Tensors, but element {i} is {type(x).__name__}")
     res = dtypes.result_type([x.dtype for x in tensors])
     return [cast(x, res) for x in tensors]
 
@@ -833,8 +875,8 @@ def flip(input, *dims, **kwargs):
                             if set(kwargs) != {"dims"} else "flip() got multiple values for argument 'dims'")
         dims = (kwargs["dims"],)
     dims = _dims_arg(_shape_args(dims), input._data.ndim, "flip")
-    if not dims:
-        return input
+    if not dims or input._data.ndim == 0:
+        return _core.Clone.apply(input)  # flip always copies, as torch's
     return Flip.apply(input, dims=dims)
 
 

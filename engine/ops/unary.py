@@ -494,6 +494,8 @@ def abs(input):
 
 
 def sign(input):
+    if input.dtype is dtypes.bool_:  # the sign of a boolean is itself, as torch's
+        return input.clone()
     return Sign.apply(input)
 
 
@@ -983,6 +985,8 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
         raise ValueError(f"hardtanh: min_val ({min_val}) cannot be greater than max_val ({max_val})")
     if inplace:
         return _inplace_apply(input, hardtanh, "hardtanh_", min_val, max_val)
+    if not input.is_floating_point():  # integer bounds (truncated) keep an integer input's dtype, as torch's
+        min_val, max_val = int(min_val), int(max_val)
     return ClampScalar.apply(input, lo=min_val, hi=max_val, strict=True)
 
 

@@ -16,8 +16,10 @@ __all__ = ["Adadelta"]
 
 
 class Adadelta(Optimizer):
-    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, *, maximize=False):
-        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize)
+    def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0, foreach=None, *, capturable=False,
+                 maximize=False, differentiable=False):
+        defaults = dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize, capturable=capturable,
+                        foreach=foreach, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_group(self, group):

@@ -18,9 +18,10 @@ __all__ = ["Adagrad"]
 
 class Adagrad(Optimizer):
     def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0,
-                 eps=1e-10, *, maximize=False):
+                 eps=1e-10, foreach=None, *, maximize=False, differentiable=False, fused=None):
         defaults = dict(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
-                        initial_accumulator_value=initial_accumulator_value, maximize=maximize)
+                        initial_accumulator_value=initial_accumulator_value, foreach=foreach, maximize=maximize,
+                        differentiable=differentiable, fused=fused)
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:

@@ -34,13 +34,17 @@ _F16 = np.dtype(np.float16)
 
 
 class Adam(Optimizer):
-    _decoupled = False
+    """torch 2.13's Adam; `decoupled_weight_decay=True` makes it AdamW (kept per group, as torch)."""
+
     _step_supports_amp_scaling = True  # the CUDA kernel skips on the GradScaler's device flag
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 amsgrad=False, do_bias_correction=True, *, maximize=False):
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                        amsgrad=amsgrad, maximize=maximize, do_bias_correction=do_bias_correction)
+                 amsgrad=False, do_bias_correction=True, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False, fused=None, decoupled_weight_decay=False):
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
+                        fused=fused, decoupled_weight_decay=decoupled_weight_decay,
+                        do_bias_correction=do_bias_correction)
         super().__init__(params, defaults)
 
     def _check_group(self, group):
@@ -78,7 +82,8 @@ class Adam(Optimizer):
             buckets.setdefault((w.device.id, w.dtype, step), []).append((p, g, state))
         beta1, beta2 = group["betas"]
         for (device, dtype, step), items in buckets.items():
-            hyper = AdamHyper(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step, self._decoupled,
+            hyper = AdamHyper(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], step,
+                              group["decoupled_weight_decay"],
                               group.get("do_bias_correction", True), group["maximize"])
             vmax = [s["max_exp_avg_sq"]._data for _, _, s in items] if group["amsgrad"] else None
             # autocast's float16 copies of these parameters, written by the same pass (cast_cache)
@@ -105,13 +110,14 @@ class Adam(Optimizer):
             state["max_exp_avg_sq"] = zeros_state(p)
         m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
         correct = group.get("do_bias_correction", True)
+        decoupled = group["decoupled_weight_decay"]
         if not group["amsgrad"] and not group["maximize"] and _blocked_ok(w, grad, m, v):
-            _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, self._decoupled, correct)
+            _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled, correct)
             return
 
-        if wd != 0 and self._decoupled:
+        if wd != 0 and decoupled:
             xp.multiply(w, 1.0 - lr * wd, out=w)
-        if wd != 0 and not self._decoupled:
+        if wd != 0 and not decoupled:
             g = xp.multiply(w, wd)
             if group["maximize"]:
                 xp.subtract(g, grad, out=g)
@@ -290,11 +296,13 @@ def _adam_blocked(w, grad, m, v, lr, wd, eps, beta1, beta2, step, decoupled, cor
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay."""
-
-    _decoupled = True
+    """Adam with decoupled weight decay (Loshchilov & Hutter): p *= 1 - lr * weight_decay; as
+    torch 2.13's, an Adam whose groups hold decoupled_weight_decay=True."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, do_bias_correction=True, *, maximize=False):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                         amsgrad=amsgrad, do_bias_correction=do_bias_correction, maximize=maximize)
+                 amsgrad=False, do_bias_correction=True, *, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         do_bias_correction=do_bias_correction, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

@@ -22,10 +22,11 @@ __all__ = ["NAdam"]
 
 class NAdam(AdamFamily):
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
-                 decoupled_weight_decay=False, *, maximize=False):
+                 decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay,
-                        maximize=maximize)
+                        maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_group(self, group):

@@ -83,6 +83,7 @@ class Optimizer:
             if default is required and name not in group:
                 raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
             group.setdefault(name, default)
+        check_torch_flags(type(self).__name__, group)
         self._check_group(group)
 
         seen = {id(p) for g in self.param_groups for p in g["params"]}
@@ -316,6 +317,25 @@ def check_number(name, value, low=0.0, high=None, high_inclusive=False):
     if not ok:
         raise ValueError(f"Invalid {name}: {value}")
     return value
+
+
+def check_torch_flags(name, group):
+    """torch's implementation switches, where the optimizer has them: `foreach` and `fused` (None
+    or a bool) and `capturable` (a bool) choose how torch runs the same math, so they are kept in
+    the group, as torch keeps them, and change nothing here (on CUDA Adam/AdamW always use the
+    engine's multi-tensor kernel; the step count is a host int, so a capturable step is what a
+    captured step does anyway). `differentiable=True` (a step autograd records) is refused."""
+    for key in ("foreach", "fused"):
+        if group.get(key) is not None and not isinstance(group[key], bool):
+            raise TypeError(f"{name}: {key} must be None or a bool, got {group[key]!r}")
+    for key in ("capturable", "differentiable"):
+        if key in group and not isinstance(group[key], bool):
+            raise TypeError(f"{name}: {key} must be a bool, got {group[key]!r}")
+    if group.get("differentiable"):
+        raise NotImplementedError(f"{name}(differentiable=True) is not supported: the engine's optimizer steps update "
+                                  "the parameters' arrays in place and autograd records nothing through them")
+    if group.get("fused") and group.get("foreach"):
+        raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
 
 
 def zeros_state(p):

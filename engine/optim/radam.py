@@ -16,9 +16,11 @@ __all__ = ["RAdam"]
 
 class RAdam(AdamFamily):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 decoupled_weight_decay=False, *, maximize=False):
+                 decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
+                 differentiable=False):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, maximize=maximize,
-                        decoupled_weight_decay=decoupled_weight_decay)
+                        foreach=foreach, capturable=capturable, decoupled_weight_decay=decoupled_weight_decay,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _update(self, group, p, grad, state):

@@ -19,9 +19,10 @@ __all__ = ["RMSprop"]
 
 class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
-                 *, maximize=False):
+                 capturable=False, foreach=None, maximize=False, differentiable=False):
         defaults = dict(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
-                        weight_decay=weight_decay, maximize=maximize)
+                        weight_decay=weight_decay, capturable=capturable, foreach=foreach, maximize=maximize,
+                        differentiable=differentiable)
         super().__init__(params, defaults)
 
     def _check_group(self, group):

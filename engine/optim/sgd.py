@@ -14,9 +14,10 @@ __all__ = ["SGD"]
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
-                 nesterov=False, *, maximize=False):
+                 nesterov=False, *, maximize=False, foreach=None, differentiable=False, fused=None):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, maximize=maximize)
+                        nesterov=nesterov, maximize=maximize, foreach=foreach, differentiable=differentiable,
+                        fused=fused)
         super().__init__(params, defaults)
 
     def _check_group(self, group):

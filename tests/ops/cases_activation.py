@@ -48,3 +48,6 @@ CASES += [
     OpCase("prelu", _prelu, [I((2, 3), "float64"), I((3,), "float64")], name="float64"),
 ]
 
+
+# gumbel_softmax draws Gumbel noise: checked statistically, and its hard=True straight-through gradient
+COVERED_ELSEWHERE = {"gumbel_softmax": "tests/test_nn_extra_modules.py::test_gumbel_softmax_statistics"}

@@ -1,5 +1,5 @@
 """Parity cases for engine/ops/conv.py: conv1d/conv2d (stride, padding incl. 'same', dilation,
-groups, depthwise, no bias), avg/max/adaptive pools, interpolate (nearest, bilinear with both
+groups, depthwise, no bias), avg/max/adaptive avg/adaptive max pools, interpolate (nearest, bilinear with both
 align_corners), pad (constant with negative crops, reflect, replicate, circular)."""
 from harness import Input as I, OpCase
 
@@ -166,3 +166,23 @@ CASES += [
     OpCase("adaptive_avg_pool1d", lambda m, a: _nf(m).adaptive_avg_pool1d(a, 4), [I((2, 3, 10))]),
     OpCase("adaptive_avg_pool1d", lambda m, a: _nf(m).adaptive_avg_pool1d(a, (7,)), [I((3, 5))], name="upsample"),
 ]
+
+# ------------------------------------------------------------------ adaptive max pools
+# distinct values: no ties, so the winner and its finite differences are well defined
+CASES += [
+    OpCase("adaptive_max_pool2d", lambda m, a: _nf(m).adaptive_max_pool2d(a, (3, 4)),
+           [I((2, 3, 7, 9), kind="distinct")], name="uneven"),
+    OpCase("adaptive_max_pool2d", lambda m, a: _nf(m).adaptive_max_pool2d(a, (4, 2), return_indices=True),
+           [I((2, 3, 8, 6), kind="distinct", noncontig=True)], name="divisible-indices"),
+    OpCase("adaptive_max_pool2d", lambda m, a: _nf(m).adaptive_max_pool2d(a, (9, None), True),
+           [I((3, 5, 7), kind="distinct")], name="upsample-none-unbatched"),
+    OpCase("adaptive_max_pool2d", lambda m, a: _nf(m).adaptive_max_pool2d(a, 1, True),
+           [I((2, 2, 5, 5), "float64", kind="distinct")], name="global"),
+    OpCase("adaptive_max_pool2d", lambda m, a: _nf(m).adaptive_max_pool2d(a, 2), [I((0, 2, 5, 5))],
+           name="empty-batch", gradcheck=False),
+    OpCase("adaptive_max_pool1d", lambda m, a: _nf(m).adaptive_max_pool1d(a, 4, True),
+           [I((2, 3, 11), kind="distinct")]),
+    OpCase("adaptive_max_pool1d", lambda m, a: _nf(m).adaptive_max_pool1d(a, (7,)), [I((3, 5), kind="distinct")],
+           name="upsample-unbatched"),
+]
+

@@ -29,3 +29,15 @@ CASES += [
     OpCase("bitwise_not", lambda m, a: ~a, [B]),
     OpCase("bitwise_not", lambda m, a: m.bitwise_not(a), [IA], name="int"),
 ]
+
+SHIFT = I((4,), "int64", "int", 0, 9)
+for op, sym in (("bitwise_left_shift", "<<"), ("bitwise_right_shift", ">>")):
+    CASES += [
+        OpCase(op, lambda m, a, b, op=op: getattr(m, op)(a, b), [IA, SHIFT]),
+        OpCase(op, eval(f"lambda m, a, b: a {sym} b"), [IA, I((3, 4), "int64", "int", 60, 70)], name="past-width"),
+        OpCase(op, eval(f"lambda m, a: a {sym} 3"), [IA], name="scalar"),
+        OpCase(op, eval(f"lambda m, a: 3 {sym} a"), [I((3, 4), "int64", "int", 0, 5)], name="reflected"),
+        OpCase(op, eval(f"lambda m, a: a {sym} 1"), [B], name="bool"),
+        OpCase(op, eval(f"lambda m, a, b: a {sym} b"), [I((4,), "int32", "int", -99, 99), I((4,), "int32", "int", 0, 40)],
+               name="int32"),
+    ]

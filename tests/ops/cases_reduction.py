@@ -133,6 +133,17 @@ CASES = [
     OpCase("argsort", lambda m, a: a.argsort(), [BOOL], name="bool"),
 ]
 
+# ---------------------------------------------------------------- kthvalue
+CASES += [
+    OpCase("kthvalue", lambda m, a: m.kthvalue(a, 2), [D]),
+    OpCase("kthvalue", lambda m, a: a.kthvalue(4, 1, keepdim=True), [DNC], name="dim-keepdim"),
+    OpCase("kthvalue", lambda m, a: a.kthvalue(3, 0).values, [D], name="values"),
+    OpCase("kthvalue", lambda m, a: a.kthvalue(1), [I((), kind="distinct")], name="0-dim"),
+    OpCase("kthvalue", lambda m, a: a.kthvalue(5), [I((3, 5), "int64", "distinct")], name="int"),
+    OpCase("kthvalue", lambda m, a: a.kthvalue(4, 1), [I(value=np.array([[3.0, 1.0, np.nan, 2.0]], np.float32))],
+           name="nan-last", gradcheck=False),
+]
+
 # ---------------------------------------------------------------- median
 NANS = I(value=np.array([[1.0, np.nan, 2.0, 0.5], [3.0, 1.0, -1.0, 2.0], [np.nan, 0.0, np.nan, 1.0]], dtype=np.float32))
 CASES += [

@@ -42,7 +42,9 @@ MAX_SAMPLES = 40  # reference inputs per op and dtype (torch's lists run to hund
 # Ops whose outputs are random draws or uninitialised memory: only shape, dtype and (for
 # distributions) the support are comparable, so the values are not.
 NONDETERMINISTIC = {"normal", "normal.in_place", "normal.number_mean", "randn", "randn_like", "rand_like", "randint",
-                    "randint_like", "bernoulli", "multinomial", "empty", "empty_like", "nn.functional.dropout"}
+                    "randint_like", "bernoulli", "multinomial", "empty", "empty_like", "nn.functional.dropout",
+                    "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
+                    "nn.functional.feature_alpha_dropout.with_train"}
 
 # (op, variant or "*", sample predicate or None, reason). Kept short and reviewed: every entry is a
 # deliberate difference, never a bug waiting for a fix.

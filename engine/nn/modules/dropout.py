@@ -1,11 +1,13 @@
-"""`Dropout`: zero elements with probability p in training mode, scaling the rest by 1/(1-p)."""
+"""Dropout layers, as torch's: `Dropout` (elements), `Dropout1d/2d/3d` (whole channels),
+`AlphaDropout` / `FeatureAlphaDropout` (SELU-preserving; elements / channels). All check p at
+construction and are the identity in eval mode."""
 from .. import functional as F
 from ..module import Module
 
-__all__ = ["Dropout"]
+__all__ = ["Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"]
 
 
-class Dropout(Module):
+class _DropoutNd(Module):
     def __init__(self, p=0.5, inplace=False):
         super().__init__()
         if p < 0 or p > 1:
@@ -13,8 +15,37 @@ class Dropout(Module):
         self.p = p
         self.inplace = inplace
 
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout(_DropoutNd):
     def forward(self, input):
         return F.dropout(input, self.p, self.training, self.inplace)
 
-    def extra_repr(self):
-        return f"p={self.p}, inplace={self.inplace}"
+
+class Dropout1d(_DropoutNd):
+    def forward(self, input):
+        return F.dropout1d(input, self.p, self.training, self.inplace)
+
+
+class Dropout2d(_DropoutNd):
+    def forward(self, input):
+        return F.dropout2d(input, self.p, self.training, self.inplace)
+
+
+class Dropout3d(_DropoutNd):
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training, self.inplace)
+
+
+class AlphaDropout(_DropoutNd):
+    """torch's AlphaDropout ignores `inplace` in forward; so does this one."""
+
+    def forward(self, input):
+        return F.alpha_dropout(input, self.p, self.training)
+
+
+class FeatureAlphaDropout(_DropoutNd):
+    def forward(self, input):
+        return F.feature_alpha_dropout(input, self.p, self.training)

@@ -6,13 +6,17 @@ masks, is_causal hints).
 
 The self- and cross-attention run with need_weights=False, so they go through the fused
 F.scaled_dot_product_attention. torch's inference fast paths (`_transformer_encoder_layer_fwd`
-and the nested-tensor path of TransformerEncoder) are not reproduced: they compute the same
-values, except that torch's nested-tensor path (eval mode, no gradients, a key padding mask)
-returns zeros at padded positions where this returns the computed values; those positions are
-padding either way.
+and the nested-tensor path of TransformerEncoder) compute the same values, with one visible
+difference that is reproduced: TransformerEncoder's nested-tensor path (under torch's
+conditions: eval mode, no gradients, batch_first, a left-aligned key padding mask and no
+attention mask, a layer it can fuse) returns zeros at the padded positions, before the final
+norm; a mean over every position then counts them as zeros, as in torch.
 """
 import copy
+import warnings
 
+from ...amp import is_autocast_enabled
+from ...autograd.grad_mode import is_grad_enabled
 from ...ops.creation import full
 from ...ops.shape import triu
 from .. import functional as F
@@ -166,6 +170,27 @@ class TransformerDecoderLayer(Module):
         return self.dropout3(x)
 
 
+def _why_not_nested(layer):
+    """Why torch's TransformerEncoder would not use its nested-tensor path with this layer ("" if it would)."""
+    if not isinstance(layer, TransformerEncoderLayer):
+        return "encoder_layer was not TransformerEncoderLayer"
+    if layer.norm_first:
+        return "encoder_layer.norm_first was True"
+    if not layer.self_attn.batch_first:
+        return "encoder_layer.self_attn.batch_first was not True(use batch_first for better inference performance)"
+    if not layer.self_attn._qkv_same_embed_dim:
+        return "encoder_layer.self_attn._qkv_same_embed_dim was not True"
+    if layer.self_attn.in_proj_bias is None:
+        return "encoder_layer.self_attn was passed bias=False"
+    if not layer.activation_relu_or_gelu:
+        return "encoder_layer.activation_relu_or_gelu was not True"
+    if layer.norm1.eps != layer.norm2.eps:
+        return "encoder_layer.norm1.eps was not equal to encoder_layer.norm2.eps"
+    if layer.self_attn.num_heads % 2 == 1:
+        return "encoder_layer.self_attn.num_heads is odd"
+    return ""
+
+
 class TransformerEncoder(Module):
     """num_layers deep copies of `encoder_layer`, then `norm` if given. `enable_nested_tensor` and
     `mask_check` select torch's nested-tensor inference path (see the module docstring): they are
@@ -177,7 +202,10 @@ class TransformerEncoder(Module):
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
-        self.use_nested_tensor = enable_nested_tensor
+        why_not = _why_not_nested(encoder_layer)
+        if enable_nested_tensor and why_not:
+            warnings.warn(f"enable_nested_tensor is True, but self.use_nested_tensor is False because {why_not}")
+        self.use_nested_tensor = enable_nested_tensor and not why_not
         self.mask_check = mask_check
 
     def forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
@@ -185,12 +213,32 @@ class TransformerEncoder(Module):
         mask = canonical_mask(mask, "mask", src.dtype)
         batch_first = self.layers[0].self_attn.batch_first if len(self.layers) else False
         is_causal = _detect_is_causal_mask(mask, is_causal, _seq_len(src, batch_first))
+        padded = self._nested_padding(src, mask, src_key_padding_mask)
         output = src
         for mod in self.layers:
             output = mod(output, src_mask=mask, is_causal=is_causal, src_key_padding_mask=src_key_padding_mask)
+        if padded is not None:  # torch's nested tensor, padded back with zeros
+            output = output.masked_fill(padded.unsqueeze(-1), 0.0)
         if self.norm is not None:
             output = self.norm(output)
         return output
+
+    def _nested_padding(self, src, mask, key_padding_mask):
+        """The padded positions [N, S] (bool) when torch would run its nested-tensor path, else None."""
+        if not (self.use_nested_tensor and len(self.layers) and not self.layers[0].training and src.dim() == 3
+                and key_padding_mask is not None and mask is None and not is_autocast_enabled()):
+            return None
+        layer = self.layers[0]
+        weights = [p for p in (layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias,
+                               layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias, layer.norm1.weight,
+                               layer.norm1.bias, layer.norm2.weight, layer.norm2.bias, layer.linear1.weight,
+                               layer.linear1.bias, layer.linear2.weight, layer.linear2.bias) if p is not None]
+        if is_grad_enabled() and any(t.requires_grad for t in (src, *weights)):
+            return None
+        padded = key_padding_mask != 0
+        if self.mask_check and not bool((padded[:, 1:] >= padded[:, :-1]).all()):
+            return None  # not left-aligned (padding only at the end of each row)
+        return padded
 
 
 class TransformerDecoder(Module):
