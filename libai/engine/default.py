@@ -290,13 +290,32 @@ def _unpack_loaders(result):
 _LAYER_COUNT_KEYS = ("model.cfg.hidden_layers", "model.cfg.num_layers", "model.depth", "model.depths")
 
 
+def _check_pipeline_num_layers(cfg, given):
+    """ValueError when train.dist.pipeline_num_layers is larger than the model's layer count: the
+    stages split layer indices 0 .. pipeline_num_layers - 1, so the layers all went to the first
+    stages and the last ones held none (a count too small is refused where the stages are built)."""
+    for key in _LAYER_COUNT_KEYS:
+        value = try_get_key(cfg, key, default=None)
+        if value is not None:
+            layers = int(sum(value)) if not isinstance(value, int) else int(value)
+            if given > layers:
+                raise ValueError(f"train.dist.pipeline_num_layers={given} is larger than the model's {layers} layers "
+                                 f"({key}): the stages would split {given} layer indices and leave the last ones "
+                                 f"without layers; set it to {layers} (or leave it unset: it is inferred), or place "
+                                 "layers with train.dist.custom_pipeline_stage_id")
+            return
+
+
 def infer_pipeline_num_layers(cfg):
     """With pipeline_parallel_size > 1 and train.dist.pipeline_num_layers unset, set it to the
     model's layer count (model.cfg.hidden_layers, model.depth, sum(model.depths): one pipeline
     layer per transformer layer or Swin block), as LiBai's recipes do by hand. A model config
     without any of those keys is an error asking for the key."""
     d = cfg.train.dist
-    if d.pipeline_parallel_size == 1 or d.pipeline_num_layers is not None:
+    if d.pipeline_parallel_size == 1:
+        return
+    if d.pipeline_num_layers is not None:
+        _check_pipeline_num_layers(cfg, int(d.pipeline_num_layers))
         return
     for key in _LAYER_COUNT_KEYS:
         value = try_get_key(cfg, key, default=None)

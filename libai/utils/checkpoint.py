@@ -248,7 +248,8 @@ def _flat_settings(cfg):
 def config_changes(cfg, path, limit=6):
     """The settings of `cfg` that differ from the config checkpoint `path` carries, as
     "key: saved -> now; ..." (the run's location keys left out), or "" when it carries none or
-    they agree."""
+    they agree; a config file that cannot be read says so (the comparison was not made)."""
+    f = None
     try:
         f = checkpoint_config_file(path)  # as saved: load_checkpoint_config relocates tokenizer files
         if f is None:
@@ -256,8 +257,8 @@ def config_changes(cfg, path, limit=6):
         from libai.config import LazyConfig
 
         ours, theirs = _flat_settings(cfg), _flat_settings(LazyConfig.load(f))
-    except Exception:  # a hint must never hide what it completes
-        return ""
+    except Exception as e:  # a hint must never hide what it completes: say it, do not raise
+        return f"its config {f or CONFIG_FILE} could not be read to compare ({type(e).__name__}: {str(e)[:200]})"
     differ = [f"{k}: {theirs.get(k, '(absent)')!r} -> {ours.get(k, '(absent)')!r}"
               for k in sorted(set(ours) | set(theirs))
               if k not in _RUN_KEYS and ours.get(k, "(absent)") != theirs.get(k, "(absent)")]

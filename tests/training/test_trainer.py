@@ -292,6 +292,24 @@ def test_single_round_sampler_covers_everything_once():
 
 
 # ---------------------------------------------------------------------- topology
+def test_pipeline_num_layers_larger_than_the_model_is_refused():
+    """6 pipeline layers for a 3-layer model put every layer on stage 0 and none on stage 1."""
+    from omegaconf import OmegaConf
+
+    from libai.engine.default import infer_pipeline_num_layers
+
+    cfg = OmegaConf.create({"model": {"cfg": {"hidden_layers": 3}},
+                            "train": {"dist": {"pipeline_parallel_size": 2, "pipeline_num_layers": 6}}})
+    with pytest.raises(ValueError, match=r"pipeline_num_layers=6 is larger than the model's 3 layers "
+                                         r"\(model.cfg.hidden_layers\).*set it to 3"):
+        infer_pipeline_num_layers(cfg)
+    cfg.train.dist.pipeline_num_layers = 3
+    infer_pipeline_num_layers(cfg)
+    cfg.train.dist.pipeline_num_layers = None
+    infer_pipeline_num_layers(cfg)
+    assert cfg.train.dist.pipeline_num_layers == 3
+
+
 def test_distributed_topology_layout():
     topo = dist.DistributedTopology(2, 2, 2, pipeline_num_layers=5, world_size=8, rank=6)
     assert (topo.pipeline_stage, topo.data_parallel_rank, topo.tensor_parallel_rank) == (1, 1, 0)

@@ -302,3 +302,6 @@ def test_a_relative_tokenizer_path_is_no_config_change(tmp_path):
     assert config_changes(cfg, str(ckpt)) == ""
     cfg.train.train_iter = 7
     assert config_changes(cfg, str(ckpt)) == "train.train_iter: 5 -> 7"
+    (ckpt / "config.yaml").write_text("model: [unclosed\n")  # a damaged config is said, not taken as agreement
+    changed = config_changes(cfg, str(ckpt))
+    assert changed.startswith(f"its config {ckpt / 'config.yaml'} could not be read to compare ("), changed
