@@ -70,6 +70,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -337,7 +338,30 @@ def main(argv=None):
     if args.dry_run:
         print(shlex.join(cmd))
         return 0
-    return Job(cmd, args.kill_timeout).run()
+    pids = tempfile.mkdtemp(prefix="engine-launch-pids-")
+    try:
+        status = Job(cmd[:1] + ["-genv", "ENGINE_RANK_PIDS_DIR", pids] + cmd[1:], args.kill_timeout).run()
+        if status != 0:
+            _name_ranks(pids, status)
+        return status
+    finally:
+        shutil.rmtree(pids, ignore_errors=True)
+
+
+def _name_ranks(directory, status):
+    """After a failed job, each local rank's pid (engine.distributed.run wrote them): mpiexec's
+    "BAD TERMINATION ... PID n ... EXIT CODE: 9" of a rank killed by a signal names no rank."""
+    ranks = []
+    for name in os.listdir(directory):
+        try:
+            with open(os.path.join(directory, name)) as f:
+                ranks.append((int(name[len("rank"):]), int(f.read())))
+        except (OSError, ValueError):
+            continue
+    if ranks:
+        listing = ", ".join(f"rank {r} pid {pid}" for r, pid in sorted(ranks))
+        Job._say(f"the job ended with exit status {status}; the ranks on this host were: {listing} (mpiexec's "
+                 "messages above name a failed rank's pid; EXIT CODE 9 is a SIGKILL, e.g. the out-of-memory killer)")
 
 
 if __name__ == "__main__":

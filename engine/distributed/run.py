@@ -50,12 +50,25 @@ def _die_with_proxy():
     die_with_parent(parent)
 
 
+def _record_pid(directory):
+    """Write this rank's pid where the launcher looks for it (ENGINE_RANK_PIDS_DIR), so that a job
+    ending on a killed rank (SIGKILL, the OOM killer: mpiexec names only its pid) names the rank."""
+    if not directory:
+        return
+    try:
+        with open(os.path.join(directory, f"rank{os.environ['RANK']}"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:  # another host's directory, or none: the launcher then names no rank
+        pass
+
+
 def _setup():
     comm.init()
     os.environ["RANK"] = str(comm.get_rank())
     os.environ["WORLD_SIZE"] = str(comm.get_world_size())
     os.environ["LOCAL_RANK"] = str(comm.get_local_rank())
     os.environ["LOCAL_WORLD_SIZE"] = str(comm.get_local_world_size())
+    _record_pid(os.environ.get("ENGINE_RANK_PIDS_DIR"))
     comm.install_abort_on_exception()
     global _exit_comm
     if comm.get_world_size() > 1:

@@ -78,6 +78,20 @@ def test_sys_exit_on_one_rank_aborts_job():
     assert "[rank 1] exited with status 3" in err
 
 
+def test_a_killed_rank_is_named_by_the_launcher():
+    """mpiexec reports only the pid of a rank killed by a signal (the out-of-memory killer's
+    SIGKILL); the launcher lists which rank each pid was."""
+    start = time.monotonic()
+    rc, out, err = run_command(LAUNCH + ["--nproc-per-node", "2", os.path.join(SCRIPTS, "fail_rank1.py"), "sigkill"],
+                               timeout=60, check=False)
+    assert rc != 0 and time.monotonic() - start < 20, (rc, err[-2000:])
+    import re
+
+    killed = re.search(r"PID (\d+) RUNNING", out + err)  # mpiexec's report (on its stdout)
+    assert killed, (out + err)[-2000:]
+    assert re.search(rf"the ranks on this host were: rank 0 pid \d+, rank 1 pid {killed.group(1)}\b", err), err[-2000:]
+
+
 def test_exception_in_thread_aborts_job():
     start = time.monotonic()
     rc, out, err = run_mpi(2, "fail_rank1.py", ["thread"], timeout=60, check=False)

@@ -1,4 +1,5 @@
-"""Rank 1 raises while every other rank waits in a barrier: the job must abort, not hang."""
+"""Rank 1 raises (or exits, or is SIGKILLed) while every other rank waits in a barrier: the job
+must abort, not hang."""
 import sys
 import time
 
@@ -11,6 +12,11 @@ if comm.get_rank() == 1:
         raise ValueError("deliberate failure on rank one")
     if mode == "exit":
         sys.exit(3)
+    if mode == "sigkill":  # no Python code runs: the launcher names the rank from its pid
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
     if mode == "thread":
         import threading
 
