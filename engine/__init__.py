@@ -118,6 +118,7 @@ def numel(t):
 
 
 from . import distributions  # noqa: E402,F401
+from . import linalg  # noqa: E402,F401
 
 pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan  # torch.pi, torch.e, torch.inf, torch.nan
 

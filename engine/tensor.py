@@ -169,6 +169,51 @@ class Tensor:
         return self._data.dtype.itemsize
 
     @property
+    def itemsize(self):
+        return self._data.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.numel() * self._data.dtype.itemsize
+
+    def is_complex(self):
+        return False  # no engine dtype is complex
+
+    def get_device(self):
+        """The CUDA device index, -1 on the CPU (torch's)."""
+        return self._device.index if self._device.type == "cuda" else -1
+
+    def data_ptr(self):
+        """The address of the first element (of this rank's shard), 0 when there is none, as torch."""
+        a = self._data
+        if a.size == 0:
+            return 0
+        return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
+
+    def new(self, *args, size=None, device=None):
+        """The legacy constructor in this tensor's dtype: `x.new(2, 3)` or `x.new(size)` as
+        `new_empty`, `x.new(data)` as `new_tensor` of a sequence, `x.new(t)` an alias of `t` (which
+        must have x's dtype and device), `x.new()` empty."""
+        if size is not None or (len(args) == 1 and isinstance(args[0], Size)):
+            if size is not None and args:
+                raise TypeError("new() got both positional arguments and size=")
+            args = tuple(args[0] if size is None else size)
+        elif len(args) == 1 and (isinstance(args[0], bool) or not isinstance(args[0], numbers.Integral)):
+            data = args[0]
+            if isinstance(data, Tensor):
+                if data.dtype != self.dtype or (device is not None and data._device != as_device(device)):
+                    raise TypeError(f"new(): expected a tensor of dtype {self.dtype} (got {data.dtype} on {data.device})")
+                return data[...]
+            if not isinstance(data, (list, tuple, np.ndarray)) and not hasattr(data, "__cuda_array_interface__"):
+                raise TypeError(f"new(): data must be a sequence (got {type(data).__name__})")
+            return self.new_tensor(data, device=device)
+        elif not args:
+            args = (0,)
+        if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in args):
+            raise TypeError(f"new(): sizes must be ints, got {tuple(type(s).__name__ for s in args)}")
+        return self.new_empty(tuple(int(s) for s in args), device=device)
+
+    @property
     def is_global(self):
         return self._global is not None
 

@@ -95,7 +95,8 @@ def _make_pair(inp, array, dtype_override=None):
     dt = dtype_override or inp.dtype
     if dtype_override and inp.dtype.startswith("float"):
         array = array.astype(_NP[dtype_override])
-    base = np.ascontiguousarray(array.T) if inp.noncontig else np.ascontiguousarray(array)
+    # (np.ascontiguousarray would make a 0-dim array 1-dim: the "0d" cases must stay 0-dim)
+    base = np.array(array.T if inp.noncontig else array, order="C")
     rg = inp.grad and dt != "bool" and not dt.startswith("int")
     perm = tuple(range(base.ndim - 1, -1, -1)) if inp.noncontig else tuple(range(base.ndim))
     f = flow.from_numpy(base.copy().transpose(perm))  # a leaf with a (maybe) non-contiguous layout
@@ -199,7 +200,7 @@ def _float64_reference_grads(case, arrays, grads):
     """Input gradients computed by torch in float64 on the same values."""
     ts = []
     for inp, a in zip(case.inputs, arrays):
-        t = torch.from_numpy(np.ascontiguousarray(a).astype(np.float64) if inp.grad else a.copy())
+        t = torch.from_numpy(np.array(a, dtype=np.float64, order="C") if inp.grad else a.copy())
         ts.append(t.requires_grad_() if inp.grad else t)
     outs = [o for o in _outputs(case.fn(torch, *ts)) if isinstance(o, torch.Tensor) and o.requires_grad]
     torch.autograd.backward(outs, [torch.from_numpy(g.astype(np.float64)) for g in grads])

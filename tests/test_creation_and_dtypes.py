@@ -206,3 +206,14 @@ def test_factory_options_are_torch_s_and_nothing_else():
     import pickle
 
     assert pickle.loads(pickle.dumps(flow.channels_last)) is flow.channels_last
+
+
+def test_python_ints_outside_an_integer_type_as_torch():
+    """torch wraps negative ints into uint8 (down to -255) and refuses every other overflow."""
+    for value, name in (([-1], "uint8"), ([-129, 3], "uint8"), (-1, "uint8"), ([255], "uint8")):
+        assert flow.tensor(value, dtype=getattr(flow, name)).tolist() == \
+            torch.tensor(value, dtype=getattr(torch, name)).tolist()
+    for value, name in (([256], "uint8"), ([-256], "uint8"), ([128], "int8"), ([-129], "int8"),
+                        ([70000], "int16"), ([2 ** 31], "int32"), ([2 ** 64], "int64")):
+        with pytest.raises(RuntimeError, match=f"value cannot be converted to type {name} without overflow"):
+            flow.tensor(value, dtype=getattr(flow, name))

@@ -219,5 +219,15 @@ def array_from_data(data, dtype=None, device=None):
         dev = as_device(device) or (default_device() if isinstance(data, np.ndarray) else device_of(data))
         return xp_for(dev).array(to_device(data, dev), dtype=dtype.np, copy=True), dev
     dev = as_device(device) or default_device()
-    array = np.array(data, dtype=(dtype or infer_dtype(data)).np)
+    dtype = dtype or infer_dtype(data)
+    try:
+        array = np.array(data, dtype=dtype.np)
+    except OverflowError:  # torch's rule: only uint8 takes negative ints (down to -255, wrapped)
+        try:
+            wide = np.array(data, dtype=np.int64) if dtype.np.kind in "iu" else None
+        except OverflowError:
+            wide = None
+        if wide is None or dtype.np != np.uint8 or wide.size and (wide.min() < -255 or wide.max() > 255):
+            raise RuntimeError(f"value cannot be converted to type {dtype.name} without overflow") from None
+        array = wide.astype(np.uint8)
     return to_device(array, dev), dev

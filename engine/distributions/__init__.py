@@ -1,6 +1,6 @@
 """Probability distributions (`engine.distributions`, PyTorch's `torch.distributions`):
 `Normal`, `Uniform`, `Bernoulli`, `Categorical`, `OneHotCategorical`, and `kl_divergence`
-between two of a kind.
+between two of a kind; `Independent` and `MultivariateNormal` are in multivariate.py.
 
 Reinforcement-learning scripts (REINFORCE, actor-critic, PPO) and VAEs use these few: sample an
 action, score it with `log_prob`, regularise with `entropy` or a KL term. Everything is written
@@ -21,9 +21,11 @@ from ..ops.creation import arange, full, full_like, rand, randn, tensor, zeros_l
 from ..ops.random_ops import bernoulli, multinomial
 from ..ops.unary import erf
 from ..tensor import Size, Tensor
+from .distribution import Distribution
+from .multivariate import Independent, MultivariateNormal
 
 __all__ = ["Distribution", "Normal", "Uniform", "Bernoulli", "Categorical", "OneHotCategorical",
-           "kl_divergence", "register_kl"]
+           "Independent", "MultivariateNormal", "kl_divergence", "register_kl"]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -63,49 +65,6 @@ def _broadcast_shape(a, b):
             raise ValueError(f"distribution parameters of shapes {list(a)} and {list(b)} do not broadcast")
         out.append(max(x, y) if 0 not in (x, y) else 0)
     return tuple(out)
-
-
-class Distribution:
-    """Base class: `batch_shape` (independent distributions side by side), `event_shape` (the
-    shape of one draw), `sample(sample_shape)` of shape sample_shape + batch_shape + event_shape."""
-
-    has_rsample = False
-
-    def __init__(self, batch_shape=(), event_shape=()):
-        self._batch_shape, self._event_shape = Size(batch_shape), Size(event_shape)
-
-    @property
-    def batch_shape(self):
-        return self._batch_shape
-
-    @property
-    def event_shape(self):
-        return self._event_shape
-
-    @property
-    def stddev(self):
-        return self.variance.sqrt()
-
-    def _extended_shape(self, sample_shape=()):
-        return tuple(sample_shape) + tuple(self._batch_shape) + tuple(self._event_shape)
-
-    def sample(self, sample_shape=()):
-        with no_grad():
-            return self.rsample(sample_shape).detach()
-
-    def rsample(self, sample_shape=()):
-        raise NotImplementedError(f"{type(self).__name__} has no reparameterised sample (rsample)")
-
-    def sample_n(self, n):
-        return self.sample((n,))
-
-    def _check_value(self, value, ok, what):
-        if not bool(ok.all()):
-            raise ValueError(f"{type(self).__name__}.log_prob: expected a value {what}, got {value}")
-
-    def __repr__(self):
-        params = ", ".join(f"{k}: {v.shape if v.numel() > 1 else v}" for k, v in self._params().items())
-        return f"{type(self).__name__}({params})"
 
 
 class Normal(Distribution):

@@ -39,6 +39,7 @@ from ..kernels import scatter_add as scatter_kernels
 from ..tensor import Tensor
 from ._core import broadcast_to, const_like, replicated, reshape, shape_str
 from .indexing import gather
+from .linalg import _TORCH_NAMES
 from ._kernels import matmul as _matmul
 
 __all__ = ["conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "avg_pool1d", "avg_pool2d", "max_pool1d",
@@ -121,7 +122,10 @@ def _offset_slices(kernel, stride, dilation, out_hw):
 
 
 def _work_dtype(a):
-    """Half types are computed in float32 (numpy has no fast float16/bfloat16 matmul)."""
+    """Half types are computed in float32 (numpy has no fast float16/bfloat16 matmul); integers in
+    int64, cast back modulo 2^bits as torch's wrapping integer kernels give."""
+    if a.dtype.kind in "iu":
+        return np.dtype(np.int64)
     return np.float32 if a.dtype.itemsize < 4 else a.dtype
 
 
@@ -399,12 +403,28 @@ def _check_conv(x, w, b, stride, dilation, groups, op, transposed=False):
     if (x.dtype is not w.dtype or (b is not None and b.dtype is not x.dtype)) and not autocast_unifies(*operands):
         raise RuntimeError(f"{op}: input type ({x.dtype.name}), weight type ({w.dtype.name})"
                            + (f" and bias type ({b.dtype.name})" if b is not None else "") + " should be the same")
-    if not x.dtype.is_floating_point:
-        raise RuntimeError(f"{op}: expected a floating point input, got {x.dtype.name}")
+    _check_conv_dtype(x, dilation, transposed)
     out_channels = w.shape[1] * groups if transposed else w.shape[0]
     if b is not None and tuple(b.shape) != (out_channels,):
         raise RuntimeError(f"{op}: expected bias of shape [{out_channels}] (out_channels), got bias of shape "
                            f"{shape_str(b.shape)}")
+
+
+def _check_conv_dtype(x, dilation, transposed):
+    """torch's CPU convolution kernels: floats and int64 everywhere, the other integer types only in
+    the plain (neither dilated nor transposed) kernel, bool in none; an empty batch runs none."""
+    dt = x.dtype
+    if dt.is_floating_point or dt is dtypes.int64 or x.shape[0] == 0:
+        return
+    if transposed:
+        kernel = "slow_conv_transpose2d_out_cpu"
+    elif max(dilation) > 1:
+        kernel = "slow_conv_dilated<>"
+    elif dt is dtypes.bool_:
+        kernel = "slow_conv2d_cpu"
+    else:
+        return
+    raise NotImplementedError(f'"{kernel}" not implemented for \'{_TORCH_NAMES[dt.name]}\'')
 
 
 def _check_conv1d_ranks(input, weight, op):
@@ -613,7 +633,11 @@ class AvgPool2d(Op):
         ctx.in_shape = x.shape
         wt = _work_dtype(x)
         acc = _pool_sum(_pad_hw(x.astype(wt, copy=False), pads), kernel, stride, dilation, out_hw, wt)
-        acc /= xp_of(x).asarray(divisor, dtype=wt)
+        d = xp_of(x).asarray(divisor, dtype=wt)
+        if acc.dtype.kind == "i":  # int64 (torch's only integer avg_pool): C's division, toward zero
+            q = acc // d
+            return q + (((acc - q * d) != 0) & ((acc < 0) != (d < 0)))
+        acc /= d
         return acc.astype(x.dtype, copy=False)
 
     @staticmethod
@@ -659,8 +683,8 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 def _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, op):
     a = _pool_args(input, kernel_size, stride, padding, 1, ceil_mode, op)
-    if not input.is_floating_point():
-        raise NotImplementedError(f"{op}: integer inputs are not supported, got {input.dtype.name}")
+    if not input.is_floating_point() and input.dtype is not dtypes.int64:  # torch's kernel is avg_pool2d's
+        raise NotImplementedError(f'"avg_pool2d" not implemented for \'{_TORCH_NAMES[input.dtype.name]}\'')
     if divisor_override is not None:
         if divisor_override == 0:
             raise RuntimeError(f"{op}: divisor must be not zero")

@@ -338,11 +338,10 @@ class Pow(Op):
     @staticmethod
     def forward(ctx, a, b):
         xp = xp_of(a)
-        try:
-            with ignore_fp_errors(xp):
-                return xp.power(a, b)
-        except ValueError as e:  # numpy: integers to negative integer powers
-            raise RuntimeError(f"pow: {e}") from None
+        if b.dtype.kind == "i":
+            return _int_power(xp, a, b)
+        with ignore_fp_errors(xp):
+            return xp.power(a, b)
 
     @staticmethod
     def backward(ctx, g):
@@ -357,11 +356,21 @@ class Pow(Op):
         return ga, gb
 
 
+def _int_power(xp, a, b):
+    """Signed integers to integer tensor powers as torch's `powi`: a negative exponent gives 1 for a
+    base of 1, +-1 for -1 (by the exponent's parity) and 0 otherwise (numpy raises instead)."""
+    neg = b < 0
+    out = xp.power(a, xp.where(neg, 0, b).astype(b.dtype, copy=False))
+    ones = xp.where(b % 2 == 0, 1, -1)
+    at_neg = xp.where(a == 1, 1, xp.where(a == -1, ones, 0))
+    return xp.where(neg, at_neg, out).astype(out.dtype, copy=False)
+
+
 def pow(input, exponent):
     if isinstance(input, Tensor) and is_scalar(exponent):
         res = dtypes.result_type([input.dtype], scalars=[exponent])
         if res._category == 1 and exponent < 0:
-            raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
         return PowScalar.apply(cast(input, res), exponent=exponent)
     a, b = promote_operands(input, exponent)
     if a._global is not None or a._data.shape != b._data.shape:

@@ -12,6 +12,7 @@
   index_select's backward and `x[idx]`'s backward use the same kernel.
 """
 import numbers
+import operator
 
 import numpy as np
 
@@ -22,11 +23,12 @@ from ..tensor import Tensor, _check_dim, tensor_method
 from . import inplace
 from ._kernels import blocked, can_fill_where, fill_where, rows_of, select_bits
 from ..kernels import scatter_add as scatter_kernels
-from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, replicated, reshape, scalar_tensor,
-                    shape_str, sum_to)
+from ._core import (along_index, broadcast_shapes, const_like, broadcast_to, cast, constant_like, replicated, reshape,
+                    scalar_tensor, shape_str, sum_to)
 
 __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add", "index_put",
-           "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "one_hot", "embedding", "nonzero"]
+           "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "one_hot", "embedding", "nonzero",
+           "index_fill", "select"]
 
 
 # ------------------------------------------------------------------ key normalisation
@@ -82,28 +84,28 @@ def _normalize_key(key, x):
 def _check_bounds(items, shape):
     """PyTorch's message for out-of-range integer indices (numpy's names an 'axis')."""
     dim = 0
-    n_ell = len(shape) - sum(1 for k in items if k is not None and k is not Ellipsis
-                             and not (hasattr(k, "dtype") and k.dtype == np.bool_)) \
-        - sum(k.ndim - 1 for k in items if hasattr(k, "dtype") and k.dtype == np.bool_)
+    n_ell = len(shape) - sum(k.ndim if hasattr(k, "dtype") and k.dtype == np.bool_ else 1
+                             for k in items if k is not None and k is not Ellipsis)  # a mask takes its ndim
     for k in items:
         if k is None:
             continue
         if k is Ellipsis:
             dim += max(n_ell, 0)
             continue
-        if dim >= len(shape):
+        is_mask = hasattr(k, "dtype") and k.dtype == np.bool_
+        if dim + (k.ndim if is_mask else 1) > len(shape):  # a 0-dim mask takes no dimension
             raise IndexError(f"too many indices for tensor of dimension {len(shape)}")
-        size = shape[dim]
-        if isinstance(k, int):
-            if not -size <= k < size:
-                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
-        elif hasattr(k, "dtype") and k.dtype == np.bool_:
+        if is_mask:
             if tuple(k.shape) != tuple(shape[dim:dim + k.ndim]):
                 raise IndexError(
                     f"The shape of the mask {list(k.shape)} at index {dim} does not match the shape "
                     f"of the indexed tensor {list(shape)}")
             dim += k.ndim
             continue
+        size = shape[dim]
+        if isinstance(k, int):
+            if not -size <= k < size:
+                raise IndexError(f"index {k} is out of bounds for dimension {dim} with size {size}")
         elif hasattr(k, "dtype") and k.size and host_checks(k):  # on a GPU only in the debug mode (a read)
             lo, hi = int(k.min()), int(k.max())
             bad = hi if hi >= size else lo
@@ -166,6 +168,18 @@ def _getitem(self, key):
 
 
 Tensor.__getitem__ = _getitem
+
+
+def select(input, dim, index):
+    """input[:, ..., index] along `dim`: a view without that dim (torch's errors)."""
+    if input.ndim == 0:
+        raise IndexError("select() cannot be applied to a 0-dim tensor.")
+    dim = _check_dim(dim, input.ndim)
+    index, size = operator.index(index), input.shape[dim]
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} "
+                         f"at dimension {dim}")
+    return _getitem(input, (slice(None),) * dim + (index,))
 
 
 # ------------------------------------------------------------------ x[key] = v
@@ -886,6 +900,38 @@ def masked_fill_(self, mask, value):
     return self
 
 
+def index_fill(input, dim, index, value):
+    """`value` at positions `index` along `dim` (a masked_fill with the mask along `dim`, so a
+    0-dim tensor `value` gets the gradient summed over the filled positions, as torch's)."""
+    dim = _check_dim(dim, input.ndim)
+    if not isinstance(index, Tensor):
+        raise TypeError(f"index_fill(): index must be a Tensor, got {type(index).__name__}")
+    if index.dtype is not dtypes.int64:
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
+    if index.ndim > 1:
+        raise RuntimeError("Index has to be a vector/scalar")
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise RuntimeError("index_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.ndim} dimension(s).")
+    idx = replicated(index)._data.reshape(-1)
+    size = input.shape[dim] if input.ndim else 1
+    if idx.size and host_checks(idx):  # on a GPU only in the debug mode (a read)
+        lo, hi = int(idx.min()), int(idx.max())
+        if hi >= size or lo < -size:
+            raise IndexError(f"index {hi if hi >= size else lo} is out of bounds for dimension {dim} with size {size}")
+    mask = xp_of(input._data).zeros(size, dtype=np.bool_)
+    mask[to_device(idx, input._device) if index._device != input._device else idx] = True
+    shape = [1] * input.ndim
+    if input.ndim:
+        shape[dim] = size
+    return masked_fill(input, constant_like(mask.reshape(shape), input), value)
+
+
+@tensor_method()
+def index_fill_(self, dim, index, value):
+    return inplace.apply_inplace(self, index_fill, "index_fill_", dim, index, value)
+
+
 def masked_select(input, mask):
     _check_mask(mask, "masked_select")
     shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
@@ -1266,3 +1312,5 @@ tensor_method("masked_fill")(masked_fill)
 tensor_method("masked_select")(masked_select)
 tensor_method("take_along_dim")(take_along_dim)
 tensor_method("nonzero")(nonzero)
+tensor_method("index_fill")(index_fill)
+tensor_method("select")(select)

@@ -473,7 +473,32 @@ def _expand_ellipsis(lhs, rhs, tensors):
     return new_subs, rhs, new_tensors, letters
 
 
+def _sublist_label(n):
+    """A label of torch's sublist format: 0-25 are 'A'-'Z', 26-51 'a'-'z', Ellipsis '...'."""
+    if n is Ellipsis:
+        return "..."
+    if 0 <= n < 26:
+        return chr(ord("A") + n)
+    if 26 <= n < 52:
+        return chr(ord("a") + n - 26)
+    raise ValueError("einsum(): subscript in subscript list is not within the valid range [0, 52)")
+
+
+def _sublist_equation(args):
+    """torch's `einsum(op1, sublist1, op2, sublist2, ..., [sublist_out])` as (equation, operands)."""
+    equation = ",".join("".join(_sublist_label(n) for n in sub) for sub in args[1::2])
+    if len(args) % 2 == 1:
+        return equation + "->" + "".join(_sublist_label(n) for n in args[-1]), args[:-1:2]
+    return equation, args[::2]
+
+
 def einsum(equation, *operands):
+    """torch.einsum: `einsum('ij,jk->ik', a, b)`, or the sublist form `einsum(a, [0, 1], b, [1, 2], [0, 2])`."""
+    if not operands:
+        raise ValueError("einsum(): must specify the equation string and at least one operand, "
+                         "or at least one operand and its subscripts list")
+    if isinstance(equation, Tensor):
+        equation, operands = _sublist_equation((equation,) + operands)
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if not operands:
@@ -490,6 +515,12 @@ def einsum(equation, *operands):
         if len(s) != t.ndim:
             raise RuntimeError(f"einsum(): the subscript '{s}' has {len(s)} labels but the operand has "
                                f"{t.ndim} dimensions (shape {shape_str(t.shape)})")
+    for i, (s, t) in enumerate(zip(subs, tensors)):
+        first = {}
+        for c, n in zip(s, t.shape):
+            if first.setdefault(c, n) != n:
+                raise RuntimeError(f"einsum(): subscript {c} is repeated for operand {i} but the sizes don't match, "
+                                   f"{n} != {first[c]}")
     if rhs is None:  # implicit mode: ellipsis dims first, then labels seen once, sorted
         counts = {}
         for c in "".join(subs):

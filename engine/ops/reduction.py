@@ -958,7 +958,7 @@ def _unique_slices(xp, x, dim):
     dtypes, which CuPy has not)."""
     moved = xp.moveaxis(x, dim, 0)
     n = moved.shape[0]
-    rows = moved.reshape(n, -1)
+    rows = moved.reshape(n, math.prod(moved.shape[1:]))  # (not -1: the selected dim may be empty)
     if rows.dtype == np.bool_:
         rows = rows.astype(np.int8)
     if rows.shape[1]:
@@ -978,9 +978,23 @@ def _unique_slices(xp, x, dim):
     return xp.ascontiguousarray(values), inverse, counts
 
 
+def _unique_dim(dim, shape):
+    """`dim` normalised, with torch's errors for a 0-dim input and for empty inputs, which only
+    the selected dim may make empty."""
+    if not shape:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    d = _check_dim(dim, len(shape))
+    if 0 in shape:
+        if shape[d] != 0:
+            raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+        if list(shape).count(0) > 1:
+            raise RuntimeError("Number of zero sized dimensions is more than one, so unique cannot be applied ")
+    return d
+
+
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
     input = replicated(input)
-    d = None if dim is None else _check_dim(dim, input._data.ndim)
+    d = None if dim is None else _unique_dim(dim, input.shape)
     values, inverse, counts = Unique.apply(input, dim=d)
     extra = ((inverse,) if return_inverse else ()) + ((counts,) if return_counts else ())
     return (values,) + extra if extra else values
@@ -1001,8 +1015,9 @@ class SearchSorted(Op):
         if seq.ndim == 1:
             out = xp.searchsorted(seq, values, side=side)
         else:
-            rows = seq.reshape(-1, seq.shape[-1])
-            vals = values.reshape(rows.shape[0], -1)
+            n = math.prod(seq.shape[:-1])  # (not -1: any dim may be empty)
+            rows = seq.reshape(n, seq.shape[-1])
+            vals = values.reshape(n, values.shape[-1])
             out = xp.empty(vals.shape, dtype=np.int64)
             for i in range(rows.shape[0]):
                 out[i] = xp.searchsorted(rows[i], vals[i], side=side)

@@ -41,7 +41,7 @@ __all__ = [
     # math
     "exp", "log", "log1p", "log2", "expm1", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "abs",
     "sign", "floor", "ceil", "round", "trunc", "erf", "erfinv", "clamp", "clip", "clamp_min",
-    "clamp_max", "isnan", "isinf", "isfinite", "nan_to_num",
+    "clamp_max", "isnan", "isinf", "isfinite", "nan_to_num", "is_complex", "is_floating_point",
     # activations
     "relu", "relu_", "gelu", "silu", "softplus", "leaky_relu", "hardtanh",
 ]
@@ -652,6 +652,21 @@ def clamp_max(input, max):
     return clamp(input, max=max)
 
 
+def _dtype_predicate(name):
+    def predicate(input):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
+        return getattr(input, name)()
+
+    predicate.__name__ = predicate.__qualname__ = name
+    predicate.__doc__ = f"torch.{name}: Tensor.{name}() of a tensor (engine/tensor.py; no engine dtype is complex)."
+    return predicate
+
+
+is_complex = _dtype_predicate("is_complex")
+is_floating_point = _dtype_predicate("is_floating_point")
+
+
 # ---------------------------------------------------------------------- isnan & co
 class _Predicate(Op):
     differentiable = False
@@ -1011,13 +1026,27 @@ for _name in ("exp", "log", "log1p", "log2", "expm1", "sqrt", "rsqrt", "sin", "c
 
 @tensor_method("clamp_", "clip_")
 def clamp_(self, min=None, max=None):
-    inplace.check_inplace_allowed(self, "clamp_")
+    return _clamp_inplace(self, min, max, "clamp_")
+
+
+@tensor_method()
+def clamp_min_(self, min):
+    return _clamp_inplace(self, min, None, "clamp_min_")
+
+
+@tensor_method()
+def clamp_max_(self, max):
+    return _clamp_inplace(self, None, max, "clamp_max_")
+
+
+def _clamp_inplace(self, min, max, op):
+    inplace.check_inplace_allowed(self, op)
     if inplace.records(self, min, max) or isinstance(min, Tensor) or isinstance(max, Tensor):
-        return _inplace_apply(self, clamp, "clamp_", min, max)
+        return _inplace_apply(self, clamp, op, min, max)
     if not self.is_floating_point() and (isinstance(min, float) or isinstance(max, float)):
-        raise RuntimeError(f"clamp_: result type Float can't be cast to the desired output type {self.dtype.name}")
+        raise RuntimeError(f"{op}: result type Float can't be cast to the desired output type {self.dtype.name}")
     if min is None and max is None:
-        raise RuntimeError("clamp_: At least one of 'min' or 'max' must not be None")
+        raise RuntimeError(f"{op}: At least one of 'min' or 'max' must not be None")
     a = self._data
     xp = xp_of(a)
     if min is not None:

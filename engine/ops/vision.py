@@ -10,13 +10,31 @@ Why it is built this way:
   the padded input (conv.py's `_windows`), `Col2Im` adds each kernel offset's column block back
   (a loop over kh*kw, never over pixels). Each is the other's backward, so gradients of any order
   need no further kernels.
+* affine_grid is torch's `affine_grid_generator`: a constant base grid (torch's linspace formula)
+  times theta^T, one engine matmul, so theta's gradient (and double backward) is autograd's.
+* grid_sample (4-D: bilinear, nearest, bicubic; 5-D: trilinear ("bilinear"), nearest) is one
+  `GridSampler` op. Each output point reads a few *taps* (2^d corners, 1 nearest pixel, 4x4
+  bicubic taps): per spatial axis a list of (index, in-bounds, weight, d weight / d coordinate)
+  built from torch's coordinate formulas (GridSampler.h: unnormalize, clip, reflect, with their
+  gradient multipliers), combined over the axes. The forward gathers each tap for all points and
+  channels at once (a loop over the taps, never over pixels); `GridSamplerGrad` scatters the
+  input gradient with one bincount and sums the grid gradient from the same taps (zero for
+  nearest, as torch). Like torch's grid_sampler_2d_backward it has no derivative of its own.
 """
+import itertools
+import warnings
+
+import numpy as np
+
 from ..backend import xp_of
-from ._core import reshape, shape_str
+from ..kernels import scatter_add as scatter_kernels
+from ..tensor import Tensor
+from ._core import NoDoubleBackward, reshape, shape_str
 from .conv import _offset_slices, _pad_hw, _windows, _work_dtype
+from .linalg import _TORCH_NAMES, matmul
 from .op import Op
 
-__all__ = ["pixel_shuffle", "pixel_unshuffle", "unfold", "fold"]
+__all__ = ["pixel_shuffle", "pixel_unshuffle", "unfold", "fold", "affine_grid", "grid_sample"]
 
 
 # ------------------------------------------------------------------ pixel shuffle
@@ -192,3 +210,294 @@ def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     out = Col2Im.apply(_batched(input, 3), size=size, kernel=k, dilation=d, pads=(p[0], p[0], p[1], p[1]), stride=s,
                        blocks=blocks)
     return _unbatched(out, input, 3)
+
+
+# ------------------------------------------------------------------ affine_grid / grid_sample
+_ALIGN_WARNING = ("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
+                  "Please specify align_corners=True if the old behavior is desired. See the documentation of "
+                  "grid_sample for details.")
+
+
+def _linspace_from_neg_one(xp, n, align_corners, dtype):
+    """torch's `linspace(-1, 1, n)` (the halves computed from each end, as its kernel), scaled by
+    (n-1)/n without align_corners; a single point is 0."""
+    if n <= 1:
+        return xp.zeros((1,), dtype=dtype)
+    i = xp.arange(n, dtype=dtype)
+    step = dtype(2) / dtype(n - 1)
+    r = xp.where(i < n // 2, dtype(-1) + step * i, dtype(1) - step * (n - 1 - i)).astype(dtype)
+    return r if align_corners else (r * dtype(n - 1) / dtype(n)).astype(dtype)
+
+
+def affine_grid(theta, size, align_corners=None):
+    """Sampling grid (N, H, W, 2) / (N, D, H, W, 3) of the affine maps theta (N, 2, 3) / (N, 3, 4)."""
+    if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        align_corners = False
+    if not theta.is_floating_point():
+        raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
+    size = tuple(int(s) for s in size)
+    if len(size) not in (4, 5):
+        raise NotImplementedError("affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
+                                  f"respectively. Got size {size}.")
+    d = len(size) - 2
+    if theta.ndim != 3 or tuple(theta.shape[-2:]) != (d, d + 1):
+        raise ValueError(f"Expected a batch of {d}D affine matrices of shape Nx{d}x{d + 1} for size {size}. "
+                         f"Got {shape_str(theta.shape)}.")
+    spatial = size[2:]
+    if align_corners and min(spatial) == 1:
+        warnings.warn("Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+                      "align_corners=True. This is not an intended use case of affine_grid. See the documentation "
+                      "of affine_grid for details.", stacklevel=2)
+    elif min(size) <= 0:
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    if theta.shape[0] != size[0]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{size[0]}, {d + 1}] "
+                           f"but got: [{theta.shape[0]}, {d + 1}].")
+    xp = xp_of(theta._data)
+    dt = theta._data.dtype.type if theta.dtype.name != "bfloat16" else np.float32
+    axes = [_linspace_from_neg_one(xp, n, align_corners, dt) for n in reversed(spatial)]  # x (W) first
+    mesh = xp.meshgrid(*axes[::-1], indexing="ij")[::-1]  # x, y(, z) over (D,) H, W
+    base = xp.stack([*mesh, xp.ones_like(mesh[0])], axis=-1).reshape(-1, d + 1).astype(theta._data.dtype)
+    base = Tensor._make(base, theta._device)
+    if theta._global is not None:  # the same base grid on every rank
+        base._global = theta._global.constant(base._data.shape)
+    grid = matmul(base, theta.transpose(1, 2))  # (N, prod(spatial), d)
+    return reshape(grid, (size[0], *spatial, d))
+
+
+def _unnormalize(c, size, align_corners):
+    """Grid value in [-1, 1] -> pixel coordinate, and d coordinate / d grid value."""
+    if align_corners:
+        return (c + 1) / 2 * (size - 1), (size - 1) / 2
+    return ((c + 1) * size - 1) / 2, size / 2
+
+
+def _clip(xp, c, size):
+    """torch's clip_coordinates, and its gradient (0 on and beyond the borders)."""
+    return xp.minimum(xp.maximum(c, 0), size - 1), (c > 0) & (c < size - 1)
+
+
+def _reflect(xp, c, twice_low, twice_high):
+    """torch's reflect_coordinates, and its gradient (+-1)."""
+    if twice_low == twice_high:
+        return xp.zeros_like(c), xp.zeros_like(c)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    c = c - low
+    sign = 1 - 2 * (c < 0).astype(c.dtype)
+    c = xp.abs(c)
+    extra = xp.fmod(c, span)
+    even = xp.fmod(xp.floor(c / span), 2) == 0
+    return xp.where(even, extra + low, span - extra + low).astype(c.dtype), xp.where(even, sign, -sign)
+
+
+def _pad_coords(xp, c, size, padding_mode, align_corners):
+    """torch's compute_coordinates: the pixel coordinate after the padding rule, and its gradient
+    multiplier (None for zeros padding: 1)."""
+    if padding_mode == "border":
+        return _clip(xp, c, size)
+    if padding_mode == "reflection":
+        c, g = _reflect(xp, c, 0, 2 * (size - 1)) if align_corners else _reflect(xp, c, -1, 2 * size - 1)
+        c, g2 = _clip(xp, c, size)
+        return c, g * g2
+    return c, None
+
+
+_CUBIC_A = -0.75
+
+
+def _cubic(t):
+    """The four bicubic tap weights at fraction t (torch's get_cubic_upsample_coefficients) and
+    their derivatives d/dt."""
+    a = _CUBIC_A
+
+    def c1(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def c2(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    def d1(x):
+        return (3 * (a + 2) * x - 2 * (a + 3)) * x
+
+    def d2(x):
+        return (3 * a * x - 10 * a) * x + 8 * a
+
+    return ([c2(t + 1), c1(t), c1(1 - t), c2(2 - t)],
+            [d2(t + 1), d1(t), -d1(1 - t), -d2(2 - t)])
+
+
+def _axis_taps(xp, c, size, mode, padding_mode, align_corners):
+    """The taps of one spatial axis: ([(coordinate, weight, d weight / d coordinate)], multiplier
+    from the grid value to the coordinate)."""
+    src, scale = _unnormalize(c, size, align_corners)
+    if mode == "bicubic":  # the padding rule applies to each tap's integer coordinate
+        lo = xp.floor(src)
+        w, dw = _cubic(src - lo)
+        taps = [(_pad_coords(xp, lo + (k - 1), size, padding_mode, align_corners)[0], w[k], dw[k]) for k in range(4)]
+        return taps, scale
+    src, g = _pad_coords(xp, src, size, padding_mode, align_corners)
+    mult = scale if g is None else g * src.dtype.type(scale)
+    if mode == "nearest":
+        return [(xp.rint(src), xp.ones_like(src), 0)], mult
+    lo = xp.floor(src)
+    frac = src - lo
+    return [(lo, 1 - frac, -1), (lo + 1, frac, 1)], mult
+
+
+def _taps(x, grid, mode, padding_mode, align_corners):
+    """Every tap of every output point, as a list of (flat index (N, M), inside (N, M), weight
+    (N, M), [d weight / d coordinate of axis a]), the weight and the index 0 where the tap falls
+    outside the input; and per axis the multiplier from grid values to coordinates."""
+    xp = xp_of(x)
+    spatial = x.shape[2:]
+    d = len(spatial)
+    n = grid.shape[0]
+    g = grid.reshape(n, _numel(grid.shape[1:-1]), d)
+    per_axis, mults = [], []
+    for a, size in enumerate(spatial):  # grid's last entry is x (the last axis)
+        taps, mult = _axis_taps(xp, g[..., d - 1 - a], size, mode, padding_mode, align_corners)
+        per_axis.append([(c, (c >= 0) & (c <= size - 1), w, dw) for c, w, dw in taps])
+        mults.append(mult)
+    strides = [_numel(spatial[a + 1:]) for a in range(d)]
+    out = []
+    for combo in itertools.product(*per_axis):
+        flat, inside, weight = 0, True, 1
+        for (c, ok, w, _), s in zip(combo, strides):
+            flat = flat + xp.where(ok, c, 0).astype(np.int64) * s
+            inside = inside & ok
+            weight = weight * w
+        weight = xp.where(inside, weight, 0).astype(x.dtype)
+        dws = []
+        for a in range(d):
+            dw = combo[a][3]
+            for b in range(d):
+                if b != a:
+                    dw = dw * combo[b][2]
+            dws.append(dw)
+        out.append((flat, inside, weight, dws))
+    return out, mults
+
+
+def _numel(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _gather(xf, flat):
+    """xf (N, C, P) read at flat (N, M) for every channel -> (N, C, M)."""
+    xp = xp_of(xf)
+    n, c = xf.shape[:2]
+    return xf[xp.arange(n).reshape(-1, 1, 1), xp.arange(c).reshape(1, -1, 1), flat[:, None, :]]
+
+
+def _sampler_forward(x, grid, mode, padding_mode, align_corners):
+    xp = xp_of(x)
+    wt = _work_dtype(x)
+    x, grid = x.astype(wt, copy=False), grid.astype(wt, copy=False)
+    n, c = x.shape[:2]
+    xf = x.reshape(n, c, _numel(x.shape[2:]))
+    taps, _ = _taps(x, grid, mode, padding_mode, align_corners)
+    out = xp.zeros((n, c, _numel(grid.shape[1:-1])), dtype=wt)
+    for flat, inside, weight, _ in taps:
+        out += weight[:, None, :] * xp.where(inside[:, None, :], _gather(xf, flat), 0)
+    return out
+
+
+class GridSampler(Op):
+    """grid_sample of (N, C, *S) at the points of grid (N, *O, d) -> (N, C, *O)."""
+
+    name = "GridSampler"
+    save_inputs = (0, 1)
+
+    @staticmethod
+    def forward(ctx, x, grid, mode, padding_mode, align_corners):
+        ctx.attrs = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+        out = _sampler_forward(x, grid, mode, padding_mode, align_corners)
+        return out.reshape(x.shape[:2] + grid.shape[1:-1]).astype(x.dtype, copy=False)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, grid = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx, dgrid = GridSamplerGrad.apply(g, x, grid, need=need, **ctx.attrs)
+        return (dx if need[0] else None), (dgrid if need[1] else None)
+
+
+class GridSamplerGrad(NoDoubleBackward, Op):
+    """The input gradient (scattered to each tap with one bincount) and the grid gradient (the
+    taps' weight derivatives against the sampled values; zero for nearest) of grid_sample."""
+
+    name = "GridSamplerGrad"
+
+    @staticmethod
+    def forward(ctx, g, x, grid, need, mode, padding_mode, align_corners):
+        ctx.op_name = "grid_sampler"
+        xp = xp_of(x)
+        wt = _work_dtype(x)
+        n, c = x.shape[:2]
+        d = grid.shape[-1]
+        g = g.astype(wt, copy=False).reshape(n, c, _numel(grid.shape[1:-1]))
+        xw, gridw = x.astype(wt, copy=False), grid.astype(wt, copy=False)
+        p = _numel(x.shape[2:])
+        xf = xw.reshape(n, c, p)
+        taps, mults = _taps(xw, gridw, mode, padding_mode, align_corners)
+        dx = xp.zeros(x.shape, dtype=x.dtype)
+        if need[0]:
+            plane = (xp.arange(n * c, dtype=np.int64) * p).reshape(n, c, 1)
+            targets = xp.concatenate([(plane + flat[:, None, :]).reshape(-1) for flat, _, _, _ in taps])
+            values = xp.concatenate([(g * weight[:, None, :]).reshape(-1) for _, _, weight, _ in taps])
+            dx = scatter_kernels.bincount(targets, values, minlength=n * c * p, size=n * c * p)
+            dx = dx.reshape(x.shape).astype(x.dtype)
+        dgrid = xp.zeros(grid.shape, dtype=grid.dtype)
+        if need[1] and mode != "nearest":
+            dsrc = [0] * d
+            for flat, inside, _, dws in taps:
+                gv = (g * xp.where(inside[:, None, :], _gather(xf, flat), 0)).sum(axis=1)
+                for a in range(d):
+                    dsrc[a] = dsrc[a] + gv * dws[a]
+            dg = xp.stack([dsrc[a] * mults[a] for a in reversed(range(d))], axis=-1)
+            dgrid = dg.reshape(grid.shape).astype(grid.dtype)
+        return dx, dgrid
+
+
+_SAMPLE_MODES = ("bilinear", "nearest", "bicubic")
+_PADDING_MODES = ("zeros", "border", "reflection")
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Sample input (N, C, H, W) / (N, C, D, H, W) at the normalised points of grid (N, Ho, Wo, 2)
+    / (N, Do, Ho, Wo, 3), as torch.nn.functional.grid_sample."""
+    if mode not in _SAMPLE_MODES:
+        raise ValueError("nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', "
+                         f"but got: '{mode}'")
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError("nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+                         f"'reflection', but got: '{padding_mode}'")
+    if align_corners is None:
+        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        align_corners = False
+    sizes = f"input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}"
+    if input.ndim == 0 or grid.ndim == 0 or input.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {sizes}")
+    if grid.shape[-1] != input.ndim - 2:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {input.ndim - 2} in last dimension, but got "
+                           f"grid with sizes {list(grid.shape)}")
+    for i in range(2, input.ndim):
+        if input.shape[i] == 0:
+            raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
+                               f"sizes {list(input.shape)} with dimension {i} being empty")
+    if input.ndim != 4 and not (input.ndim == 5 and grid.ndim == 5):
+        raise RuntimeError(f"grid_sampler(): expected 5D input and grid with same number of dimensions, but got "
+                           f"{sizes}")
+    if input.ndim == 4 and grid.ndim != 4:
+        raise RuntimeError(f"grid_sampler(): expected 4D input and grid with same number of dimensions, but got "
+                           f"{sizes}")
+    if input.ndim == 5 and mode == "bicubic":
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    if not input.is_floating_point():
+        kernel = "grid_sampler_2d_cpu_kernel_impl" if input.ndim == 4 else "grid_sampler_3d_cpu"
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TORCH_NAMES[input.dtype.name]}\'')
+    if grid.dtype != input.dtype:
+        raise RuntimeError(f"expected scalar type {_TORCH_NAMES[input.dtype.name]} but found "
+                           f"{_TORCH_NAMES.get(grid.dtype.name, grid.dtype.name)}")
+    return GridSampler.apply(input, grid, mode=mode, padding_mode=padding_mode, align_corners=bool(align_corners))

@@ -1,5 +1,5 @@
 """Optimizers (`engine.optim.SGD`, `Adam`, `AdamW`, `LAMB`, `RMSprop`, `Adagrad`, `Adadelta`,
-`Adamax`, `NAdam`, `RAdam`) and `engine.optim.lr_scheduler`.
+`Adamax`, `NAdam`, `RAdam`, `LBFGS`), `engine.optim.lr_scheduler` and `engine.optim.swa_utils`.
 
 Steps update each parameter's backend array in place (see optimizer.py for why); the math and the
 state-dict layout follow torch.optim.
@@ -14,7 +14,8 @@ from .adadelta import Adadelta
 from .adamax import Adamax
 from .nadam import NAdam
 from .radam import RAdam
-from . import lr_scheduler
+from .lbfgs import LBFGS
+from . import lr_scheduler, swa_utils
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam",
-           "RAdam", "lr_scheduler"]
+           "RAdam", "LBFGS", "lr_scheduler", "swa_utils"]

@@ -186,3 +186,28 @@ CASES += [
            name="upsample-unbatched"),
 ]
 
+
+# ---------------------------------------------------------------- int64 convolutions and average pools (torch computes
+# them on the CPU, avg_pool with C's truncating division; the other integer types: tests/test_op_edge_cases.py)
+def _long(shape, lo=-4, hi=5):
+    return I(shape, "int64", "int", lo, hi)
+
+
+CASES += [
+    OpCase("conv2d", lambda m, a, w, b: _nf(m).conv2d(a, w, b, stride=(1, 2), padding=1), [_long((2, 2, 5, 4)), _long((3, 2, 2, 2)), _long((3,))],
+           name="int64"),
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w, dilation=2, groups=2), [_long((1, 4, 6, 6)), _long((2, 2, 2, 2))],
+           name="int64-dilated-groups"),
+    OpCase("conv2d", lambda m, a, w: _nf(m).conv2d(a, w, padding=1), [I((1, 2, 4, 4), "int32", "int", -4, 5), I((3, 2, 3, 3), "int32", "int", -4, 5)],
+           name="int32"),
+    OpCase("conv1d", lambda m, a, w: _nf(m).conv1d(a, w, padding="same"), [_long((2, 3, 7)), _long((2, 3, 3))], name="int64"),
+    OpCase("conv_transpose2d", lambda m, a, w, b: _nf(m).conv_transpose2d(a, w, b, stride=2, padding=1, output_padding=1, groups=2),
+           [_long((1, 4, 3, 3)), _long((4, 1, 3, 3)), _long((2,))], name="int64"),
+    OpCase("conv_transpose1d", lambda m, a, w: _nf(m).conv_transpose1d(a, w, dilation=2), [_long((2, 2, 4)), _long((2, 3, 2))], name="int64"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 2), [_long((2, 3, 5, 5), -50, 50)], name="int64"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+           [_long((2, 6, 7), -50, 50)], name="int64-ceil-no-pad-count"),
+    OpCase("avg_pool2d", lambda m, a: _nf(m).avg_pool2d(a, (2, 3), divisor_override=-4), [_long((1, 2, 4, 6), -50, 50)],
+           name="int64-negative-divisor"),
+    OpCase("avg_pool1d", lambda m, a: _nf(m).avg_pool1d(a, 3, 1, 1), [_long((2, 3, 8), -50, 50)], name="int64"),
+]

@@ -1,5 +1,7 @@
 """Parity cases for engine/ops/elementwise.py (arithmetic with broadcasting and promotion, pow, lerp,
 atan2, addcmul/addcdiv and their in-place forms)."""
+import numpy as np
+
 from harness import Input as I, OpCase
 
 F = I((3, 4))
@@ -118,4 +120,15 @@ CASES += [
     OpCase("addcdiv", lambda m, x, a, b: m.addcdiv(x, a, b, value=2),
            [I((4,), "int64", "int", -5, 5), F, I((3, 1), "int64", "int", 1, 5)], name="int-divisor",
            backward=False),  # torch's backward fails casting the divisor's gradient to int
+]
+
+# ---------------------------------------------------------------- integers to negative integer tensor powers (torch's powi)
+CASES += [
+    OpCase("pow", lambda m, a, b: m.pow(a, b), [I(dtype="int64", value=np.array([[1], [2], [-1], [0], [-2], [3]])),
+                                                 I(dtype="int64", value=np.array([-1, -2, -3, 0, 2, 3]))], name="int-neg-tensor-exp"),
+    OpCase("pow", lambda m, a, b: a ** b.reshape(()), [I(dtype="int32", value=np.array([1, -1, 5, -1], np.int32)),
+                                                         I(dtype="int32", value=np.array([-3], np.int32))], name="int32-neg-0d-exp"),
+    OpCase("pow", lambda m, b: (-1) ** b, [I((6,), "int64", "int", -4, 4)], name="int-rpow-neg-exp"),
+    OpCase("pow", lambda m, a, b: a.clone().pow_(b), [I((5,), "int64", "int", -3, 4), I((5,), "int64", "int", -3, 3)],
+           name="int-inplace-neg-exp"),
 ]

@@ -136,3 +136,27 @@ CASES += [
     OpCase("masked_scatter", lambda m, x, k, s: m.masked_scatter(x, k, s),
            [I((2, 3), "int64", "int", 0, 9), Mask((2, 3)), I((6,), "int64", "int", 0, 9)], name="int"),
 ]
+
+# ---------------------------------------------------------------- index_fill, select
+def _fill_row_view(x, i):
+    y = x * 1
+    y[1].index_fill_(0, i, 0.5)  # through a view: y changes, gradients flow through both
+    return y
+
+
+CASES += [
+    OpCase("index_fill", lambda m, x, i: m.index_fill(x, 1, i, -2.5), [X, Idx([0, 2, 0])], name="dup"),
+    OpCase("index_fill", lambda m, x, i: x.index_fill(-2, i, 1.5), [I((4, 3), noncontig=True), Idx([-1, 1])], name="neg-dim-neg-index"),
+    OpCase("index_fill", lambda m, x, i: x.index_fill(0, i.reshape(()), 3.0), [I((2, 3, 4)), Idx([1])], name="0d-index"),
+    OpCase("index_fill", lambda m, x, i, v: x.index_fill(2, i, v.reshape(())), [I((2, 3, 4)), Idx([3, 0, 3]), I((1,))],
+           name="tensor-value"),
+    OpCase("index_fill", lambda m, x, i: x.reshape(()).index_fill(-1, i, 7.0), [I((1,)), Idx([0])], name="0d-input"),
+    OpCase("index_fill", lambda m, x, i: x.index_fill(1, i, 2.7), [I((3, 4), "int64", "int", -5, 5), Idx([3])], name="int-float-value"),
+    OpCase("index_fill", lambda m, x, i: x.index_fill(0, i, 1.0), [X, Idx(np.zeros(0, np.int64))], name="empty-index"),
+    OpCase("index_fill", lambda m, x, i, v: x.clone().index_fill_(1, i, v.reshape(())), [X, Idx([2]), I((1,))], name="inplace"),
+    OpCase("index_fill", lambda m, x, i: _fill_row_view(x, i), [X, Idx([0, 2])], name="inplace-view"),
+    OpCase("select", lambda m, x: m.select(x, 0, 2), [X]),
+    OpCase("select", lambda m, x: x.select(-1, -2), [I((2, 3, 4), noncontig=True)], name="neg"),
+    OpCase("select", lambda m, x, i: x.select(1, i.reshape(())), [X, Idx([1])], name="tensor-index"),
+    OpCase("select", lambda m, x: x.clone().select(1, 0).mul_(3.0), [X], name="inplace-view"),
+]

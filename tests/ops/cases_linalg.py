@@ -107,3 +107,17 @@ CASES += [
     OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((0, 3)), I((2, 3))], name="empty", gradcheck=False),
     OpCase("cdist", lambda m, a, b: m.cdist(a, b), [I((2, 0)), I((3, 0))], name="no-columns", gradcheck=False),
 ]
+
+# ---------------------------------------------------------------- einsum's sublist format: op, [labels], ..., [output]
+CASES += [
+    OpCase("einsum", lambda m, a: m.einsum(a, [0, 1], [1]), [I((2, 3))], name="sublist-sum"),
+    OpCase("einsum", lambda m, a: m.einsum(a, [27, 1]), [I((2, 3))], name="sublist-implicit-case"),
+    OpCase("einsum", lambda m, a, b: m.einsum(a, [0, 1], b, [1, 2], [0, 2]), [I((2, 3), noncontig=True), I((3, 4))],
+           name="sublist-matmul"),
+    OpCase("einsum", lambda m, a, b, c: m.einsum(a, [0, 1], b, [1], c, [0], []), [I((2, 3)), I((3,)), I((2,))],
+           name="sublist-three-scalar"),
+    OpCase("einsum", lambda m, a, b: m.einsum(a, [Ellipsis, 30], b, [30, 31], [Ellipsis, 31]), [I((2, 3, 4)), I((4, 5))],
+           name="sublist-ellipsis"),
+    OpCase("einsum", lambda m, a: m.einsum(a, [0, Ellipsis, 0], [Ellipsis, 0]), [I((3, 2, 3))], name="sublist-diag-ellipsis"),
+    OpCase("einsum", lambda m, a: m.einsum(a, [1, 0]), [I((2, 3))], name="sublist-transpose"),
+]

@@ -227,3 +227,17 @@ CASES += [
            name="int-weights"),
     OpCase("bincount", lambda m, a: m.bincount(a, minlength=3), [I((0,), "int64", "int", 0, 3)], name="empty"),
 ]
+
+# ---------------------------------------------------------------- unique(dim=) and searchsorted on empty inputs
+CASES += [
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True, return_counts=True, dim=0), [I((0, 3), requires_grad=False)],
+           name="dim-empty-selected"),
+    OpCase("unique", lambda m, a: m.unique(a, return_inverse=True, return_counts=True, dim=1), [I((3, 0), "int64", "int", 0, 3)],
+           name="dim1-empty-selected"),
+    OpCase("unique", lambda m, a: a.unique(dim=-1), [I((0,), "bool", "bool")], name="dim-empty-1d"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [I((0, 0)), I((0, 0))], name="empty-2d"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v, right=True), [I((2, 0)), I((2, 3))], name="empty-rows"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [I((0, 3)), I((0, 2))], name="no-rows"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [I((2, 0, 3)), I((2, 0, 1))], name="empty-batch-3d"),
+    OpCase("searchsorted", lambda m, s, v: m.searchsorted(s, v), [SEQ, I((0, 2))], name="empty-values"),
+]

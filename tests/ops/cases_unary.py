@@ -147,3 +147,16 @@ CASES += [
     OpCase("sigmoid", lambda m, x: _F(m).sigmoid(x), [F], name="functional"),
     OpCase("gelu", lambda m, x: _F(m).gelu(x), [I((3, 4), "float16")], name="float16", gradcheck=False, rtol=2e-3, atol=2e-3),
 ]
+
+# ---------------------------------------------------------------- in-place clamp_min_/clamp_max_, is_complex
+CASES += [
+    OpCase("clamp_min", lambda m, x: x.clone().clamp_min_(0.1), [F], name="inplace"),
+    OpCase("clamp_max", lambda m, x: x.clone().clamp_max_(-0.1), [NC], name="inplace"),
+    OpCase("clamp_min", lambda m, x, lo: x.clone().clamp_min_(lo), [F, I((4,))], name="inplace-tensor"),
+    OpCase("clamp_max", lambda m, x: x.clone().clamp_max_(2), [I((6,), "int64", "int", -5, 5)], name="inplace-int"),
+    OpCase("is_complex", lambda m, x: m.is_complex(x), [F], backward=False),
+    OpCase("is_complex", lambda m, x: (x.is_complex(), m.is_complex(x)), [I((3,), "int64", "int", 0, 3)], name="int", backward=False),
+    OpCase("is_floating_point", lambda m, x: m.is_floating_point(x), [F], backward=False),
+    OpCase("is_floating_point", lambda m, x: m.is_floating_point(x), [I((3,), "int64", "int", 0, 3)], name="int",
+           backward=False),
+]

@@ -1,7 +1,11 @@
 """Parity cases for engine/ops/vision.py: pixel_shuffle / pixel_unshuffle (batched, unbatched,
 extra leading dims, integer dtype, round trip), unfold / fold (kernel, dilation, padding and
 stride each as ints and pairs, unbatched inputs, overlapping blocks that fold sums, a 1x1 kernel,
-float64, a non-contiguous input, double backward)."""
+float64, a non-contiguous input, double backward), affine_grid (2-D and 3-D, align_corners both
+ways, unit sizes) and grid_sample (every mode x padding_mode x align_corners on odd sizes, 5-D,
+grids reaching outside [-1, 1], unit spatial sizes, empty batch and grid, float32, affine_grid
+feeding grid_sample)."""
+import itertools
 from harness import Input as I, OpCase
 
 
@@ -49,3 +53,55 @@ def _double(m, a):
 
 
 CASES.append(OpCase("unfold", _double, [I((1, 2, 4, 5))], name="double-backward"))
+
+
+def _sample(mode, padding_mode, align_corners):
+    return lambda m, a, g: _nf(m).grid_sample(a, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+
+
+def _grid(shape):
+    """Grid values reaching past [-1, 1] on every side (padding decides what is read there)."""
+    return I(shape, "float64", "uniform", -1.4, 1.4)
+
+
+for _mode, _pad, _ac in itertools.product(("bilinear", "nearest", "bicubic"), ("zeros", "border", "reflection"),
+                                          (False, True)):
+    CASES.append(OpCase("grid_sample", _sample(_mode, _pad, _ac), [I((2, 3, 5, 7), "float64"), _grid((2, 4, 3, 2))],
+                        name=f"{_mode}-{_pad}-{'ac' if _ac else 'noac'}"))
+for _mode, _pad in itertools.product(("bilinear", "nearest"), ("zeros", "border", "reflection")):
+    CASES.append(OpCase("grid_sample", _sample(_mode, _pad, _pad == "border"),
+                        [I((2, 2, 3, 4, 5), "float64"), _grid((2, 2, 3, 2, 3))], name=f"5d-{_mode}-{_pad}"))
+CASES += [
+    OpCase("grid_sample", _sample("bilinear", "reflection", True), [I((1, 2, 1, 4), "float64"), _grid((1, 3, 2, 2))],
+           name="unit-height-ac"),
+    OpCase("grid_sample", _sample("bicubic", "reflection", False), [I((1, 2, 1, 1), "float64"), _grid((1, 2, 2, 2))],
+           name="one-pixel-bicubic"),
+    OpCase("grid_sample", _sample("bilinear", "zeros", False), [I((2, 3, 4, 5), noncontig=True),
+                                                                I((2, 3, 3, 2), "float32", "uniform", -1.2, 1.2)],
+           name="float32"),
+    OpCase("grid_sample", _sample("bilinear", "border", False), [I((0, 2, 3, 4), "float64"), _grid((0, 2, 2, 2))],
+           name="empty-batch"),
+    OpCase("grid_sample", _sample("bicubic", "zeros", True), [I((2, 2, 3, 4), "float64"), _grid((2, 0, 3, 2))],
+           name="empty-grid"),
+    OpCase("grid_sample", lambda m, a, g: _nf(m).grid_sample(a, g), [I((1, 2, 3, 4), "float64"), _grid((1, 2, 2, 2))],
+           name="defaults"),
+]
+
+
+def _affine(size, align_corners):
+    return lambda m, t: _nf(m).affine_grid(t, size, align_corners=align_corners)
+
+
+for _ac in (False, True):
+    _tag = "ac" if _ac else "noac"
+    CASES += [
+        OpCase("affine_grid", _affine((2, 3, 5, 4), _ac), [I((2, 2, 3), "float64")], name=f"2d-{_tag}"),
+        OpCase("affine_grid", _affine((2, 1, 3, 2, 5), _ac), [I((2, 3, 4), "float64")], name=f"3d-{_tag}"),
+        OpCase("affine_grid", _affine((1, 1, 1, 3), _ac), [I((1, 2, 3), "float64")], name=f"unit-height-{_tag}"),
+    ]
+CASES += [
+    OpCase("affine_grid", _affine((3, 2, 4, 3), False), [I((3, 2, 3))], name="float32"),
+    OpCase("affine_grid", lambda m, t, x: _nf(m).grid_sample(x, _nf(m).affine_grid(t, (2, 3, 4, 6), False), "bilinear",
+                                                              "zeros", False),
+           [I((2, 2, 3), "float64", "uniform", -1, 1), I((2, 3, 5, 5), "float64")], name="into-grid_sample"),
+]
