@@ -47,9 +47,12 @@ def rebind(t, result, op):
         raise RuntimeError(
             f"{op}: output with shape {list(t.shape)} doesn't match the broadcast shape {list(result.shape)}"
         )
+    original = result
     through_view = t._view_of is not None and t._global is None
     if through_view:
         result = _write_through_view(t, result, op)
+        if result is None:  # not a view the engine can write through: t alone is rebound
+            through_view, result = False, original
     t._data = result._data
     t._view_of = result._view_of
     t.grad_fn = result.grad_fn
@@ -59,6 +62,8 @@ def rebind(t, result, op):
     # the old storage is untouched (nodes that saved it keep the old value), so t starts a new
     # version history instead of invalidating everything that saved it (a view: its new base's)
     t._vc = result._vc if through_view else [t._vc[0] + 1]
+    if not through_view and t._view_of is None:
+        _take_views_again(t, None)  # its views show the new values, as PyTorch's do
     return t
 
 
@@ -93,21 +98,37 @@ def _write_through_view(t, result, op):
                            "single memory location (an expanded view); clone() the tensor first")
     base, chain = _view_chain(t)
     if base._global is not None:
-        return result
+        return None
     if _state.enabled and base.grad_fn is None and base._requires_grad:
         raise RuntimeError(f"a view of a leaf Variable that requires grad is being used in an in-place operation "
                            f"({op}); wrap it in `with engine.no_grad():` or clone the leaf first")
     xp = xp_of(base._data)
     where = _take_view(xp.arange(base._data.size, dtype=np.int64).reshape(base._data.shape), chain, True)
     if where.dtype != np.int64 or tuple(where.shape) != tuple(t.shape):  # an op that only aliased its input
-        return result
+        return None
     positions = tensor(xp.ascontiguousarray(where).reshape(-1), device=base.device)
     shape = tuple(base.shape)
     new_base = reshape(reshape(base, (-1,)).index_put((positions,), reshape(result, (-1,))), shape)
     base._data, base.grad_fn, base._output_nr = new_base._data, new_base.grad_fn, new_base._output_nr
     base._requires_grad = new_base._requires_grad
     base._vc = [base._vc[0] + 1]
+    _take_views_again(base, t)
     return _take_view(base, chain, False)
+
+
+def _take_views_again(base, skip):
+    """Rebind every live view of `base` (but `skip`, the one just written) to the same view of
+    base's new value, through recorded ops: views held elsewhere (`v = buf.view(...)`, a row
+    taken before the write) see the write, and a later write through them starts from it."""
+    views = base.__dict__.get("_views")
+    if not views:
+        return
+    for view in list(views):
+        if view is skip or view._view_of is None:
+            continue
+        fresh = _take_view(base, _view_chain(view)[1], False)
+        view._data, view.grad_fn, view._output_nr = fresh._data, fresh.grad_fn, fresh._output_nr
+        view._requires_grad, view._vc, view._view_of = fresh._requires_grad, fresh._vc, fresh._view_of
 
 
 def write(t, array, op):

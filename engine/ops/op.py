@@ -211,12 +211,14 @@ def memory_of(a):
     return a
 
 
-def share_versions(inputs, outputs, cls=None, attrs=None):
+def share_versions(inputs, outputs, cls=None, attrs=None, single=True):
     """Give each output that is a view of an input (the same memory) that input's version
     counter, as PyTorch's views share their base's: a write through either is seen through both
     (saved tensors, autocast's kept copies of parameters). With the op's class and attributes
-    (a local op of one tensor input), the view also remembers how it was taken from its base, so
-    that a recorded in-place op on it can write the base too (engine/ops/inplace.py)."""
+    (a local op of one tensor input), the view also remembers how it was taken from its base
+    (`single`: the op returns one array, not a tuple), and its root base lists it among its
+    views, so that a recorded in-place op on the view, or on the root, or on another of its
+    views, can write the root and take every view again (engine/ops/inplace.py)."""
     owners = None
     for k, t in enumerate(outputs):
         a = t._data
@@ -240,7 +242,14 @@ def share_versions(inputs, outputs, cls=None, attrs=None):
             continue
         t._vc = base._vc
         if cls is not None and sum(x is not None for x in inputs) == 1:
-            t._view_of = (base, cls, attrs, k if len(outputs) > 1 else None)
+            t._view_of = (base, cls, attrs, None if single else k)
+            root = base
+            while root._view_of is not None:
+                root = root._view_of[0]
+            views = root.__dict__.get("_views")
+            if views is None:
+                views = root.__dict__["_views"] = weakref.WeakSet()
+            views.add(t)
 
 
 def wrap_outputs(cls, ctx, inputs, out, needs_grad, attrs=None):
@@ -260,7 +269,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad, attrs=None):
             break
     if not needs_grad:
         res = tuple(Tensor._make(a, device) for a in outs)
-        share_versions(inputs, res, cls, attrs)
+        share_versions(inputs, res, cls, attrs, single)
         return res[0] if single else res
     node = Node(cls.name or cls.__name__, cls.backward, ctx,
                 tuple(None if t is None else t._grad_edge() for t in inputs), len(outs))
@@ -272,7 +281,7 @@ def wrap_outputs(cls, ctx, inputs, out, needs_grad, attrs=None):
             t.grad_fn = node
             t._output_nr = i
         res.append(t)
-    share_versions(inputs, res, cls, attrs)
+    share_versions(inputs, res, cls, attrs, single)
     keep = cls.saved_input_indices(ctx)
     if keep or cls.save_outputs:
         saved = [saved_input(inputs[i]) for i in keep]

@@ -90,11 +90,29 @@ def _viewable(shape, strides, new_shape):
     return view_d == -1
 
 
+def _strides(a):
+    return [s // a.itemsize for s in a.strides]
+
+
+def _torch_layout(t):
+    """The strides torch's `t` would have: its chain of views (engine/ops/inplace.py) taken of a
+    row-major root, as torch's kernels return their results. An op output of the engine can be
+    laid out otherwise (numpy's reductions of permuted inputs, fancy indexing, stack): there the
+    engine's strides say nothing of what torch would allow."""
+    from .inplace import _take_view, _view_chain
+
+    root, chain = _view_chain(t)
+    return _strides(_take_view(np.arange(root._data.size).reshape(root._data.shape), chain, True))
+
+
 def _view(t, shape, op):
-    """`t` viewed as `shape`: torch's RuntimeError where the strides allow no view (reshape copies)."""
+    """`t` viewed as `shape`, sharing memory where its strides allow; otherwise torch's
+    RuntimeError when torch's `t` (the same views of a row-major root) allows no view either, and
+    a copy when only the engine's layout is at fault (as `reshape`)."""
     out = _reshape(t, shape, op)
     a = t._data
-    if t._global is None and not _viewable(a.shape, [s // a.itemsize for s in a.strides], tuple(out.shape)):
+    if (t._global is None and t._view_of is not None and not _viewable(a.shape, _strides(a), tuple(out.shape))
+            and not _viewable(a.shape, _torch_layout(t), tuple(out.shape))):
         raise RuntimeError(f"{op}: view size is not compatible with input tensor's size and stride (at least one "
                            f"dimension spans across two contiguous subspaces); {list(t.shape)} -> {list(out.shape)}. "
                            "Use .reshape(...) instead.")

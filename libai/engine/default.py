@@ -69,20 +69,23 @@ def _apply_fast_dev_run(cfg):
 
 
 def _flat_config(cfg):
-    """{dotted key: repr of its value} of `cfg` as its YAML would hold it."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        plain = LazyConfig.to_plain(cfg)
+    """{dotted key: a text of its value} of `cfg` (interpolations unresolved)."""
+    plain = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
     flat = {}
+
+    def text(node):  # object addresses and set orders (the hash seed) differ between processes, not configs
+        if isinstance(node, (set, frozenset)):
+            return "{" + ", ".join(sorted(text(v) for v in node)) + "}"
+        if isinstance(node, (list, tuple)):
+            return "[" + ", ".join(text(v) for v in node) + "]"
+        return re.sub(r"0x[0-9a-fA-F]+", "0x...", repr(node))
 
     def walk(node, prefix):
         if isinstance(node, dict) and node:
             for k, v in node.items():
                 walk(v, f"{prefix}.{k}" if prefix else str(k))
-        else:  # object addresses differ between processes, not configs
-            flat[prefix] = re.sub(r"0x[0-9a-fA-F]+", "0x...", repr(node))
+        else:
+            flat[prefix] = text(node)
 
     walk(plain, "")
     return flat

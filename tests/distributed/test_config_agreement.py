@@ -33,3 +33,22 @@ def test_ranks_with_different_configs_stop_naming_the_keys(tmp_path):
     assert "the ranks were given different configs (2 keys differ)" in text, text[-3000:]
     assert "optim.lr: rank 0: 0.001, rank 1: 0.01" in text
     assert "train.checkpointer.period: rank 0: 100, rank 1: 3" in text
+
+
+def test_the_compared_text_of_a_config_does_not_depend_on_the_process():
+    """A set's order follows the process's hash seed and an object's repr its address: ranks with
+    the same config must compare equal (a config holding a set was refused without a fixed
+    PYTHONHASHSEED, which the launcher does not set)."""
+    import subprocess
+
+    code = textwrap.dedent("""
+        import sys; sys.path.insert(0, {root!r})
+        from omegaconf import DictConfig
+        from libai.engine.default import _flat_config
+        cfg = DictConfig({{"train": {{"keys": {{"lm_head.weight", "cls.bias", "pooler.dense.bias", "position_ids"}},
+                                     "fn": object()}}}}, flags={{"allow_objects": True}})
+        print(sorted(_flat_config(cfg).items()))
+    """).format(root=os.path.dirname(os.path.dirname(HERE)))
+    texts = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout for seed in (1, 2, 3)}
+    assert len(texts) == 1, texts
