@@ -71,8 +71,12 @@ def parse_args(argv=None):
     p.add_argument("--print-ids", action="store_true", help="also print the token ids (prompt + generated)")
     p.add_argument("opts", nargs="*", default=None, help="config overrides key=value (anywhere on the line)")
     args = p.parse_intermixed_args(argv)
-    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_new_tokens < 0:
-        p.error("need temperature >= 0, 0 < top_p <= 1, top_k >= 0, max_new_tokens >= 0")
+    try:
+        check_sampling(args.temperature, args.top_k, args.top_p)
+    except ValueError as e:
+        p.error(str(e))
+    if args.max_new_tokens < 0:
+        p.error("need max_new_tokens >= 0")
     return args
 
 
@@ -217,9 +221,21 @@ def _last_logits(logits):
     return flow.tensor(np.asarray(logits[:, -1].detach()._host(), dtype=np.float32))
 
 
+def check_sampling(temperature, top_k, top_p):
+    """ValueError naming the argument unless temperature >= 0, top_k >= 0 and 0 < top_p <= 1
+    (written so that NaN fails each test, as HF's logits warpers refuse it)."""
+    if not temperature >= 0:
+        raise ValueError(f"need temperature >= 0 (0: greedy), got {temperature}")
+    if not top_k >= 0:
+        raise ValueError(f"need top_k >= 0 (0: every token), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"need 0 < top_p <= 1 (1: off), got {top_p}")
+
+
 def choose_next(logits, greedy=False, temperature=1.0, top_k=0, top_p=1.0, allowed=None):
     """Next token ids [batch, 1] from last-position logits [batch, vocab] (a local tensor);
     `allowed`: only ids < allowed can be chosen."""
+    check_sampling(temperature, top_k, top_p)
     neg_inf = float("-inf")
     vocab = logits.shape[-1]
     if allowed is not None and allowed < vocab:

@@ -39,7 +39,7 @@ import types
 from ..autograd.grad_mode import _state, is_grad_enabled
 from ..autograd.trace import GraphTraceError, Tracer
 from ..tensor import Tensor
-from .module import Module
+from .module import Module, structure_version
 
 __all__ = ["Graph", "GraphConfig", "GraphModule", "GraphTraceError", "is_tracing"]
 
@@ -218,6 +218,15 @@ class Graph:
     def build(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define build(*inputs)")
 
+    def state_dict(self, *args, **kwargs):
+        raise NotImplementedError("nn.Graph.state_dict() is not implemented: a graph holds no state of its own here; "
+                                  "save its modules' and optimizers' state_dict() (the same objects the graph "
+                                  "updates)")
+
+    def load_state_dict(self, *args, **kwargs):
+        raise NotImplementedError("nn.Graph.load_state_dict() is not implemented: load the modules' and optimizers' "
+                                  "state_dict() (replays read the loaded values)")
+
     def add_optimizer(self, optim, *, lr_sch=None, is_sparse=False):
         """Step `optim` (and `lr_sch`) after every call's backward, as OneFlow's graph does."""
         if is_sparse:
@@ -318,6 +327,8 @@ class Graph:
 
     def _run(self, args, kwargs):
         key = self._signature(args, kwargs)
+        if self._tapes and next(iter(self._tapes))[-1] != key[-1]:
+            self._tapes.clear()  # a parameter, buffer or submodule was reassigned: the tapes read the old ones
         tape = self._tapes.get(key)
         in_tensors = _tensors_of((args, kwargs))
         if tape is None:
@@ -365,7 +376,8 @@ class Graph:
     def _signature(self, args, kwargs):
         modes = tuple(m.training for top in self._modules.values() for m in top.modules())
         return (_value_key(args), _value_key(kwargs), modes, is_grad_enabled(), _state.autocast,
-                _context["deferred_grad_sync"](), _state.grad_root_scale, _state.loss_scale is not None)
+                _context["deferred_grad_sync"](), _state.grad_root_scale, _state.loss_scale is not None,
+                structure_version())
 
     # ------------------------------------------------------------ debugging
     def summary(self, tape=None, v_level=0):
@@ -541,7 +553,10 @@ def _output_tensor(array, meta):
 
 def _split(x, n, what):
     if isinstance(x, Tensor):
-        size = x.shape[0] if x.ndim else 0
+        if not x.ndim:
+            raise ValueError(f"nn.Graph with {n} gradient accumulation steps: {what} is a 0-dim tensor, which has "
+                             "no rows to split into micro-batches; pass it as a Python number or give it a batch dim")
+        size = x.shape[0]
         if size % n:
             raise ValueError(f"nn.Graph with {n} gradient accumulation steps: {what} has {size} rows along dim 0, "
                              f"not a multiple of {n}")

@@ -44,6 +44,15 @@ def _addindent(s, num_spaces):
     return first + "\n" + "\n".join(num_spaces * " " + line for line in lines)
 
 
+_structure = [0]  # bumped whenever a module's parameter, buffer or submodule is (re)assigned
+
+
+def structure_version():
+    """A count of the assignments of parameters, buffers and submodules to any module: nn.Graph
+    takes a new trace when it changed, since a tape reads the tensor objects it was traced with."""
+    return _structure[0]
+
+
 def _shape_list(t):
     return list(t.shape)
 
@@ -96,6 +105,7 @@ class Module:
     def register_parameter(self, name, param):
         self._check_init()
         self._check_name(name, "parameter", self._parameters)
+        _structure[0] += 1
         if param is None:
             self._parameters[name] = None
             return
@@ -114,6 +124,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"cannot assign '{type(tensor).__name__}' object to buffer '{name}' "
                             "(engine Tensor or None required)")
+        _structure[0] += 1
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent_buffers_set.discard(name)
@@ -125,6 +136,7 @@ class Module:
             raise TypeError(f"{type(module).__name__} is not a Module subclass")
         self._check_init()
         self._check_name(name, "module", self._modules)
+        _structure[0] += 1
         self._modules[name] = module
 
     register_module = add_module
@@ -157,16 +169,19 @@ class Module:
             if modules is None:
                 raise AttributeError("cannot assign module before Module.__init__() call")
             self._remove_from(name, d, self._parameters, self._buffers, self._non_persistent_buffers_set)
+            _structure[0] += 1
             modules[name] = value
         elif d.get("_modules") is not None and name in d["_modules"]:
             if value is not None:
                 raise TypeError(f"cannot assign '{type(value).__name__}' as child module '{name}' "
                                 "(engine.nn.Module or None expected)")
+            _structure[0] += 1
             d["_modules"][name] = value
         elif d.get("_buffers") is not None and name in d["_buffers"]:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
                                 "(engine Tensor or None expected)")
+            _structure[0] += 1
             d["_buffers"][name] = value
         else:
             object.__setattr__(self, name, value)
@@ -192,6 +207,7 @@ class Module:
     def __delattr__(self, name):
         for reg in (self._parameters, self._buffers, self._modules):
             if name in reg:
+                _structure[0] += 1
                 del reg[name]
                 self._non_persistent_buffers_set.discard(name)
                 return

@@ -11,6 +11,7 @@ Values only the backward needs (layer_norm's normalised input and rstd) are hidd
 the forward, so they are Tensors with a meaning on every rank when tensors are global. The
 fused grad ops raise a clear error on double backward.
 """
+import functools
 import math
 
 import numpy as np
@@ -514,18 +515,32 @@ def _as_broadcast(p, shape):
     return None if p is None else reshape(p, shape)
 
 
-def _update_running(running_mean, running_var, mean, var, count, momentum):
+def _update_running_arrays(running_mean, running_var, mean, var, *tracked, count, momentum):
+    """The update on arrays, in place; momentum None: the cumulative average, 1 / the count of
+    batches in the array `tracked` as it is at this call (torch's momentum=None)."""
+    c = running_mean.size
+    m = float(momentum) if momentum is not None else 1.0 / float(tracked[0].reshape(-1)[0])
+    mu = mean.reshape(-1, c).mean(axis=0)
+    v = var.reshape(-1, c).mean(axis=0) * (count / (count - 1))
+    for a, stat in ((running_mean, mu), (running_var, v)):
+        a[...] = ((1 - m) * a.astype(stat.dtype) + m * stat).reshape(a.shape).astype(a.dtype)
+
+
+def _update_running(running_mean, running_var, mean, var, count, momentum, num_batches_tracked=None):
     """running = (1 - momentum) * running + momentum * batch statistic, in place (no autograd, as
     torch's kernels), with the unbiased variance (count / (count - 1)); per-instance statistics
-    (instance_norm) are averaged over the batch first."""
-    c = running_mean.numel()
-    m = float(momentum)
-    mu = mean._data.reshape(-1, c).mean(axis=0)
-    v = var._data.reshape(-1, c).mean(axis=0) * (count / (count - 1))
-    for buf, stat in ((running_mean, mu), (running_var, v)):
-        a = buf._data
-        a[...] = ((1 - m) * a.astype(stat.dtype) + m * stat).reshape(a.shape).astype(a.dtype)
-        buf._bump_version()
+    (instance_norm) are averaged over the batch first. Inside an nn.Graph capture the update is
+    recorded, so that every replay updates the running statistics with its own batch's (and,
+    for momentum None, its own count of batches)."""
+    update = functools.partial(_update_running_arrays, count=count, momentum=momentum)
+    args = (running_mean._data, running_var._data, mean._data, var._data)
+    if momentum is None:
+        args += (num_batches_tracked._data,)
+    update(*args)
+    running_mean._bump_version()
+    running_var._bump_version()
+    if _grad_state.tracer is not None:
+        _grad_state.tracer.call(update, args, None, "BatchNormRunningStats")
 
 
 def _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, shape):
@@ -545,7 +560,7 @@ def _normalize_with_stats(x, running_mean, running_var, weight, bias, eps, shape
 
 
 def _running_stats_norm(input, running_mean, running_var, weight, bias, use_input_stats, axes, count, momentum, eps,
-                        op):
+                        op, num_batches_tracked=None):
     """The shared body of batch_norm and instance_norm on (N, C, *): normalise with the running
     statistics, or with the input's statistics over `axes` of the (N, C, L) view (then update the
     running ones in place, `count` elements per statistic)."""
@@ -561,14 +576,20 @@ def _running_stats_norm(input, running_mean, running_var, weight, bias, use_inpu
     y, mean, var = BatchNormOp.apply(x, _as_broadcast(weight, (1, c, 1)), _as_broadcast(bias, (1, c, 1)),
                                      axes=axes, eps=float(eps), center=True, op=op)
     if running_mean is not None and input.numel() > 0:
-        _update_running(running_mean, running_var, mean, var, count, momentum)
+        _update_running(running_mean, running_var, mean, var, count, momentum, num_batches_tracked)
     return reshape(y, tuple(input.shape))
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5,
+               *, _num_batches_tracked=None):
     """Batch normalisation over (N, C, *): statistics per channel over the batch and the spatial
     dims. Training normalises with the batch mean and biased variance and, when running stats
-    are given, updates them in place with the unbiased variance; eval uses the running stats."""
+    are given, updates them in place with the unbiased variance; eval uses the running stats.
+    (`_num_batches_tracked`, the BatchNorm modules' buffer, with momentum None: the cumulative
+    average, the count read when the update runs, so that a captured nn.Graph's replays count.)"""
+    if momentum is None and _num_batches_tracked is None:
+        raise ValueError("batch_norm: momentum=None (a cumulative average) is the BatchNorm modules' option; "
+                         "F.batch_norm takes a float momentum, as torch's")
     op = "batch_norm"
     if input.numel() == 0:  # torch returns an empty copy before any check of the statistics
         return input.clone()
@@ -588,7 +609,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not training and running_mean is None:
         raise RuntimeError(f"{op}: running_mean must be defined in evaluation mode")
     return _running_stats_norm(input, running_mean, running_var, weight, bias, training, (0, 2), count, momentum,
-                               eps, op)
+                               eps, op, _num_batches_tracked)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,

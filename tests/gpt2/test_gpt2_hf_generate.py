@@ -74,3 +74,21 @@ def test_generate_matches_transformers_greedy(tmp_path):
     assert "not found in" not in log and "not used by the model" not in log
     ppl = records(out_dir)[-1]["PPL"]
     assert np.isfinite(ppl) and ppl > 1
+
+
+def test_sampling_arguments_are_checked_before_decoding():
+    """NaN passed the old `temperature < 0` test and failed later inside multinomial; a top_p of 0
+    from Python dropped every token. Both are refused by name, as HF's logits warpers refuse them."""
+    import pytest
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import engine as flow
+    from generate import choose_next
+
+    logits = flow.tensor([[1.0, 2.0, 3.0]])
+    for kwargs, match in ((dict(temperature=float("nan")), "temperature >= 0"), (dict(top_p=0.0), "0 < top_p <= 1"),
+                          (dict(top_p=float("nan")), "0 < top_p <= 1"), (dict(top_k=-1), "top_k >= 0")):
+        with pytest.raises(ValueError, match=match):
+            choose_next(logits, **kwargs)
+    rc, _, err = generate("--hf-path", "/nonexistent", "--prompt", "x", "--temperature", "nan", check=False)
+    assert rc == 2 and "need temperature >= 0 (0: greedy), got nan" in err

@@ -60,18 +60,20 @@ class _NormBase(Module):
 class _BatchNorm(_NormBase):
     def forward(self, input):
         self._check_input_dim(input)
-        # momentum=None: a cumulative moving average, factor 1 / (number of batches seen)
-        factor = 0.0 if self.momentum is None else self.momentum
+        # momentum=None: a cumulative moving average, factor 1 / (number of batches seen), read
+        # from the buffer when the update runs (in a captured nn.Graph, at each replay)
+        factor = self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             with no_grad():
                 self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked.item())
+        elif factor is None:
+            factor = 0.0
         # batch statistics in training, and in eval when there are no running statistics
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         tracked = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if tracked else None, self.running_var if tracked else None,
-                            self.weight, self.bias, use_batch_stats, factor, self.eps)
+                            self.weight, self.bias, use_batch_stats, factor, self.eps,
+                            _num_batches_tracked=self.num_batches_tracked if factor is None else None)
 
 
 class BatchNorm1d(_BatchNorm):

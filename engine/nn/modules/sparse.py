@@ -1,6 +1,9 @@
 """`Embedding`: a lookup table of `num_embeddings` vectors, initialised N(0, 1) like torch."""
+import functools
+
 import numpy as np
 
+from ...autograd.grad_mode import _state as _grad_state
 from ...backend import xp_of
 from ...ops.creation import empty
 from ...tensor import Parameter
@@ -91,24 +94,31 @@ class Embedding(Module):
 def _renorm_rows_(weight, input, max_norm, norm_type):
     """torch's embedding_renorm_: rows of `weight` looked up by `input` whose norm exceeds
     max_norm are scaled by max_norm / (norm + 1e-7), in place and without recording a gradient.
-    Indices that are not integers or out of range are left for F.embedding to reject."""
-    ids = input._data
-    num = weight.shape[0]
+    Indices that are not integers or out of range are left for F.embedding to reject. Inside an
+    nn.Graph capture the renormalisation is recorded, so that each replay renormalises the rows
+    its own input looks up."""
+    renorm = functools.partial(_renorm_rows_arrays, max_norm=max_norm, norm_type=float(norm_type))
+    renorm(weight._data, input._data)
+    weight._bump_version()
+    if _grad_state.tracer is not None:
+        _grad_state.tracer.call(renorm, (weight._data, input._data), None, "EmbeddingRenorm")
+
+
+def _renorm_rows_arrays(w, ids, max_norm, norm_type):
+    num = w.shape[0]
     if ids.dtype.kind not in "iu" or ids.size == 0 or int(ids.min()) < 0 or int(ids.max()) >= num:
         return
-    xp = xp_of(weight._data)
+    xp = xp_of(w)
     rows = xp.unique(ids.reshape(-1))
-    w = weight._data
     sel = w[rows].astype(np.float64)
-    p = float(norm_type)
+    p = norm_type
     if p == float("inf"):
         norms = xp.abs(sel).max(axis=1)
     elif p == 0:
         norms = (sel != 0).sum(axis=1).astype(np.float64)
     else:
         norms = (xp.abs(sel) ** p).sum(axis=1) ** (1.0 / p)
-    over = norms > max_norm
-    if bool(over.any()):
-        scale = max_norm / (norms[over] + 1e-7)
-        w[rows[over]] = (sel[over] * scale[:, None]).astype(w.dtype)
-        weight._bump_version()
+    # every looked-up row is written, the ones within max_norm with their own values (exactly:
+    # through float64 and back), so no host read decides which
+    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0)
+    w[rows] = (sel * scale[:, None]).astype(w.dtype)
