@@ -31,6 +31,7 @@ from libai.layers import (
     Embedding, LayerNorm, LMLogits, ParallelCrossEntropyLoss, TransformerLayer, VocabEmbedding,
     dropout, init_method_normal, scaled_init_method_normal,
 )
+from libai.layers.utils import to_placement
 from libai.utils import distributed as dist
 
 from .utils.model_config import check_positive_sizes, kwargs_from_config
@@ -53,14 +54,20 @@ class GPTEmbedding(nn.Module):
         self.position_embeddings = Embedding(max_seq_length, hidden_size, init_method=init_method, layer_idx=0)
         self.embedding_dropout_prob = float(embedding_dropout_prob)
 
-    def forward(self, input_ids, past_length=0):
+    def forward(self, input_ids, past_length=0, position_ids=None):
         seq = input_ids.shape[-1]
         if past_length + seq > self.max_seq_length:
             raise ValueError(f"GPT: sequence length {past_length + seq} (past {past_length} + new {seq}) exceeds "
                              f"max_seq_length {self.max_seq_length}")
         placement = self.position_embeddings.weight.placement
-        position_ids = flow.arange(past_length, past_length + seq, placement=placement,
-                                   sbp=[B] * placement.ndim).view(1, seq)
+        if position_ids is None:
+            position_ids = flow.arange(past_length, past_length + seq, placement=placement,
+                                       sbp=[B] * placement.ndim).view(1, seq)
+        else:  # HF's position_ids: a left-padded batch counts its positions from each row's first token
+            if tuple(position_ids.shape[-1:]) != (seq,):
+                raise ValueError(f"GPT: position_ids of shape {list(position_ids.shape)} for input_ids of shape "
+                                 f"{list(input_ids.shape)}")
+            position_ids = to_placement(position_ids, placement, [B] * placement.ndim)
         x = self.token_embeddings(input_ids) + self.position_embeddings(position_ids)
         return dropout(x, self.embedding_dropout_prob, self.training)
 
@@ -161,14 +168,17 @@ class GPTModel(nn.Module):
 
         return load_huggingface_gpt2(cls, path, **overrides)
 
-    def forward(self, input_ids, past_key_values=None, use_cache=False, attention_mask=None):
+    def forward(self, input_ids, past_key_values=None, use_cache=False, attention_mask=None, position_ids=None):
+        """Logits [batch, seq, vocab] (and the KV cache with `use_cache`). `position_ids` [batch or
+        1, seq], as HF's GPT2Model takes them, overrides the positions past_length, ... (a
+        left-padded batch: HF's generate passes attention_mask.cumsum(-1) - 1)."""
         past_length = 0
         if past_key_values is not None:
             if len(past_key_values) != len(self.transformer.layers):
                 raise ValueError(f"GPTModel: past_key_values has {len(past_key_values)} entries for "
                                  f"{len(self.transformer.layers)} layers")
             past_length = past_key_values[0][0].shape[2]
-        x = self.embeddings(input_ids, past_length)
+        x = self.embeddings(input_ids, past_length, position_ids)
         out = self.transformer(x, attention_mask, past_key_values=past_key_values, use_cache=use_cache)
         hidden, presents = out if use_cache else (out, None)
         logits = self.lm_head(hidden, self.embeddings.token_embeddings.weight)

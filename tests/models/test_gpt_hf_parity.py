@@ -46,6 +46,28 @@ def test_logits_match_hf(hf_gpt2):
     assert err < 1e-4, err
 
 
+def test_left_padded_batch_with_position_ids_matches_hf(hf_gpt2):
+    """HF's generate runs a left-padded batch with position_ids = mask.cumsum(-1) - 1 (1 at pads):
+    given the same position_ids and attention mask, the logits of every real token are HF's, and
+    the padded row's last logits equal the unpadded prompt's."""
+    path, hf = hf_gpt2
+    model = GPTModel.from_huggingface(path)
+    model.eval()
+    ids = np.array(IDS[:2], dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[0, :3] = 0  # row 0: three pads on the left
+    pos = np.where(mask == 1, mask.cumsum(-1) - 1, 1)
+    with flow.no_grad():
+        got = model(flow.tensor(ids), attention_mask=flow.tensor(mask), position_ids=flow.tensor(pos)).numpy()
+        alone = model(flow.tensor(ids[:1, 3:])).numpy()
+    want = hf(torch.tensor(ids), attention_mask=torch.tensor(mask), position_ids=torch.tensor(pos)).logits.detach()
+    real = mask.astype(bool)
+    assert np.abs(got[real] - want.numpy()[real]).max() < 1e-4
+    assert np.abs(got[0, -1] - alone[0, -1]).max() < 1e-4
+    with pytest.raises(ValueError, match="position_ids of shape"):
+        model(flow.tensor(ids), position_ids=flow.tensor(pos[:, :2]))
+
+
 def test_loss_and_gradients_match_hf(hf_gpt2):
     path, _ = hf_gpt2
     hf = make_hf_gpt2(os.path.join(path, "grad_copy"), seed=0)  # a fresh copy to train on
