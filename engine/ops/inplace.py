@@ -7,8 +7,9 @@
   Arrays saved by earlier ops are never overwritten, so gradients stay correct. When the tensor
   is a view (of a local tensor), its base is rebound too, to the base with the view's elements
   replaced (an out-of-place index_put, PyTorch's CopySlices), and the view becomes that view of
-  the new base: `a[0].mul_(5)` changes `a`, as in PyTorch. The price is that *other* views taken
-  before a recorded in-place op do not see the new values (documented in docs/engine.md).
+  the new base: `a[0].mul_(5)` changes `a`, as in PyTorch. Every other live view of the base
+  is then taken again from its new value, so views held elsewhere see the write too (a view of
+  a global tensor is rebound alone: docs/engine.md).
 Either way the version counter is bumped, so a backward that needs the old value raises.
 """
 import numpy as np
@@ -78,6 +79,13 @@ def _view_chain(t):
     return t, chain[::-1]
 
 
+def view_positions(t, xp=np):
+    """(t's root base, t's chain of views, the flat positions in the root of t's elements: the
+    chain taken of an arange of the root's shape, an `xp` int64 array of t's shape)."""
+    base, chain = _view_chain(t)
+    return base, chain, _take_view(xp.arange(base._data.size, dtype=np.int64).reshape(base._data.shape), chain, True)
+
+
 def _take_view(x, chain, on_arrays):
     """The view `chain` describes, taken of `x`: a Tensor through the ops (recorded), or, with
     `on_arrays`, of an array through their kernels."""
@@ -103,7 +111,7 @@ def _write_through_view(t, result, op):
         raise RuntimeError(f"a view of a leaf Variable that requires grad is being used in an in-place operation "
                            f"({op}); wrap it in `with engine.no_grad():` or clone the leaf first")
     xp = xp_of(base._data)
-    where = _take_view(xp.arange(base._data.size, dtype=np.int64).reshape(base._data.shape), chain, True)
+    _, _, where = view_positions(t, xp)
     if where.dtype != np.int64 or tuple(where.shape) != tuple(t.shape):  # an op that only aliased its input
         return None
     positions = tensor(xp.ascontiguousarray(where).reshape(-1), device=base.device)

@@ -53,15 +53,15 @@ def _reshape(t, shape, op):
             f"{op}: shape {shape_str(shape)} is invalid for input of shape {shape_str(t.shape)} "
             f"(size {t.numel()})"
         ) from None
-    if shape == tuple(t.shape) and t._global is not None:  # (the global rule reshapes real changes only)
-        return t
-    return _core.Reshape.apply(t, shape=shape)  # a new view even of the same shape, as torch's
+    if shape == tuple(t.shape):
+        return _alias(t)  # a new view even of the same shape, as torch's
+    return _core.Reshape.apply(t, shape=shape)
 
 
 def _alias(t):
     """A new tensor viewing all of `t` (torch's shape ops return a new view even when nothing
     changes: an in-place shape change or requires_grad_ on it must not reach `t`). A global
-    tensor is returned as it is."""
+    tensor is returned as it is (the global reshape rule handles real changes only)."""
     return t if t._global is not None else _core.Reshape.apply(t, shape=tuple(t._data.shape))
 
 
@@ -99,10 +99,9 @@ def _torch_layout(t):
     row-major root, as torch's kernels return their results. An op output of the engine can be
     laid out otherwise (numpy's reductions of permuted inputs, fancy indexing, stack): there the
     engine's strides say nothing of what torch would allow."""
-    from .inplace import _take_view, _view_chain
+    from .inplace import view_positions
 
-    root, chain = _view_chain(t)
-    return _strides(_take_view(np.arange(root._data.size).reshape(root._data.shape), chain, True))
+    return _strides(view_positions(t)[2])
 
 
 def _view(t, shape, op):

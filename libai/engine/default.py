@@ -297,16 +297,22 @@ def _check_pipeline_num_layers(cfg, given):
     """ValueError when train.dist.pipeline_num_layers is larger than the model's layer count: the
     stages split layer indices 0 .. pipeline_num_layers - 1, so the layers all went to the first
     stages and the last ones held none (a count too small is refused where the stages are built)."""
+    found = _model_layer_count(cfg)
+    if found is not None and given > found[1]:
+        key, layers = found
+        raise ValueError(f"train.dist.pipeline_num_layers={given} is larger than the model's {layers} layers "
+                         f"({key}): the stages would split {given} layer indices and leave the last ones "
+                         f"without layers; set it to {layers} (or leave it unset: it is inferred), or place "
+                         "layers with train.dist.custom_pipeline_stage_id")
+
+
+def _model_layer_count(cfg):
+    """(the first of _LAYER_COUNT_KEYS the model config has, its layer count), or None."""
     for key in _LAYER_COUNT_KEYS:
         value = try_get_key(cfg, key, default=None)
         if value is not None:
-            layers = int(sum(value)) if not isinstance(value, int) else int(value)
-            if given > layers:
-                raise ValueError(f"train.dist.pipeline_num_layers={given} is larger than the model's {layers} layers "
-                                 f"({key}): the stages would split {given} layer indices and leave the last ones "
-                                 f"without layers; set it to {layers} (or leave it unset: it is inferred), or place "
-                                 "layers with train.dist.custom_pipeline_stage_id")
-            return
+            return key, int(sum(value)) if not isinstance(value, int) else int(value)
+    return None
 
 
 def infer_pipeline_num_layers(cfg):
@@ -320,12 +326,11 @@ def infer_pipeline_num_layers(cfg):
     if d.pipeline_num_layers is not None:
         _check_pipeline_num_layers(cfg, int(d.pipeline_num_layers))
         return
-    for key in _LAYER_COUNT_KEYS:
-        value = try_get_key(cfg, key, default=None)
-        if value is not None:
-            d.pipeline_num_layers = int(sum(value)) if not isinstance(value, int) else value
-            logging.getLogger(__name__).info(f"train.dist.pipeline_num_layers = {d.pipeline_num_layers} (from {key})")
-            return
+    found = _model_layer_count(cfg)
+    if found is not None:
+        key, d.pipeline_num_layers = found
+        logging.getLogger(__name__).info(f"train.dist.pipeline_num_layers = {d.pipeline_num_layers} (from {key})")
+        return
     raise ValueError("train.dist.pipeline_parallel_size > 1 needs train.dist.pipeline_num_layers (the number of layers "
                      f"to split over the stages): none of {_LAYER_COUNT_KEYS} is in the config to infer it from")
 
